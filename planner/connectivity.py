@@ -1,0 +1,45 @@
+"""Make a multigraph connected without changing any node's degree.
+
+TopoOpt's released code stubs this step out (algorithms.md section 1.3 step 6); the planner
+guarantees it with degree-preserving 2-swaps: for two components X and Y take a cable (a, b)
+in X and (c, e) in Y and rewire them as (a, c), (b, e). Each swap merges two components and
+keeps every server's interface count, so the result is still d-regular. Model-parallel
+cables are rewired before ring cables, since the rings carry the AllReduce schedule.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+
+def components(n: int, cables: list[tuple[int, int]]) -> list[set[int]]:
+    graph = nx.MultiGraph()
+    graph.add_nodes_from(range(n))
+    graph.add_edges_from(cables)
+    return [set(c) for c in nx.connected_components(graph)]
+
+
+def connect(n: int, cables: list[tuple[int, int]], protected: int = 0) -> tuple[list[tuple[int, int]], int]:
+    """Return (cables, swaps): ``cables`` made connected by 2-swaps.
+
+    The first ``protected`` cables (ring cables) are only touched when a component has no
+    other cable. Raises ValueError when a component has no cable at all (degree 0)."""
+    cables = list(cables)
+    swaps = 0
+    while True:
+        comps = components(n, cables)
+        if len(comps) == 1:
+            return cables, swaps
+        first, second = comps[0], comps[1]
+
+        def pick(comp: set[int]) -> int:
+            idx = [i for i, (a, _) in enumerate(cables) if a in comp]
+            if not idx:
+                raise ValueError("a server has no cable; the topology cannot be connected")
+            unprotected = [i for i in idx if i >= protected]
+            return (unprotected or idx)[-1]
+
+        i, j = pick(first), pick(second)
+        (a, b), (c, e) = cables[i], cables[j]
+        cables[i], cables[j] = (a, c), (b, e)
+        swaps += 1

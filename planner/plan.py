@@ -1,0 +1,229 @@
+"""The `Plan`: everything the planner decides for one job, as plain data.
+
+A plan is the contract between the planner and the rest of topolab. The emulator builds
+hosts and cables from `links` and installs `next_hop` as static routes; the workers get
+schedules derived from `rings`; the end-to-end run compares the plan's prediction with
+what it measures. A plan round-trips through JSON exactly
+(``Plan.from_json(plan.to_json()) == plan``) so it can be stored next to results.
+
+Node numbering: servers are ``0 .. servers-1``. Baselines that need a switch (the ideal
+switch) add switch nodes ``servers .. servers+switches-1``; switches forward but never
+compute. Every link is one physical cable (parallel cables between the same pair are
+repeated entries), full duplex, ``gbps`` in each direction.
+
+Routes are destination based, as the kernel's forwarding is: ``next_hop[u][v]`` is the
+neighbour node ``u`` forwards to on the way to ``v`` (``-1`` on the diagonal). For
+circulant TopoOpt graphs the table is derived from a per-offset first stride (coin change,
+reference section 1.3 step 7), which is how it is stored, so a 1024-server plan stays small.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Link:
+    """One full-duplex cable between nodes ``a`` and ``b`` of ``gbps`` per direction."""
+
+    a: int
+    b: int
+    gbps: float
+
+
+@dataclass(frozen=True)
+class AllReduceGroup:
+    """Servers that AllReduce ``bytes`` of gradient per iteration (one weight replica group).
+
+    ``rings`` lists the TopoOpt strides the group's own rings use (empty when the group
+    rides other rings by coin-change multi-hop routing)."""
+
+    members: tuple[int, ...]
+    bytes: int
+    rings: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class MPFlow:
+    """Model-parallel traffic: ``bytes`` per iteration from server ``src`` to ``dst``."""
+
+    src: int
+    dst: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class TrafficDemand:
+    """Per-iteration traffic of a parallelization strategy (reference section 1.3 step 1)."""
+
+    allreduce: tuple[AllReduceGroup, ...]
+    mp: tuple[MPFlow, ...]
+
+    @property
+    def allreduce_bytes(self) -> int:
+        return sum(g.bytes for g in self.allreduce)
+
+    @property
+    def mp_bytes(self) -> int:
+        return sum(f.bytes for f in self.mp)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Figures a reader checks first: hop counts and an estimate of bisection bandwidth."""
+
+    diameter: int
+    mean_hops: float
+    bisection_gbps: float
+    relayed_fraction: float  # share of ordered server pairs that are not direct neighbours
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Destination-based routes, stored compactly.
+
+    ``kind == "circulant"``: ``first_stride[r]`` is the signed stride a server takes first
+    towards the server ``r`` positions ahead (mod n); the next hop of ``u`` towards ``v`` is
+    ``u + first_stride[(v - u) mod n]``. ``kind == "table"``: ``table[u][v]`` directly.
+    """
+
+    kind: str
+    first_stride: tuple[int, ...] = ()
+    table: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A complete plan for one training job on one topology."""
+
+    servers: int
+    degree: int
+    link_gbps: float
+    latency_us: float
+    topology: str
+    links: tuple[Link, ...]
+    routes: Routes
+    demand: TrafficDemand
+    summary: Summary
+    model: str = ""
+    strategy: str = ""
+    switches: int = 0
+    strides: tuple[int, ...] = ()  # TopoOpt: the positive strides of the full-ring AllReduce
+    rings: tuple[tuple[int, ...], ...] = ()  # each ring as the server order it visits
+    notes: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # ---- derived views -------------------------------------------------------------
+    @property
+    def nodes(self) -> int:
+        return self.servers + self.switches
+
+    @cached_property
+    def next_hop(self) -> np.ndarray:
+        """``nodes x nodes`` int32 array of next hops (-1 on the diagonal)."""
+        return next_hop_array(self.routes, self.nodes)
+
+    def path(self, src: int, dst: int) -> list[int]:
+        """The node sequence a packet from ``src`` to ``dst`` follows, both ends included."""
+        nh = self.next_hop
+        path = [src]
+        while path[-1] != dst:
+            nxt = int(nh[path[-1], dst])
+            if nxt < 0 or len(path) > self.nodes:
+                raise ValueError(f"no route from {src} to {dst}")
+            path.append(nxt)
+        return path
+
+    def neighbours(self, node: int) -> list[int]:
+        """Nodes cabled to ``node``, one entry per cable."""
+        out = []
+        for link in self.links:
+            if link.a == node:
+                out.append(link.b)
+            elif link.b == node:
+                out.append(link.a)
+        return out
+
+    # ---- JSON --------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["format"] = PLAN_FORMAT
+        return d
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+        d = dict(d)
+        fmt = d.pop("format", PLAN_FORMAT)
+        if fmt != PLAN_FORMAT:
+            raise ValueError(f"plan format {fmt!r} is not {PLAN_FORMAT!r}")
+        demand = d["demand"]
+        return cls(
+            servers=int(d["servers"]),
+            degree=int(d["degree"]),
+            link_gbps=float(d["link_gbps"]),
+            latency_us=float(d["latency_us"]),
+            topology=str(d["topology"]),
+            links=tuple(Link(int(l["a"]), int(l["b"]), float(l["gbps"])) for l in d["links"]),
+            routes=Routes(
+                kind=d["routes"]["kind"],
+                first_stride=tuple(int(x) for x in d["routes"].get("first_stride", ())),
+                table=tuple(tuple(int(x) for x in row) for row in d["routes"].get("table", ())),
+            ),
+            demand=TrafficDemand(
+                allreduce=tuple(
+                    AllReduceGroup(tuple(int(m) for m in g["members"]), int(g["bytes"]),
+                                   tuple(int(r) for r in g.get("rings", ())))
+                    for g in demand["allreduce"]
+                ),
+                mp=tuple(MPFlow(int(f["src"]), int(f["dst"]), int(f["bytes"])) for f in demand["mp"]),
+            ),
+            summary=Summary(**d["summary"]),
+            model=d.get("model", ""),
+            strategy=d.get("strategy", ""),
+            switches=int(d.get("switches", 0)),
+            strides=tuple(int(s) for s in d.get("strides", ())),
+            rings=tuple(tuple(int(x) for x in r) for r in d.get("rings", ())),
+            notes=tuple(d.get("notes", ())),
+            extra=dict(d.get("extra", {})),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        return cls.from_dict(json.loads(text))
+
+    def __eq__(self, other: object) -> bool:  # cached_property must not affect equality
+        if not isinstance(other, Plan):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    def __hash__(self) -> int:
+        return hash((self.servers, self.degree, self.topology, self.links))
+
+
+PLAN_FORMAT = "topolab.plan/1"
+
+
+def next_hop_array(routes: Routes, nodes: int) -> np.ndarray:
+    """Materialize the ``nodes x nodes`` next-hop table of ``routes``."""
+    if routes.kind == "circulant":
+        n = len(routes.first_stride)
+        first = np.asarray(routes.first_stride, dtype=np.int64)
+        u = np.arange(n)[:, None]
+        v = np.arange(n)[None, :]
+        nh = (u + first[(v - u) % n]) % n
+        np.fill_diagonal(nh, -1)
+        return nh.astype(np.int32)
+    if routes.kind == "table":
+        arr = np.asarray(routes.table, dtype=np.int32)
+        if arr.shape != (nodes, nodes):
+            raise ValueError(f"route table is {arr.shape}, expected {(nodes, nodes)}")
+        return arr
+    raise ValueError(f"unknown routes kind {routes.kind!r}")

@@ -1,0 +1,228 @@
+"""Scenario files: TOML in, a validated `Scenario` out, or one `ScenarioError` naming the key.
+
+Every key has a documented default (see `SCHEMA` and docs/scenarios.md); unknown keys are
+errors, so a typo never silently falls back to a default. Cross-field rules (degree below
+the server count, even degree for bidirectional rings, group sizes that divide n) are checked
+after the per-key types, and each failure names the file and the key.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable
+
+from .zoo import MODELS
+
+TOPOLOGIES = ("topoopt", "switch", "expander", "torus", "ring")
+STRATEGIES = ("data", "hybrid", "search")
+DEGREE_SPLITS = ("paper", "released")
+
+
+class ScenarioError(ValueError):
+    """Invalid scenario input. ``str(err)`` is the one line shown to the user."""
+
+    def __init__(self, source: str, key: str, problem: str):
+        self.source, self.key, self.problem = source, key, problem
+        where = f"{source}: {key}" if key else source
+        super().__init__(f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    servers: int = 12
+    degree: int = 4
+    link_gbps: float = 25.0
+    latency_us: float = 1.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    model: str = "dlrm"
+    batch_per_server: int = 128
+    device_tflops: float = 125.0
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    strategy: str = "hybrid"
+    # hybrid, models without embedding tables: the largest dense layers are sharded over
+    # `mp_degree` consecutive servers; their replicas AllReduce on cosets of n/mp_degree.
+    mp_degree: int = 2
+    search_steps: int = 400
+    seed: int = 1
+
+
+@dataclass(frozen=True)
+class Topology:
+    kind: str = "topoopt"
+    seed: int = 1  # random expander
+    switch_gbps: float = 0.0  # switch baseline: per-server port rate; 0 means degree * link_gbps
+    degree_split: str = "paper"  # paper | released (all ports to the heaviest AllReduce group)
+
+
+@dataclass(frozen=True)
+class Emulation:
+    link_mbps: float = 400.0  # emulated rate of one link of cluster.link_gbps (time dilation)
+    mtu: int = 9000
+    netem: str = "auto"  # auto | on | off
+
+
+@dataclass(frozen=True)
+class Run:
+    iterations: int = 5
+    warmup: int = 1
+    timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    source: str
+    name: str
+    cluster: Cluster
+    workload: Workload
+    parallelism: Parallelism
+    topology: Topology
+    emulation: Emulation
+    run: Run
+
+
+_SECTIONS: dict[str, type] = {
+    "cluster": Cluster,
+    "workload": Workload,
+    "parallelism": Parallelism,
+    "topology": Topology,
+    "emulation": Emulation,
+    "run": Run,
+}
+
+_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("workload", "model"): MODELS,
+    ("parallelism", "strategy"): STRATEGIES,
+    ("topology", "kind"): TOPOLOGIES,
+    ("topology", "degree_split"): DEGREE_SPLITS,
+    ("emulation", "netem"): ("auto", "on", "off"),
+}
+
+_MINIMUM: dict[tuple[str, str], tuple[float, bool]] = {  # (bound, inclusive)
+    ("cluster", "servers"): (2, True),
+    ("cluster", "degree"): (1, True),
+    ("cluster", "link_gbps"): (0, False),
+    ("cluster", "latency_us"): (0, True),
+    ("workload", "batch_per_server"): (1, True),
+    ("workload", "device_tflops"): (0, False),
+    ("parallelism", "mp_degree"): (1, True),
+    ("parallelism", "search_steps"): (1, True),
+    ("topology", "switch_gbps"): (0, True),
+    ("emulation", "link_mbps"): (0, False),
+    ("emulation", "mtu"): (576, True),
+    ("run", "iterations"): (1, True),
+    ("run", "warmup"): (0, True),
+    ("run", "timeout_s"): (0, False),
+}
+
+
+def _typed(value: Any, want: type, source: str, key: str) -> Any:
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if want is int and isinstance(value, bool) or not isinstance(value, want):
+        raise ScenarioError(source, key, f"expected {want.__name__}, got {type(value).__name__} {value!r}")
+    if want is float and not math.isfinite(value):
+        raise ScenarioError(source, key, f"expected a finite number, got {value!r}")
+    return value
+
+
+def _section(cls: type, table: Any, section: str, source: str) -> Any:
+    if not isinstance(table, dict):
+        raise ScenarioError(source, section, f"expected a table [{section}], got {type(table).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    values = {}
+    for key, value in table.items():
+        dotted = f"{section}.{key}"
+        if key not in known:
+            raise ScenarioError(source, dotted, f"unknown key (known: {', '.join(known)})")
+        want = {"int": int, "float": float, "str": str}[known[key].type]
+        value = _typed(value, want, source, dotted)
+        choices = _CHOICES.get((section, key))
+        if choices and value not in choices:
+            raise ScenarioError(source, dotted, f"{value!r} is not one of {', '.join(choices)}")
+        bound = _MINIMUM.get((section, key))
+        if bound is not None:
+            low, inclusive = bound
+            if value < low or (not inclusive and value == low):
+                raise ScenarioError(source, dotted, f"must be {'>=' if inclusive else '>'} {low:g}, got {value!r}")
+        values[key] = value
+    return cls(**values)
+
+
+def _check_cross_fields(s: Scenario) -> None:
+    src, c, t, p = s.source, s.cluster, s.topology, s.parallelism
+    n, d = c.servers, c.degree
+    if d >= n and t.kind != "switch":
+        raise ScenarioError(src, "cluster.degree", f"must be below cluster.servers ({n}) for a direct-connect topology, got {d}")
+    if t.kind == "topoopt" and d % 2 and (p.strategy == "data" or s.workload.model not in ("dlrm", "ncf")):
+        raise ScenarioError(src, "cluster.degree",
+                            f"TopoOpt's bidirectional rings need an even degree for this job, got {d}")
+    if t.kind == "ring" and d % 2:
+        raise ScenarioError(src, "cluster.degree", f"a ring uses interfaces in pairs; degree must be even, got {d}")
+    if t.kind == "torus":
+        if d != 4:
+            raise ScenarioError(src, "cluster.degree", f"a 2-D torus has degree 4, got {d}")
+        if _torus_shape(n) is None:
+            raise ScenarioError(src, "cluster.servers", f"a 2-D torus needs servers = a x b with a, b >= 3, got {n}")
+    if t.kind == "expander" and (n * d) % 2:
+        raise ScenarioError(src, "cluster.degree", f"a {d}-regular graph on {n} servers needs servers x degree even")
+    if p.strategy == "hybrid" and n % p.mp_degree:
+        raise ScenarioError(src, "parallelism.mp_degree",
+                            f"sub-group size must divide cluster.servers ({n}), got {p.mp_degree}")
+
+
+def _torus_shape(n: int) -> tuple[int, int] | None:
+    """The most square a x b = n with a, b >= 3 (None if there is none)."""
+    best = None
+    for a in range(3, int(math.isqrt(n)) + 1):
+        if n % a == 0 and n // a >= 3:
+            best = (a, n // a)
+    return best
+
+
+def parse_scenario(data: dict[str, Any], source: str = "<scenario>", name: str = "scenario") -> Scenario:
+    """Validate an already-parsed TOML document."""
+    for section in data:
+        if section not in _SECTIONS:
+            raise ScenarioError(source, section, f"unknown table (known: {', '.join(_SECTIONS)})")
+    parts = {sec: _section(cls, data.get(sec, {}), sec, source) for sec, cls in _SECTIONS.items()}
+    scenario = Scenario(source=source, name=name, **parts)
+    _check_cross_fields(scenario)
+    return scenario
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; raises `ScenarioError` with a one-line message."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ScenarioError(str(path), "", "no such file") from None
+    except OSError as err:
+        raise ScenarioError(str(path), "", f"cannot read: {err.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ScenarioError(str(path), "", f"malformed TOML: {err}") from None
+    return parse_scenario(data, str(path), path.stem)
+
+
+def with_overrides(s: Scenario, **sections: dict[str, Any]) -> Scenario:
+    """A copy of ``s`` with some keys replaced, validated like a file (used by compare/sweep)."""
+    data: dict[str, dict[str, Any]] = {}
+    for sec in _SECTIONS:
+        data[sec] = {f.name: getattr(getattr(s, sec), f.name) for f in fields(_SECTIONS[sec])}
+    for sec, overrides in sections.items():
+        data[sec].update(overrides)
+    return parse_scenario(data, s.source, s.name)
+
+
+Validator = Callable[[Scenario], None]

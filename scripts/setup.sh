@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One idempotent set-up for topolab: system packages, then .venv/ with the project.
+# Used by `make`, by .ci/run and by the Vagrant VM. Safe to run again: it only does what is missing.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+apt_packages=(mininet iperf3 iputils-ping traceroute ethtool iproute2 python3-venv)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing system packages (${missing[*]}); run as root to install them" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # --no-install-recommends: otherwise apt pulls Open vSwitch, which topolab does not need.
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Debian's Mininet lives in /usr/bin/python3's dist-packages: the venv must see it.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import mininet" 2>/dev/null; then
+  rm -rf .venv
+  echo "setup: creating .venv (system site packages, for Debian's Mininet)"
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+stamp=.venv/.topolab-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing topolab and its Python dependencies into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[test]"
+  touch "$stamp"
+fi

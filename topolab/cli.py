@@ -1,0 +1,56 @@
+"""The `topolab` command line: one subcommand per job, errors as one line with exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from planner import ScenarioError
+
+# subcommand -> (module, help). Each module has add_<name>_arguments(parser) and run_<name>(args).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("topolab.plan_cmd", "plan a scenario: strategy, topology, routes; print a summary or JSON"),
+}
+
+
+class UsageError(Exception):
+    """Bad input found after argument parsing; printed as one line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="topolab",
+        description="Co-optimize network topology and parallelization for distributed DNN training, "
+        "then prove the plan on an emulated network.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        mod = importlib.import_module(module)
+        p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
+        getattr(mod, f"add_{name}_arguments")(p)
+        p.set_defaults(_module=mod, _name=name)
+    return parser
+
+
+def _input_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [ScenarioError, UsageError]
+    try:
+        from emulator import EmulationInputError  # raised for plans the machine cannot emulate
+
+        errors.append(EmulationInputError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(getattr(args._module, f"run_{args._name}")(args) or 0)
+    except _input_errors() as err:
+        print(f"topolab {args._name}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"topolab {args._name}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,62 @@
+"""`topolab plan`: print a plan's summary, or its JSON."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from planner import Plan, build_plan, load_scenario
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", help="scenario TOML file (see scenarios/)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON instead of a summary")
+    parser.add_argument("--out", metavar="FILE", help="also write the plan JSON to FILE")
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.3f} GB" if x >= 1e8 else f"{x / 1e6:.2f} MB"
+
+
+def describe(plan: Plan) -> str:
+    """The human summary `topolab plan` prints."""
+    s = plan.summary
+    lines = [
+        f"topology        {plan.topology}: {plan.servers} servers"
+        + (f" + {plan.switches} switch" if plan.switches else f", degree {plan.degree}")
+        + f", {plan.link_gbps:g} Gbps per link, {len(plan.links)} cables",
+        f"job             {plan.model}, strategy {plan.strategy}",
+    ]
+    if plan.strides:
+        lines.append(f"strides         {', '.join(f'±{p}' for p in plan.strides)}  (full-ring AllReduce, TotientPerms)")
+    cls = plan.extra.get("class_strides")
+    if cls and set(cls) != {str(plan.servers)}:
+        lines.append("group strides   " + "; ".join(f"groups of {k}: {', '.join(f'±{p}' for p in v)}" for k, v in cls.items()))
+    if "d_allreduce" in plan.extra:
+        lines.append(f"degree split    {plan.extra['d_allreduce']} AllReduce + {plan.extra['d_mp']} model-parallel interfaces")
+    lines += [
+        f"diameter        {s.diameter} hops",
+        f"mean hops       {s.mean_hops:.3f}",
+        f"relayed pairs   {s.relayed_fraction:.1%} of ordered server pairs cross another server",
+        f"bisection       {s.bisection_gbps:g} Gbps (estimate)",
+        f"routes          {plan.routes.kind} ({'per-offset first strides' if plan.routes.kind == 'circulant' else 'next-hop table'})",
+        f"traffic/iter    AllReduce {_gb(plan.demand.allreduce_bytes)} in {len(plan.demand.allreduce)} group(s), "
+        f"model-parallel {_gb(plan.demand.mp_bytes)} in {len(plan.demand.mp)} flow(s)",
+    ]
+    lines += [f"note            {n}" for n in plan.notes]
+    return "\n".join(lines)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    plan = build_plan(load_scenario(args.scenario))
+    text = plan.to_json()
+    if args.out:
+        Path(args.out).write_text(text)
+    if args.json:
+        sys.stdout.write(text + "\n")
+    else:
+        print(describe(plan))
+        if args.out:
+            print(f"plan written to {args.out}")
+    return 0
