@@ -12,7 +12,7 @@ import numpy as np
 
 from .baselines import expander_cables, ring_cables, switch_cables, torus_cables
 from .plan import AllReduceGroup, Link, Plan, Routes, TrafficDemand
-from .routing import coin_change_first_strides, hop_counts, next_hop_table
+from .routing import circulant_hop_counts, coin_change_first_strides, hop_counts, next_hop_table
 from .scenario import Scenario, _torus_shape
 from .summary import summarize
 from .topology_finder import find_topology
@@ -110,7 +110,10 @@ def build_plan(s: Scenario, demand: TrafficDemand | None = None) -> Plan:
                 summary=summarize(np.zeros((1, 1)), 1, []), model=s.workload.model,
                 strategy=s.parallelism.strategy, switches=switches, strides=strides, rings=rings,
                 notes=tuple(notes), extra=extra)
-    hops = hop_counts(plan.next_hop, n)
+    if routes.kind == "circulant":
+        hops = circulant_hop_counts(routes.first_stride)
+    else:
+        hops = hop_counts(plan.next_hop, n)
     direct = _direct_matrix(n, switches, cables)
     summary = summarize(hops, n, list(links), switches, direct if switches else None)
     return dataclasses.replace(plan, summary=summary)

@@ -86,3 +86,25 @@ def hop_counts(next_hop: np.ndarray, servers: int) -> np.ndarray:
     else:
         raise ValueError("routes contain a loop")
     return hops[:servers, :servers]
+
+
+def circulant_hop_counts(first_stride: list[int] | tuple[int, ...]) -> np.ndarray:
+    """Hop counts of circulant routes: the hops to offset r, arranged as an n x n matrix.
+
+    Every server sees the same offsets, so one walk per offset (vectorized over offsets)
+    replaces the n^2 walk of `hop_counts`."""
+    n = len(first_stride)
+    first = np.asarray(first_stride, dtype=np.int64)
+    remaining = np.arange(n)
+    dist = np.zeros(n, dtype=np.int32)
+    for _ in range(n):
+        moving = remaining != 0
+        if not moving.any():
+            break
+        dist += moving
+        remaining = np.where(moving, (remaining - first[remaining]) % n, 0)
+    else:
+        raise ValueError("routes contain a loop")
+    u = np.arange(n)[:, None]
+    v = np.arange(n)[None, :]
+    return dist[(v - u) % n]

@@ -12,9 +12,9 @@ import math
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .zoo import MODELS
+from .zoo import MODELS, get_model
 
 TOPOLOGIES = ("topoopt", "switch", "expander", "torus", "ring")
 STRATEGIES = ("data", "hybrid", "search")
@@ -162,7 +162,8 @@ def _check_cross_fields(s: Scenario) -> None:
     n, d = c.servers, c.degree
     if d >= n and t.kind != "switch":
         raise ScenarioError(src, "cluster.degree", f"must be below cluster.servers ({n}) for a direct-connect topology, got {d}")
-    if t.kind == "topoopt" and d % 2 and (p.strategy == "data" or s.workload.model not in ("dlrm", "ncf")):
+    has_tables = bool(get_model(s.workload.model).embeddings)
+    if t.kind == "topoopt" and d % 2 and p.strategy == "data":
         raise ScenarioError(src, "cluster.degree",
                             f"TopoOpt's bidirectional rings need an even degree for this job, got {d}")
     if t.kind == "ring" and d % 2:
@@ -174,7 +175,7 @@ def _check_cross_fields(s: Scenario) -> None:
             raise ScenarioError(src, "cluster.servers", f"a 2-D torus needs servers = a x b with a, b >= 3, got {n}")
     if t.kind == "expander" and (n * d) % 2:
         raise ScenarioError(src, "cluster.degree", f"a {d}-regular graph on {n} servers needs servers x degree even")
-    if p.strategy == "hybrid" and n % p.mp_degree:
+    if p.strategy == "hybrid" and not has_tables and n % p.mp_degree:
         raise ScenarioError(src, "parallelism.mp_degree",
                             f"sub-group size must divide cluster.servers ({n}), got {p.mp_degree}")
 
@@ -224,5 +225,3 @@ def with_overrides(s: Scenario, **sections: dict[str, Any]) -> Scenario:
         data[sec].update(overrides)
     return parse_scenario(data, s.source, s.name)
 
-
-Validator = Callable[[Scenario], None]

@@ -1,0 +1,86 @@
+"""Scenario validation: each bad input is one line on stderr naming file and key, exit 2."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner import load_scenario
+from topolab.cli import main
+
+GOOD = """
+[cluster]
+servers = 12
+degree = 4
+link_gbps = 25
+[workload]
+model = "dlrm"
+[topology]
+kind = "topoopt"
+"""
+
+BAD = [
+    ("malformed", "[cluster\nservers = 12", "", "malformed TOML"),
+    ("unknown key", GOOD.replace("degree = 4", "degree = 4\nlinks = 3"), "cluster.links", "unknown key"),
+    ("unknown table", GOOD + "\n[network]\nx = 1\n", "network", "unknown table"),
+    ("wrong type", GOOD.replace("servers = 12", 'servers = "twelve"'), "cluster.servers", "expected int"),
+    ("bool as int", GOOD.replace("servers = 12", "servers = true"), "cluster.servers", "expected int"),
+    ("servers < 2", GOOD.replace("servers = 12", "servers = 1"), "cluster.servers", ">= 2"),
+    ("degree < 1", GOOD.replace("degree = 4", "degree = 0"), "cluster.degree", ">= 1"),
+    ("degree >= servers", GOOD.replace("degree = 4", "degree = 12"), "cluster.degree", "below cluster.servers"),
+    ("odd degree", GOOD.replace("degree = 4", "degree = 3") + '[parallelism]\nstrategy = "data"\n',
+     "cluster.degree", "even degree"),
+    ("unknown model", GOOD.replace('"dlrm"', '"gpt5"'), "workload.model", "not one of"),
+    ("unknown topology", GOOD.replace('"topoopt"', '"hypercube"'), "topology.kind", "not one of"),
+    ("group size", GOOD.replace('"dlrm"', '"bert"') + '[parallelism]\nstrategy = "hybrid"\nmp_degree = 5\n',
+     "parallelism.mp_degree", "divide"),
+    ("zero rate", GOOD.replace("link_gbps = 25", "link_gbps = 0"), "cluster.link_gbps", "> 0"),
+    ("torus degree", GOOD.replace('"topoopt"', '"torus"').replace("degree = 4", "degree = 6"), "cluster.degree", "degree 4"),
+    ("torus shape", GOOD.replace('"topoopt"', '"torus"').replace("servers = 12", "servers = 13"), "cluster.servers", "a x b"),
+    ("negative emulated rate", GOOD + "[emulation]\nlink_mbps = -5\n", "emulation.link_mbps", "> 0"),
+]
+
+
+@pytest.mark.parametrize("label,text,key,fragment", BAD, ids=[b[0] for b in BAD])
+def test_bad_scenario_is_one_line_exit_2(tmp_path, capsys, label, text, key, fragment):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    assert main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert str(path) in err and key in err and fragment in err, err
+
+
+def test_missing_file(capsys):
+    assert main(["plan", "/nonexistent/scenario.toml"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_good_scenario_and_defaults(tmp_path):
+    path = tmp_path / "ok.toml"
+    path.write_text("[cluster]\nservers = 8\ndegree = 2\n")
+    s = load_scenario(path)
+    assert s.cluster.servers == 8 and s.cluster.link_gbps == 25.0 and s.topology.kind == "topoopt"
+
+
+def test_every_shipped_scenario_plans(scenario_dir):
+    files = sorted(scenario_dir.glob("*.toml"))
+    assert len(files) >= 10
+    for f in files:
+        load_scenario(f)
+    models = {load_scenario(f).workload.model for f in files if load_scenario(f).cluster.servers == 128}
+    assert models == {"dlrm", "candle", "bert", "ncf", "resnet50", "vgg16"}
+
+
+def test_cli_json_and_out(tmp_path, scenario_dir):
+    out = tmp_path / "plan.json"
+    proc = subprocess.run([sys.executable, "-m", "topolab", "plan", str(scenario_dir / "topoopt-12.toml"),
+                           "--json", "--out", str(out)], capture_output=True, text=True, check=True)
+    data = json.loads(proc.stdout)
+    assert data["strides"] == [1, 5] and data["summary"]["diameter"] == 3
+    assert json.loads(out.read_text()) == data
+    human = subprocess.run([sys.executable, "-m", "topolab", "plan", str(scenario_dir / "topoopt-12.toml")],
+                           capture_output=True, text=True, check=True).stdout
+    assert "±1, ±5" in human and "diameter        3 hops" in human

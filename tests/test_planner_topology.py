@@ -1,0 +1,104 @@
+"""Property tests: every planned topology has its shape, is connected, and every route is a
+valid path over existing cables that ends at its destination and is shortest."""
+
+from collections import Counter
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from planner import Plan, build_plan, parse_scenario
+from planner.zoo import MODELS
+
+
+def _graph(plan: Plan) -> nx.MultiGraph:
+    g = nx.MultiGraph()
+    g.add_nodes_from(range(plan.nodes))
+    g.add_edges_from((l.a, l.b) for l in plan.links)
+    return g
+
+
+def check_plan(plan: Plan) -> None:
+    g = _graph(plan)
+    assert nx.is_connected(g)
+    degrees = Counter(dict(g.degree()).values())
+    if plan.topology == "switch":
+        assert all(g.degree(i) == 1 for i in range(plan.servers))
+    else:
+        assert all(g.degree(i) == plan.degree for i in range(plan.servers)), dict(g.degree())
+    simple = nx.Graph(g)
+    dist = dict(nx.all_pairs_shortest_path_length(simple))
+    nh = plan.next_hop
+    for src in range(plan.servers):
+        for dst in range(plan.servers):
+            if src == dst:
+                continue
+            path = plan.path(src, dst)
+            assert path[0] == src and path[-1] == dst
+            assert all(simple.has_edge(a, b) for a, b in zip(path, path[1:])), path
+            assert len(path) - 1 == dist[src][dst]  # shortest
+    assert (np.diag(nh) == -1).all()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(5, 40), half=st.integers(1, 3), kind=st.sampled_from(["topoopt", "expander", "ring"]),
+       model=st.sampled_from(MODELS), strategy=st.sampled_from(["data", "hybrid"]))
+def test_direct_connect_plans_are_valid(n, half, kind, model, strategy):
+    d = 2 * half
+    if d >= n:
+        d = 2
+    mp = next(m for m in (2, 1) if n % m == 0)
+    s = parse_scenario({"cluster": {"servers": n, "degree": d}, "topology": {"kind": kind},
+                        "workload": {"model": model}, "parallelism": {"strategy": strategy, "mp_degree": mp}})
+    check_plan(build_plan(s))
+
+
+@pytest.mark.parametrize("n", [9, 12, 20, 36])
+def test_torus_and_switch(n):
+    for kind in ("torus", "switch"):
+        s = parse_scenario({"cluster": {"servers": n, "degree": 4}, "topology": {"kind": kind}})
+        plan = build_plan(s)
+        check_plan(plan)
+    assert build_plan(parse_scenario({"cluster": {"servers": n, "degree": 4}, "topology": {"kind": "switch"}})).summary.diameter == 2
+
+
+def test_hybrid_dense_model_gets_subgroup_rings_and_matchings():
+    s = parse_scenario({"cluster": {"servers": 12, "degree": 4}, "workload": {"model": "resnet50"},
+                        "parallelism": {"strategy": "hybrid", "mp_degree": 2}})
+    plan = build_plan(s)
+    check_plan(plan)
+    sizes = sorted(len(g.members) for g in plan.demand.allreduce)
+    assert sizes == [6, 6, 12]  # two coset groups of the sharded layers + the replicated rest
+    assert plan.extra["d_mp"] > 0  # activation traffic inside blocks got matching cables
+    block_pairs = {(a, a + 1) for a in range(0, 12, 2)}
+    mp_cables = [(min(l.a, l.b), max(l.a, l.b)) for l in plan.links][plan.extra["d_allreduce"] * 6:]
+    assert mp_cables and all(c in block_pairs for c in mp_cables)
+
+
+def test_expander_is_seeded():
+    def plan(seed):
+        return build_plan(parse_scenario({"cluster": {"servers": 20, "degree": 4},
+                                          "topology": {"kind": "expander", "seed": seed}}))
+    assert plan(3).links == plan(3).links
+    assert plan(3).links != plan(4).links
+
+
+@pytest.mark.parametrize("kind", ["topoopt", "switch", "expander", "torus", "ring"])
+def test_plan_json_round_trip(kind):
+    s = parse_scenario({"cluster": {"servers": 16, "degree": 4}, "topology": {"kind": kind}})
+    plan = build_plan(s)
+    again = Plan.from_json(plan.to_json())
+    assert again == plan
+    assert (again.next_hop == plan.next_hop).all()
+    assert again.path(0, 9) == plan.path(0, 9)
+
+
+def test_large_plan_routes_are_compact():
+    s = parse_scenario({"cluster": {"servers": 1024, "degree": 8}, "workload": {"model": "resnet50"},
+                        "parallelism": {"strategy": "data"}})
+    plan = build_plan(s)
+    assert plan.routes.kind == "circulant" and len(plan.routes.first_stride) == 1024
+    assert len(plan.to_json()) < 200_000
+    hops = [len(plan.path(0, v)) - 1 for v in range(1, 1024)]
+    assert max(hops) == plan.summary.diameter

@@ -1,0 +1,65 @@
+"""TotientPerms / SelectPermutations against the rule of algorithms.md 1.1-1.2."""
+
+from math import gcd
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from planner import build_plan, parse_scenario
+from planner.totient import select_permutations, totient_strides
+
+
+def test_paper_example_n12():
+    assert totient_strides(12) == [1, 5]
+    assert totient_strides(12, 6) == [2]  # {2, 10} up to reversal
+    assert totient_strides(12, 4) == [3]  # {3, 9}
+    assert totient_strides(12, 3) == [4]  # {4, 8}
+    assert totient_strides(12, 2) == [6]
+
+
+@given(st.integers(2, 400))
+def test_full_ring_candidates_are_the_coprime_strides(n):
+    cands = totient_strides(n)
+    assert cands == [p for p in range(1, n // 2 + 1) if gcd(p, n) == 1]
+    # every candidate ring visits every server
+    for p in cands[:5]:
+        assert len({(i * p) % n for i in range(n)}) == n
+
+
+@given(st.integers(2, 200), st.data())
+def test_subgroup_candidates_stay_on_cosets(n, data):
+    g = data.draw(st.sampled_from([k for k in range(2, n + 1) if n % k == 0]))
+    for p in totient_strides(n, g):
+        assert p % (n // g) == 0
+        ring = {(i * p) % n for i in range(g)}
+        assert ring == set(range(0, n, n // g))  # the coset of 0, visited completely
+
+
+def test_select_is_geometric_and_distinct():
+    cands = list(range(1, 64, 2))  # n = 128
+    assert select_permutations(cands, 4) == [1, 3, 9, 23]
+    assert select_permutations([1], 3) == [1, 1, 1]  # fewer candidates: parallel rings
+
+
+def _independent_diameter(n, strides):
+    g = nx.circulant_graph(n, strides)
+    return nx.diameter(g)
+
+
+@pytest.mark.parametrize("n,d", [(12, 4), (16, 4), (30, 6), (64, 8), (128, 8), (432, 8), (1024, 8), (97, 6)])
+def test_data_parallel_plan_matches_rule(n, d):
+    s = parse_scenario({"cluster": {"servers": n, "degree": d}, "workload": {"model": "resnet50"},
+                        "parallelism": {"strategy": "data"}})
+    plan = build_plan(s)
+    expected = select_permutations(totient_strides(n), d // 2)
+    assert list(plan.strides) == expected
+    assert plan.summary.diameter == _independent_diameter(n, expected)
+
+
+def test_prototype_is_i_plus_minus_1_and_5():
+    s = parse_scenario({"cluster": {"servers": 12, "degree": 4}})
+    plan = build_plan(s)
+    assert plan.strides == (1, 5) and plan.summary.diameter == 3
+    pairs = sorted((min(l.a, l.b), max(l.a, l.b)) for l in plan.links)
+    assert pairs == sorted((min(i, (i + p) % 12), max(i, (i + p) % 12)) for p in (1, 5) for i in range(12))
