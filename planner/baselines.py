@@ -39,3 +39,45 @@ def torus_cables(a: int, b: int) -> list[tuple[int, int]]:
 
 def ring_cables(n: int, d: int) -> list[tuple[int, int]]:
     return [(i, (i + 1) % n) for _ in range(d // 2) for i in range(n)]
+
+
+def ring_order(n: int, cables: list[tuple[int, int]], budget: int = 200_000) -> list[int]:
+    """A Hamiltonian cycle over the cables if one is found within ``budget`` steps, so a
+    ring AllReduce on a baseline topology needs no relaying; otherwise a greedy order that
+    keeps as many consecutive members adjacent as it can.
+
+    Depth-first search with Warnsdorff's rule (visit the neighbour with the fewest unvisited
+    neighbours first), which finds cycles in random regular graphs and tori quickly."""
+    adj: dict[int, set[int]] = {v: set() for v in range(n)}
+    for a, b in cables:
+        if a != b and a < n and b < n:
+            adj[a].add(b)
+            adj[b].add(a)
+    path = [0]
+    on_path = {0}
+    steps = 0
+    stack = [iter(sorted(adj[0], key=lambda w: len(adj[w])))]
+    while stack and steps < budget:
+        steps += 1
+        nxt = next(stack[-1], None)
+        if nxt is None:
+            stack.pop()
+            on_path.discard(path.pop())
+            continue
+        if nxt in on_path:
+            continue
+        path.append(nxt)
+        on_path.add(nxt)
+        if len(path) == n:
+            if 0 in adj[nxt]:
+                return path
+            on_path.discard(path.pop())
+            continue
+        stack.append(iter(sorted(adj[nxt] - on_path, key=lambda w: (len(adj[w] - on_path), w))))
+    # greedy fallback: nearest unvisited neighbour, else the smallest unvisited server
+    order, seen = [0], {0}
+    while len(order) < n:
+        options = sorted(adj[order[-1]] - seen) or sorted(set(range(n)) - seen)
+        order.append(options[0])
+        seen.add(options[0])
+    return order

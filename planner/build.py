@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from .baselines import expander_cables, ring_cables, switch_cables, torus_cables
+from .baselines import expander_cables, ring_cables, ring_order, switch_cables, torus_cables
 from .plan import AllReduceGroup, Link, Plan, Routes, TrafficDemand
 from .routing import circulant_hop_counts, coin_change_first_strides, hop_counts, next_hop_table
 from .scenario import Scenario, _torus_shape
@@ -95,11 +95,13 @@ def build_plan(s: Scenario, demand: TrafficDemand | None = None) -> Plan:
     elif kind == "expander":
         cables, used_seed = expander_cables(n, d, s.topology.seed)
         extra["seed"] = used_seed
+        rings = (tuple(ring_order(n, cables)),)
         routes = Routes("table", table=tuple(map(tuple, next_hop_table(n, cables).tolist())))
     elif kind == "torus":
         a, b = _torus_shape(n)  # validated by the scenario loader
         cables = torus_cables(a, b)
         extra["shape"] = [a, b]
+        rings = (tuple(ring_order(n, cables)),)
         routes = Routes("table", table=tuple(map(tuple, next_hop_table(n, cables).tolist())))
     else:  # pragma: no cover - the scenario loader rejects unknown kinds
         raise ValueError(f"unknown topology kind {kind!r}")
