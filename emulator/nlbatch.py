@@ -1,0 +1,86 @@
+"""Send many rtnetlink requests compiled by pyroute2's `IPBatch` in a few writes.
+
+pyroute2 0.9 spends about 1.5 ms per synchronous request (its asyncio round trip); a
+12-host network needs ~450 requests and a 64-host one ~4500. Compiling the same requests
+with `IPBatch` and writing them to a netlink socket 64 KiB at a time, then counting the
+acks, brings that to a few ms per host. Errors are reported per request, not swallowed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+
+from .errors import EmulationError
+
+NLMSG_ERROR = 2
+_HDR = struct.Struct("IHHII")
+CHUNK = 64 * 1024
+
+
+def _messages(data: bytes):
+    off = 0
+    while off < len(data):
+        length, _typ, _flags, seq, _pid = _HDR.unpack_from(data, off)
+        yield seq, data[off:off + length]
+        off += (length + 3) & ~3
+
+
+def send(data: bytes, what: list[str] | None = None, labels: dict[int, str] | None = None) -> None:
+    """Send the compiled requests in ``data`` on a NETLINK_ROUTE socket of the calling
+    thread's namespace; raise `EmulationError` naming the first refused request."""
+    msgs = list(_messages(bytes(data)))
+    if not msgs:
+        return
+    labels = dict(labels or {})
+    if what:  # the IPBatch part of data: its requests in order
+        labels.update(zip((seq for seq, _ in msgs[:len(what)]), what))
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+    try:
+        sock.bind((0, 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        failures = []
+        i = 0
+        while i < len(msgs):
+            chunk, pending = bytearray(), set()
+            while i < len(msgs) and len(chunk) + len(msgs[i][1]) <= CHUNK:
+                chunk += msgs[i][1]
+                pending.add(msgs[i][0])
+                i += 1
+            sock.send(chunk)
+            while pending:
+                reply = sock.recv(1 << 20)
+                for seq, msg in _messages(reply):
+                    if _HDR.unpack_from(msg)[1] != NLMSG_ERROR:
+                        continue
+                    (code,) = struct.unpack_from("i", msg, _HDR.size)
+                    pending.discard(seq)
+                    if code != 0:
+                        failures.append((seq, -code))
+        if failures:
+            seq, err = failures[0]
+            label = labels.get(seq, f"request {seq}")
+            raise EmulationError(f"netlink refused {label}: {os.strerror(err)} ({errno.errorcode.get(err, err)})"
+                                 + (f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""))
+    finally:
+        sock.close()
+
+
+def route_add(seq: int, dst: str, gateway: str, oif: int, prefsrc: str, cc_algo: str) -> bytes:
+    """RTM_NEWROUTE for ``dst/32 via gateway dev oif src prefsrc congctl cc_algo``, encoded by
+    pyroute2's `rtmsg` directly (about 8x faster than going through `IPBatch`)."""
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST
+    from pyroute2.netlink.rtnl import RTM_NEWROUTE
+    from pyroute2.netlink.rtnl.rtmsg import rtmsg
+
+    m = rtmsg()
+    m["family"], m["dst_len"], m["table"], m["proto"], m["scope"], m["type"] = socket.AF_INET, 32, 254, 4, 0, 1
+    m["attrs"] = [("RTA_DST", dst), ("RTA_GATEWAY", gateway), ("RTA_OIF", oif), ("RTA_PREFSRC", prefsrc),
+                  ("RTA_METRICS", {"attrs": [("RTAX_CC_ALGO", cc_algo)]})]
+    m["header"]["type"] = RTM_NEWROUTE
+    m["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
+    m["header"]["sequence_number"] = seq
+    m.encode()
+    return bytes(m.data)
