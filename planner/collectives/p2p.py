@@ -1,0 +1,63 @@
+"""Point-to-point model-parallel transfers (activations forward, their gradients backward).
+
+Each transfer (src, dst, nbytes) gets its own region of the ``act`` buffer (the same offsets
+on every rank), so transfers never overwrite each other's data and the receiver's region can
+be checked against the sender's input. Every (src -> dst) pair has its own stream on both
+sides, so a rank sends to and receives from all its partners at once (DLRM's all-to-all
+between embedding-table owners and the others is a list of such transfers).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+from .schedule import Check, Schedule, ScheduleBuilder
+
+Deps = Mapping[int, Iterable[int]]
+
+
+def add_p2p_transfers(b: ScheduleBuilder, transfers: Sequence[tuple[int, int, int]],
+                      buffer: str = "act", base_offset: int = 0, stream_prefix: str = "mp",
+                      after: Deps | None = None, check: bool = True) -> dict[int, list[int]]:
+    """Append the transfers; grow ``buffer`` to hold them from ``base_offset`` on.
+
+    Returns, per rank, the ops that finish its part (sends and recvs)."""
+    after = after or {}
+    offset = base_offset
+    itemsize = 4
+    regions = []
+    for src, dst, nbytes in transfers:
+        if src == dst:
+            raise ValueError(f"transfer from rank {src} to itself")
+        if nbytes <= 0 or nbytes % itemsize:
+            raise ValueError(f"transfer {src}->{dst}: bytes must be a positive multiple of "
+                             f"{itemsize}, got {nbytes}")
+        regions.append((src, dst, offset, nbytes))
+        offset += nbytes
+    b.buffer(buffer, offset)
+    tag = b.new_tag()
+    done: dict[int, list[int]] = {}
+    for src, dst, off, nbytes in regions:
+        done.setdefault(src, []).append(b.send(src, f"{stream_prefix}>{dst}", dst, buffer, off,
+                                               nbytes, tag, after=after.get(src, ())))
+        done.setdefault(dst, []).append(b.recv(dst, f"{stream_prefix}<{src}", src, buffer, off,
+                                               nbytes, tag, "copy", after=after.get(dst, ())))
+        if check:
+            b.check(Check("copy", buffer, off, nbytes, src=src, dst=dst))
+    return done
+
+
+def p2p_transfers(n: int, transfers: Sequence[tuple[int, int, int]]) -> Schedule:
+    """A schedule of model-parallel transfers only (e.g. an all-to-all)."""
+    for src, dst, _ in transfers:
+        if not (0 <= src < n and 0 <= dst < n):
+            raise ValueError(f"transfer {src}->{dst} names a rank outside 0..{n - 1}")
+    b = ScheduleBuilder(n, "p2p")
+    add_p2p_transfers(b, transfers)
+    b.params["transfers"] = [list(t) for t in transfers]
+    return b.build()
+
+
+def all_to_all(ranks: Sequence[int], nbytes: int) -> list[tuple[int, int, int]]:
+    """Transfers of ``nbytes`` from every rank of ``ranks`` to every other one."""
+    return [(s, d, nbytes) for s in ranks for d in ranks if s != d]
