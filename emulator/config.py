@@ -5,7 +5,7 @@ scaled by the same factor, so ``time_scale = plan.link_gbps * 1000 / link_mbps``
 each measured time back to the planned network (a 25 Gbps link emulated at 500 Mbit/s runs
 50x slower).
 
-Why ``link_mbps = 500`` by default (see ../shared/reference/emulation-facts.md): with all 48
+Why ``link_mbps = 400`` by default (see ../shared/reference/emulation-facts.md): with all 48
 link directions of the 12-server degree-4 scenario busy, every TCP flow stays within 5% of the
 HTB maximum up to 1000-1250 Mbit/s per link, and both cores saturate at 45-55 Gbit/s of
 shaped traffic in total. At 500 Mbit/s the TopoOpt scenario moves 24 Gbit/s (half the CPU
@@ -28,7 +28,7 @@ NETEM_MODES = ("auto", "on", "off")
 class EmulationConfig:
     """How to emulate a plan. Field names match the scenario's ``[emulation]`` table."""
 
-    link_mbps: float = 500.0
+    link_mbps: float = 400.0
     """Emulated rate of one plan link of ``plan.link_gbps`` (other links scale with it)."""
     mtu: int = 9000
     """MTU of every emulated cable (RDMA clusters run jumbo frames)."""

@@ -434,11 +434,12 @@ def _write_sysctls(ifnames: list[str]) -> None:
         "net/ipv4/tcp_congestion_control": "cubic",  # where allowed; routes carry congctl cubic anyway
         "net/ipv4/icmp_ratelimit": "0",  # traceroute must see every hop, every time
         "net/ipv4/icmp_msgs_per_sec": "1000000",
+        "net/ipv4/icmp_msgs_burst": "100000",
         "net/ipv4/fib_multipath_hash_policy": "1",  # parallel cables: hash on ports too
     }
     for name in ifnames:
         values[f"net/ipv4/conf/{name}/rp_filter"] = "0"
-    optional = {"net/ipv4/icmp_msgs_per_sec", "net/ipv4/fib_multipath_hash_policy", "net/ipv4/tcp_congestion_control"}
+    optional = {"net/ipv4/icmp_msgs_per_sec", "net/ipv4/icmp_msgs_burst", "net/ipv4/fib_multipath_hash_policy", "net/ipv4/tcp_congestion_control"}
     for key, value in values.items():
         try:
             with open(f"/proc/sys/{key}", "w") as f:

@@ -1,0 +1,209 @@
+"""Checks that an emulated network is the plan: reachability, paths, per-link goodput.
+
+- Paths: from every host, one ``traceroute`` per destination (UDP probes, all TTLs in
+  flight at once); every hop answers with its identity address (routes carry it as
+  preferred source), so the observed node sequence is read straight off the output and
+  compared with ``plan.path(src, dst)``. A traceroute that reaches its destination also
+  proves the pair reachable both ways (the answer travels back).
+- Goodput: ``iperf3 --bidir`` between the two ends of a cable (bound to the cable's
+  addresses, so the bytes cross exactly that cable), both directions at once, against the
+  TCP maximum of the shaped rate at the MTU (`shaping.tcp_max_fraction`). Cables are measured
+  in parallel batches whose total shaped traffic stays under a CPU budget (both cores of this
+  machine saturate at 45-55 Gbit/s of shaped traffic, emulation-facts.md).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from .addressing import node_of_identity
+from .shaping import tcp_max_fraction
+
+_HOP = re.compile(r"^\s*(\d+)\s+(.*)$")
+_ADDR = re.compile(r"(\d+\.\d+\.\d+\.\d+)")
+
+
+@dataclass
+class PathResult:
+    src: int
+    dst: int
+    expected: list[int]
+    observed: list[int | None]
+    reached: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.reached and self.observed == self.expected
+
+
+@dataclass
+class LinkResult:
+    link: int
+    a: int
+    b: int
+    rate_mbps: float
+    tcp_max_mbps: float
+    a_to_b_mbps: float | None
+    b_to_a_mbps: float | None
+    error: str = ""
+    tolerance: float = 0.05
+
+    def ratio(self, mbps: float | None) -> float | None:
+        return None if mbps is None else mbps / self.tcp_max_mbps
+
+    @property
+    def ok(self) -> bool:
+        ratios = [self.ratio(self.a_to_b_mbps), self.ratio(self.b_to_a_mbps)]
+        # above the maximum by more than the tolerance would mean the cable is not shaped
+        return not self.error and all(r is not None and abs(r - 1) <= self.tolerance for r in ratios)
+
+
+@dataclass
+class GoodputReport:
+    links: list[LinkResult] = field(default_factory=list)
+    batches: int = 0
+    budget_gbps: float = 0.0
+    seconds: float = 0.0
+    sampled: bool = False
+
+
+def parse_traceroute(text: str, src: int) -> list[int | None]:
+    """Node sequence of one ``traceroute -n -q 1`` output (src first; None for a silent hop)."""
+    path: list[int | None] = [src]
+    for line in text.splitlines():
+        m = _HOP.match(line)
+        if not m:
+            continue
+        addr = _ADDR.search(m.group(2))
+        path.append(node_of_identity(addr.group(1)) if addr else None)
+    return path
+
+
+def check_paths(net, pairs: list[tuple[int, int]] | None = None, timeout_s: float = 60.0,
+                retries: int = 2) -> list[PathResult]:
+    """Traceroute every ordered pair of servers (or ``pairs``), all sources in parallel.
+    Pairs with a silent hop are traced again (up to ``retries`` times): a lost probe or
+    reply is not a wrong path, a wrong node answering is."""
+    plan = net.plan
+    servers = int(plan.servers)
+    if pairs is None:
+        pairs = [(s, d) for s in range(servers) for d in range(servers) if s != d]
+    results = {(r.src, r.dst): r for r in _trace(net, pairs, timeout_s)}
+    for _ in range(retries):
+        again = [k for k, r in results.items() if not r.reached or None in r.observed]
+        if not again:
+            break
+        results.update({(r.src, r.dst): r for r in _trace(net, again, timeout_s)})
+    return [results[p] for p in pairs]
+
+
+def _trace(net, pairs: list[tuple[int, int]], timeout_s: float) -> list[PathResult]:
+    plan = net.plan
+    by_src: dict[int, list[int]] = {}
+    for s, d in pairs:
+        by_src.setdefault(s, []).append(d)
+    procs = {}
+    for s, dsts in by_src.items():
+        # probe a little beyond the planned length: a longer path shows as a mismatch
+        script = "; ".join(f"echo '## {d}'; traceroute -n -q 1 -w 1 -N 8 -m {len(plan.path(s, d)) + 1} "
+                           f"{net.host_address(d)} 2>&1" for d in dsts)
+        procs[s] = net.popen(s, ["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    results = []
+    for s, proc in procs.items():
+        out, _ = proc.communicate(timeout=timeout_s)
+        chunks = re.split(r"^## (\d+)\n", out, flags=re.M)
+        texts = {int(chunks[i]): chunks[i + 1] for i in range(1, len(chunks) - 1, 2)}
+        for d in by_src[s]:
+            observed = parse_traceroute(texts.get(d, ""), s)
+            results.append(PathResult(s, d, plan.path(s, d), observed, observed[-1] == d))
+    return results
+
+
+def _iperf_mbps(doc: dict, key: str) -> float | None:
+    try:
+        return float(doc["end"][key]["bits_per_second"]) / 1e6
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def check_goodput(net, links: list[int] | None = None, seconds: float = 3.0, omit_s: int = 1,
+                  budget_gbps: float = 8.0, tolerance: float = 0.05, progress=None) -> GoodputReport:
+    """Measure every cable in ``links`` (default: all) both ways at once with iperf3."""
+    plan = net.plan
+    all_links = list(range(len(plan.links)))
+    chosen = all_links if links is None else links
+    report = GoodputReport(budget_gbps=budget_gbps, sampled=len(chosen) < len(all_links))
+    frac = tcp_max_fraction(net.mtu)
+    # batches: greedy, keeping sum of shaped traffic (both directions) <= budget, and no
+    # host in more than 4 measurements at once
+    batches: list[list[int]] = []
+    current, load, per_host = [], 0.0, {}
+    for k in chosen:
+        bidir_gbps = 2 * net.link_rate_bps[k] / 1e9
+        a, b = plan.links[k].a, plan.links[k].b
+        if current and (load + bidir_gbps > budget_gbps or per_host.get(a, 0) >= 4 or per_host.get(b, 0) >= 4):
+            batches.append(current)
+            current, load, per_host = [], 0.0, {}
+        current.append(k)
+        load += bidir_gbps
+        per_host[a] = per_host.get(a, 0) + 1
+        per_host[b] = per_host.get(b, 0) + 1
+    if current:
+        batches.append(current)
+    t0 = time.perf_counter()
+    for i, batch in enumerate(batches):
+        if progress:
+            progress(f"goodput: batch {i + 1}/{len(batches)}: {len(batch)} cable(s)")
+        report.links += _measure_batch(net, batch, seconds, omit_s, frac, tolerance)
+    report.batches = len(batches)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _measure_batch(net, batch: list[int], seconds: float, omit_s: int, frac: float, tolerance: float) -> list[LinkResult]:
+    plan = net.plan
+    servers, clients = [], []
+    for k in batch:
+        link = plan.links[k]
+        pa = next(p for p in net.ports[link.a] if p.link == k)
+        port = 20000 + k
+        servers.append(net.popen(link.b, ["iperf3", "-s", "-1", "-B", pa.peer_address, "-p", str(port)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(0.4)  # let the servers listen
+    for k in batch:
+        link = plan.links[k]
+        pa = next(p for p in net.ports[link.a] if p.link == k)
+        clients.append(net.popen(link.a, ["iperf3", "-c", pa.peer_address, "-B", pa.address, "-p", str(20000 + k),
+                                          "-t", f"{seconds:g}", "-O", str(omit_s), "--bidir", "-J"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    results = []
+    for k, client in zip(batch, clients):
+        link = plan.links[k]
+        rate = net.link_rate_bps[k] / 1e6
+        try:
+            out, _ = client.communicate(timeout=seconds + omit_s + 30)
+            doc = json.loads(out)
+            error = doc.get("error", "")
+        except (subprocess.TimeoutExpired, ValueError) as exc:
+            client.kill()
+            doc, error = {}, f"iperf3: {exc}"
+        results.append(LinkResult(k, link.a, link.b, rate, rate * frac, _iperf_mbps(doc, "sum_received"),
+                                  _iperf_mbps(doc, "sum_received_bidir_reverse"), error, tolerance))
+    for s in servers:
+        try:
+            s.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            s.kill()
+    return results
+
+
+def sample_links(n_links: int, count: int, seed: int = 0) -> list[int]:
+    """A reproducible sample of ``count`` cable indices (all of them if count >= n_links)."""
+    if count >= n_links:
+        return list(range(n_links))
+    return sorted(random.Random(seed).sample(range(n_links), count))
