@@ -35,6 +35,10 @@ class EmulationConfig:
     netem: str = "auto"
     """``auto``: apply the plan latency with netem where the kernel has it; ``on``: require
     netem; ``off``: never use it."""
+    reference_gbps: float | None = None
+    """The real rate that ``link_mbps`` stands for; None means ``plan.link_gbps``. Set it to
+    the scenario's ``cluster.link_gbps`` so that plans whose ``link_gbps`` differs (a switch
+    plan of 100 Gbps ports) share one time scale with the TopoOpt plan they are compared to."""
     run_dir: str = "/run/topolab"
     """Where the run lock and the state files of running networks live (tmpfs: a reboot
     forgets them, as it forgets the namespaces)."""
@@ -73,5 +77,7 @@ class EmulationConfig:
             raise EmulationInputError(f"emulation.link_mbps = {self.link_mbps!r}: must be a positive rate in Mbit/s")
         if not isinstance(self.mtu, int) or isinstance(self.mtu, bool) or not 576 <= self.mtu <= 65535:
             raise EmulationInputError(f"emulation.mtu = {self.mtu!r}: must be an integer from 576 to 65535")
+        if self.reference_gbps is not None and not float(self.reference_gbps) > 0:
+            raise EmulationInputError(f"emulation.reference_gbps = {self.reference_gbps!r}: must be a positive rate")
         if self.netem not in NETEM_MODES:
             raise EmulationInputError(f"emulation.netem = {self.netem!r}: must be one of {', '.join(NETEM_MODES)}")

@@ -108,10 +108,11 @@ class EmulatedNetwork:
         self.nodes = int(plan.servers) + int(plan.switches)
         self.link_mbps = float(self.config.link_mbps)
         self.mtu = int(self.config.mtu)
-        self.time_scale = float(plan.link_gbps) * 1000.0 / self.link_mbps
+        self.reference_gbps = float(self.config.reference_gbps or plan.link_gbps)
+        self.time_scale = self.reference_gbps * 1000.0 / self.link_mbps
         self.netem = False
         self.ports: list[list[Port]] = ports_of(plan.links, self.nodes, self.servers)
-        self.link_rate_bps = [round(l.gbps / plan.link_gbps * self.link_mbps * 1e6) for l in plan.links]
+        self.link_rate_bps = [round(l.gbps / self.reference_gbps * self.link_mbps * 1e6) for l in plan.links]
         self.delay_us = float(plan.latency_us) * self.time_scale
         self.facts: dict[str, Any] = {}
         self.mininet: Mininet | None = None
@@ -179,7 +180,7 @@ class EmulatedNetwork:
             raise
         self.facts.update({
             "servers": self.servers, "switch_nodes": self.nodes - self.servers, "cables": len(self.plan.links),
-            "link_mbps": self.link_mbps, "time_scale": self.time_scale, "mtu": self.mtu,
+            "link_mbps": self.link_mbps, "reference_gbps": self.reference_gbps, "time_scale": self.time_scale, "mtu": self.mtu,
             "rates_mbps": sorted({r / 1e6 for r in self.link_rate_bps}),
             "tcp_max_fraction": shaping.tcp_max_fraction(self.mtu),
             "netem": self.netem, "delay_us": self.delay_us if self.netem else 0.0,

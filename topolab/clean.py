@@ -1,0 +1,34 @@
+"""`topolab clean`: remove what killed topolab runs left behind, and only that.
+
+A run records itself in ``<run-dir>/run-<pid>.json`` (its host shells, the processes it
+started in hosts with their start times, its namespaces). For each run whose owner process is
+gone, clean ends the recorded processes that still run (matched by PID *and* start time),
+the processes marked with the run's ``TOPOLAB_RUN`` id, and any process still living in one of
+the run's namespaces; the kernel then frees the namespaces and their veth cables. Runs
+whose owner is alive are left alone. Never uses killall, pkill or `mn -c`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run-dir", default="/run/topolab", help="run lock and state directory (default /run/topolab)")
+    parser.add_argument("--json", action="store_true", help="print what was cleaned as JSON")
+
+
+def run_clean(args) -> int:
+    from emulator.state import clean_dead_runs
+
+    log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
+    report = clean_dead_runs(args.run_dir, log=log)
+    for run in report.runs_alive:
+        log(f"clean: run {run} is still running: left alone")
+    if not report.runs_cleaned and not args.json:
+        print("clean: nothing left behind by topolab runs")
+    if args.json:
+        print(json.dumps({"cleaned": report.runs_cleaned, "alive": report.runs_alive, "killed": report.killed}))
+    return 0
