@@ -84,10 +84,14 @@ class Prediction:
     rank_seconds: list[float]  # when each rank's last op ends
     op_times: dict[tuple[int, int], tuple[float, float]]  # (rank, op id) -> (start, end)
     link_bytes: dict[tuple[int, int], float]  # bytes each directed link carried
+    relayed_bytes: dict[tuple[int, int], float]  # of those, bytes of multi-hop messages
     stream_seconds: dict[tuple[int, str], float]  # (rank, stream) -> end of its last op
 
     def link_bytes_list(self) -> list[dict]:
         return [{"src": a, "dst": b, "bytes": v} for (a, b), v in sorted(self.link_bytes.items())]
+
+    def relayed_bytes_list(self) -> list[dict]:
+        return [{"src": a, "dst": b, "bytes": v} for (a, b), v in sorted(self.relayed_bytes.items())]
 
 
 @dataclass
@@ -139,6 +143,7 @@ def predict(schedule, network: Network) -> Prediction:
     arrived: dict[tuple[int, int, int], deque] = defaultdict(deque)  # (src,dst,tag) -> arrival times
     waiting_recv: dict[tuple[int, int, int], deque] = defaultdict(deque)  # posted recvs
     link_bytes: dict[tuple[int, int], float] = defaultdict(float)
+    relayed_bytes: dict[tuple[int, int], float] = defaultdict(float)
     timers: list[tuple[float, int, str, tuple]] = []  # (time, seq, kind, payload)
     seq = 0
     now = 0.0
@@ -227,11 +232,15 @@ def predict(schedule, network: Network) -> Prediction:
             f.remaining -= moved
             for link in f.links:
                 link_bytes[link] += moved
+                if len(f.links) > 1:
+                    relayed_bytes[link] += moved
         now = t_next
         for key in [k for k, f in active.items() if f.remaining <= 1e-6 * max(1, f.length)]:
             f = active.pop(key)
             for link in f.links:  # account rounding leftovers
                 link_bytes[link] += f.remaining
+                if len(f.links) > 1:
+                    relayed_bytes[link] += f.remaining
             deliver(f, now)
         while timers and timers[0][0] <= now + 1e-15:
             _, _, kind, (rank, stream, op_id, t_start) = heapq.heappop(timers)
@@ -245,4 +254,4 @@ def predict(schedule, network: Network) -> Prediction:
                            f"{schedule.programs[r][s][cursor[r][s]].id}")
     rank_seconds = [max((done[r][i] for i in done[r]), default=0.0) for r in range(ranks)]
     return Prediction(max(rank_seconds, default=0.0), rank_seconds, op_times, dict(link_bytes),
-                      dict(stream_free))
+                      dict(relayed_bytes), dict(stream_free))

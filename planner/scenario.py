@@ -74,7 +74,8 @@ class Emulation:
 class Run:
     iterations: int = 5
     warmup: int = 1
-    timeout_s: float = 60.0
+    timeout_s: float = 60.0  # a silent peer fails the iteration after this long (emulated s)
+    payload_scale: float = 1.0  # multiply every transfer (small buffers for smoke tests)
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ _MINIMUM: dict[tuple[str, str], tuple[float, bool]] = {  # (bound, inclusive)
     ("run", "iterations"): (1, True),
     ("run", "warmup"): (0, True),
     ("run", "timeout_s"): (0, False),
+    ("run", "payload_scale"): (0, False),
 }
 
 

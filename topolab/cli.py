@@ -11,6 +11,7 @@ from planner import ScenarioError
 # subcommand -> (module, help). Each module has add_<name>_arguments(parser) and run_<name>(args).
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("topolab.plan_cmd", "plan a scenario: strategy, topology, routes; print a summary or JSON"),
+    "run": ("topolab.run", "plan, emulate and run training iterations; write results.json, report.md and plots"),
 }
 
 

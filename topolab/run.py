@@ -1,0 +1,223 @@
+"""`topolab run`: plan a scenario, emulate it, run training iterations, report.
+
+The main job of the product. Steps, each visible on stderr:
+
+1. plan the scenario (planner.build_plan) and turn one training iteration into a schedule
+   (planner.iteration): compute waits dilated by the time scale, model-parallel transfers,
+   bucketed gradient AllReduce overlapping the backward pass;
+2. predict the iteration with the flow-level model of exactly that schedule (planner.predict);
+3. build the emulated network (emulator.EmulatedNetwork: namespaces, HTB-shaped veths, static
+   routes, host forwarding), start one worker per server inside its namespace
+   (workers.Coordinator), run warm-up and timed iterations; every worker verifies every
+   AllReduce and transfer of every iteration;
+4. tear everything down (also on Ctrl-C / SIGTERM / errors) and write results.json,
+   report.md and the plots, partial results included when interrupted.
+
+Times are kept in emulated seconds and converted to the real cluster's milliseconds by the
+time-scale factor (real link rate / emulated link rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+from planner import Plan, Scenario, build_plan, load_scenario
+from planner.iteration import IterationOptions, iteration_schedule
+from planner.predict import plan_network, predict
+from planner.zoo import get_model
+
+from .progress import Progress
+from .report import write_report
+
+RESULTS_FORMAT = "topolab.results/1"
+# Per-hop latency of an emulated link without netem: a small-message round trip measured
+# 18 us for one hop and 31 us for three on this kernel (emulation-facts.md), i.e. about
+# 6.5 us per hop one way plus the fixed software cost, which the model takes per message.
+SOFTWARE_HOP_S = 6.5e-6
+# The executor reduces a pipelined message chunk by chunk as it arrives, so only the last
+# chunk's reduction is exposed; numpy's in-place add of float32 on one core of this machine
+# runs at a few GB/s and the workers share the two cores.
+EXPOSED_REDUCE_BYTES = 256 << 10
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", nargs="?", default="scenarios/topoopt-12.toml",
+                        help="scenario TOML file (default: scenarios/topoopt-12.toml)")
+    parser.add_argument("--out", metavar="DIR", help="where results.json, report.md and plots go "
+                        "(default: results/<scenario name>)")
+    parser.add_argument("--iterations", type=int, metavar="N", help="timed iterations (default: [run] iterations)")
+    parser.add_argument("--payload-scale", type=float, metavar="F",
+                        help="multiply every transfer size (default: [run] payload_scale)")
+
+
+def _positive(value: Any, name: str) -> None:
+    from .cli import UsageError
+
+    if value is not None and not value > 0:
+        raise UsageError(f"{name} must be > 0, got {value}")
+
+
+def scenario_dict(s: Scenario) -> dict[str, Any]:
+    d = asdict(s)
+    return d
+
+
+def plan_dict(plan: Plan) -> dict[str, Any]:
+    """What the report needs of the plan (links, summary), without the routes table."""
+    d = plan.to_dict()
+    d.pop("routes", None)
+    d["demand"] = {"allreduce_bytes": plan.demand.allreduce_bytes, "mp_bytes": plan.demand.mp_bytes,
+                   "allreduce_groups": len(plan.demand.allreduce), "mp_flows": len(plan.demand.mp)}
+    return d
+
+
+def compute_seconds(schedule) -> list[float]:
+    """Per rank, the compute stream's busy time (emulated seconds)."""
+    return [sum(op.seconds for op in prog.get("compute", []) if op.kind == "compute") for prog in schedule.programs]
+
+
+def prepare(s: Scenario, payload_scale: float | None = None) -> tuple[Plan, Any, Any, dict[str, Any]]:
+    """Plan, schedule and prediction of a scenario (no root needed)."""
+    plan = build_plan(s)
+    link_mbps = s.emulation.link_mbps
+    time_scale = plan.link_gbps * 1000.0 / link_mbps
+    scale = s.run.payload_scale if payload_scale is None else payload_scale
+    opts = IterationOptions(batch=s.workload.batch_per_server, device_tflops=s.workload.device_tflops,
+                            time_scale=time_scale, payload_scale=scale)
+    schedule = iteration_schedule(plan, get_model(s.workload.model), opts)
+    emulated = {"time_scale": time_scale, "link_mbps": link_mbps, "plan_link_gbps": plan.link_gbps,
+                "mtu": s.emulation.mtu, "payload_scale": scale}
+    return plan, schedule, opts, emulated
+
+
+def predict_run(plan: Plan, schedule, emulated: dict[str, Any], netem: bool) -> dict[str, Any]:
+    alpha = SOFTWARE_HOP_S + (plan.latency_us * 1e-6 * emulated["time_scale"] if netem else 0.0)
+    net = plan_network(plan, link_bps=emulated["link_mbps"] * 1e6, mtu=emulated["mtu"], alpha_s=alpha,
+                       reduce_bytes_per_s=4e9)
+    t0 = time.perf_counter()
+    pred = predict(schedule, net)
+    return {"emulated_s": pred.seconds, "real_ms": pred.seconds / emulated["time_scale"] * 1e3,
+            "alpha_s": alpha, "model_seconds": time.perf_counter() - t0,
+            "link_bytes": pred.link_bytes_list(), "relayed_link_bytes": pred.relayed_bytes_list()}
+
+
+def summarize(results: dict[str, Any]) -> dict[str, Any]:
+    its = [it for it in results["iterations"] if it.get("measured_s") is not None]
+    out: dict[str, Any] = {"iterations": len(its), "verified": bool(its) and all(it["verified"] for it in its)}
+    if its:
+        med = statistics.median(it["measured_s"] for it in its)
+        out["median_measured_s"] = med
+        out["median_real_ms"] = med / results["emulation"]["time_scale"] * 1e3
+        pred = results.get("predicted", {}).get("emulated_s")
+        if pred is not None:
+            out["error"] = abs(pred - med) / med
+    return out
+
+
+def write_results(results: dict[str, Any], out_dir: Path) -> Path:
+    results["summary"] = summarize(results)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1))
+    return write_report(results, out_dir)
+
+
+def execute(s: Scenario, out_dir: Path, iterations: int | None = None, payload_scale: float | None = None,
+            log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run a scenario end to end; always writes results (also partial ones) to ``out_dir``."""
+    from emulator import EmulatedNetwork, netem_present
+    from workers.coordinator import Coordinator
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    iterations = s.run.iterations if iterations is None else iterations
+    plan, schedule, opts, emulated = prepare(s, payload_scale)
+    want_netem = s.emulation.netem == "on" or (s.emulation.netem == "auto" and netem_present())
+    log(f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
+        f"{schedule.op_count()} ops; time scale x{emulated['time_scale']:g}")
+    results: dict[str, Any] = {
+        "format": RESULTS_FORMAT, "status": "running", "scenario": scenario_dict(s), "plan": plan_dict(plan),
+        "emulation": dict(emulated), "iterations": [], "notes": list(plan.notes),
+        "schedule": {"ops": schedule.op_count(), "streams_per_rank": len(schedule.programs[0]),
+                     "allreduce_buckets": schedule.params.get("buckets", 0),
+                     "payload_scale": opts.payload_scale, "bytes_sent_per_rank": schedule.bytes_sent()},
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    results["predicted"] = predict_run(plan, schedule, emulated, want_netem)
+    log(f"[2/4] predicted {results['predicted']['real_ms']:.3f} ms per iteration "
+        f"({results['predicted']['emulated_s']:.3f} s emulated)")
+    compute = compute_seconds(schedule)
+    try:
+        with EmulatedNetwork(plan, s.emulation, log=log) as net:
+            results["emulation"].update({k: v for k, v in net.facts.items() if k not in results["emulation"]})
+            results["emulation"]["netem"] = net.netem
+            if net.netem != want_netem:  # the kernel decided otherwise: predict again
+                results["predicted"] = predict_run(plan, schedule, emulated, net.netem)
+            if not net.netem:
+                results["notes"].append("link latency not emulated (no netem in this kernel): "
+                                        "the prediction models it as a per-hop software cost")
+            log(f"[3/4] emulated network up in {net.facts.get('build_s', 0):.2f} s "
+                f"({len(plan.links)} cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}); starting workers")
+            hosts = [net.host_address(i) for i in range(plan.servers)]
+            with Coordinator(schedule.to_dict(), hosts, spawn=lambda rank, argv: net.popen(rank, argv),
+                             timeout_s=s.run.timeout_s) as coord:
+                bar = Progress(s.run.warmup + iterations, "iterations")
+                for i in range(s.run.warmup + iterations):
+                    res = coord.run_iteration(i)
+                    warm = i < s.run.warmup
+                    bar.step(f"{'warm-up' if warm else 'timed'} {res.time_s:.3f} s "
+                             f"{'verified' if res.ok else 'VERIFY FAILED'}")
+                    if warm and res.ok:
+                        continue
+                    results["iterations"].append({
+                        "index": i - s.run.warmup, "warmup": warm, "measured_s": res.time_s,
+                        "measured_real_ms": res.time_s / emulated["time_scale"] * 1e3,
+                        "compute_real_ms": max(compute) / emulated["time_scale"] * 1e3,
+                        "verified": res.ok, "errors": res.mismatches[:10],
+                    })
+                    if not res.ok:
+                        raise RuntimeError(f"iteration {i} failed verification: {res.mismatches[:1]}")
+                bar.done()
+        results["emulation"]["teardown_s"] = net.facts.get("teardown_s")
+        results["status"] = "complete"
+    except KeyboardInterrupt:
+        results["status"] = "interrupted"
+        results["error"] = "interrupted by the user or SIGTERM; partial results"
+        raise
+    except Exception as err:
+        results["status"] = "failed"
+        results["error"] = f"{type(err).__name__}: {err}"
+        raise
+    finally:
+        report = write_results(results, out_dir)
+        log(f"[4/4] results in {out_dir}/results.json, report in {report}")
+    return results
+
+
+def default_out(s: Scenario) -> Path:
+    return Path("results") / s.name
+
+
+def run_run(args: argparse.Namespace) -> int:
+    _positive(args.iterations, "--iterations")
+    _positive(args.payload_scale, "--payload-scale")
+    s = load_scenario(args.scenario)
+    out = Path(args.out) if args.out else default_out(s)
+    if os.geteuid() != 0:
+        from .cli import UsageError
+
+        raise UsageError("emulation needs root (network namespaces, tc); run as root, e.g. in the Vagrant VM")
+    results = execute(s, out, args.iterations, args.payload_scale)
+    summ = results["summary"]
+    print(f"{s.name}: measured {summ.get('median_real_ms', float('nan')):.3f} ms per iteration "
+          f"(median of {summ['iterations']}), predicted {results['predicted']['real_ms']:.3f} ms, "
+          f"error {100 * summ.get('error', float('nan')):.1f}%, "
+          f"verification {'passed' if summ['verified'] else 'FAILED'}")
+    print(f"report: {out / 'report.md'}")
+    return 0 if summ["verified"] else 1
