@@ -25,7 +25,9 @@ not used: it does not end ``popen``-ed processes and takes twice as long.
 from __future__ import annotations
 
 import os
+import pty
 import resource
+import select
 import signal
 import socket
 import subprocess
@@ -82,9 +84,42 @@ class _IdentityIntf:
 
 
 class EmulatedHost(Host):
-    """A Mininet host named by its identity address (``h0 ping h6`` pings the identity)."""
+    """A Mininet host named by its identity address (``h0 ping h6`` pings the identity).
+
+    Its shell is started in two halves (`startShell` spawns, `finishShell` waits for the
+    prompt) so that all hosts boot in parallel: Mininet waits for each shell in turn."""
 
     identity: str = ""
+
+    def startShell(self, mnopts=None):  # noqa: N802 (Mininet's API): Node.startShell minus the wait
+        if self.shell:
+            return
+        opts = ("-cd" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
+        cmd = ["mnexec", opts, "env", "PS1=" + chr(127), "bash", "--norc", "--noediting", "-is", "mininet:" + self.name]
+        self.master, self.slave = pty.openpty()
+        self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave, close_fds=False)
+        self.stdin = os.fdopen(self.master, "r")
+        self.stdout = self.stdin
+        self.pid = self.shell.pid
+        self.pollOut = select.poll()
+        self.pollOut.register(self.stdout)
+        self.outToNode[self.stdout.fileno()] = self
+        self.inToNode[self.stdin.fileno()] = self
+        self.execed = False
+        self.lastCmd = None
+        self.lastPid = None
+        self.readbuf = ""
+        self.waiting = True
+
+    def finishShell(self) -> None:  # noqa: N802
+        """Wait for the prompt (the shell now runs in its own namespace), as Node.startShell does."""
+        while True:
+            data = self.read(1024)
+            if data and data[-1] == chr(127):
+                break
+            self.pollOut.poll()
+        self.waiting = False
+        self.cmd("unset HISTFILE; stty -echo; set +m")
 
     def defaultIntf(self):  # noqa: N802 (Mininet's API)
         return _IdentityIntf(self)
@@ -235,6 +270,8 @@ class EmulatedNetwork:
             host = self.mininet.addHost(self.host_name(u), cls=EmulatedHost)
             host.identity = identity(u)
             self.hosts.append(host)
+        for host in self.hosts:
+            host.finishShell()
             ino = nsutil.netns_inode(host.pid)
             self._netns.add(ino)
             self._state.hosts[host.name] = {"pid": host.pid, "start": nsutil.start_time(host.pid), "netns": ino}
@@ -270,45 +307,53 @@ class EmulatedNetwork:
 
         host = self.hosts[u]
         nh = self.plan.next_hop
-        batch, what = IPBatch(), []
+        batch = IPBatch()  # only for multipath routes (parallel cables); the rest is encoded directly
+        data, labels, seq = bytearray(), {}, 0
+
+        def add(msg: bytes, label: str) -> None:
+            nonlocal seq
+            data.extend(msg)
+            labels[seq] = label
+
         with nsutil.in_netns_of(host.pid):
             _write_sysctls([p.ifname for p in self.ports[u]])
             lo = socket.if_nametoindex("lo")
             index = {p.ifname: socket.if_nametoindex(p.ifname) for p in self.ports[u]}
-            batch.link("set", index=lo, state="up")
-            batch.addr("add", index=lo, address=host.identity, prefixlen=32)
-            what += [f"{host.name}: lo up", f"{host.name}: identity {host.identity}/32"]
+            seq += 1; add(nlbatch.link_up(seq, lo), f"{host.name}: lo up")  # noqa: E702
+            seq += 1; add(nlbatch.addr_add(seq, lo, host.identity, 32), f"{host.name}: identity {host.identity}/32")  # noqa: E702
             for p in self.ports[u]:
                 idx = index[p.ifname]
-                batch.addr("add", index=idx, address=p.address, prefixlen=31)
-                batch.link("set", index=idx, state="up")
-                what += [f"{host.name}: address {p.address}/31 on {p.ifname}", f"{host.name}: {p.ifname} up"]
-            nlbatch.send(batch.batch, what)
-            batch.reset()
-            what = []
-            data = bytearray()
+                seq += 1; add(nlbatch.addr_add(seq, idx, p.address, 31), f"{host.name}: {p.address}/31 on {p.ifname}")  # noqa: E702
+                seq += 1; add(nlbatch.link_up(seq, idx), f"{host.name}: {p.ifname} up")  # noqa: E702
+            nlbatch.send(bytes(data), labels=labels)
+            data.clear()
+            labels.clear()
             for p in self.ports[u]:
                 # the kernel's connected /31 again, now with cubic (see CUBIC above)
-                batch.route("replace", dst=_subnet31(p.address), dst_len=31, oif=index[p.ifname], scope=253,
-                            proto=2, prefsrc=p.address, metrics=CUBIC)
-                what.append(f"{host.name}: connected route of {p.ifname}")
+                seq += 1
+                add(nlbatch.connected_route(seq, _subnet31(p.address), 31, index[p.ifname], p.address, CUBIC["cc_algo"]),
+                    f"{host.name}: connected route of {p.ifname}")
             by_peer: dict[int, list[Port]] = {}
             for p in self.ports[u]:
                 by_peer.setdefault(p.peer, []).append(p)
-            labels: dict[int, str] = {}
+            mp_what: list[str] = []
+            encode_route = nlbatch.RouteEncoder(CUBIC["cc_algo"])
             for v in range(self.nodes):
                 if v == u:
                     continue
                 cables = by_peer[int(nh[u, v])]
                 spec = dict(dst=identity(v), dst_len=32, prefsrc=host.identity, metrics=CUBIC)
                 if len(cables) == 1:
-                    data += nlbatch.route_add(100000 + v, identity(v), cables[0].peer_address,
-                                              index[cables[0].ifname], host.identity, CUBIC["cc_algo"])
+                    data += encode_route(100000 + v, identity(v), cables[0].peer_address, index[cables[0].ifname],
+                                         host.identity)
                 else:  # parallel cables: spread flows over all of them (L4 hash)
                     batch.route("add", multipath=[{"gateway": c.peer_address, "oif": index[c.ifname]}
                                                   for c in cables], **spec)
+                    mp_what.append(f"{host.name}: multipath route to {self.host_name(v)}")
                 labels[100000 + v] = f"{host.name}: route to {self.host_name(v)} via {self.host_name(int(nh[u, v]))}"
-            nlbatch.send(bytes(batch.batch) + bytes(data), what, labels)
+            nlbatch.send(bytes(data), labels=labels)
+            if batch.batch:
+                nlbatch.send(bytes(batch.batch), mp_what)
 
     def _shaping_of(self, u: int) -> list[shaping.Shaping]:
         return [shaping.Shaping(p.ifname, self.link_rate_bps[p.link], self.delay_us if self.netem else 0.0)

@@ -84,3 +84,70 @@ def route_add(seq: int, dst: str, gateway: str, oif: int, prefsrc: str, cc_algo:
     m["header"]["sequence_number"] = seq
     m.encode()
     return bytes(m.data)
+
+
+def _finish(m, msg_type: int, flags: int, seq: int) -> bytes:
+    m["header"]["type"] = msg_type
+    m["header"]["flags"] = flags
+    m["header"]["sequence_number"] = seq
+    m.encode()
+    return bytes(m.data)
+
+
+def addr_add(seq: int, index: int, address: str, prefixlen: int) -> bytes:
+    """RTM_NEWADDR ``address/prefixlen`` on interface ``index``."""
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST
+    from pyroute2.netlink.rtnl import RTM_NEWADDR
+    from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
+
+    m = ifaddrmsg()
+    m["family"], m["prefixlen"], m["index"], m["scope"] = socket.AF_INET, prefixlen, index, 0
+    m["attrs"] = [("IFA_LOCAL", address), ("IFA_ADDRESS", address)]
+    return _finish(m, RTM_NEWADDR, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, seq)
+
+
+def link_up(seq: int, index: int) -> bytes:
+    """RTM_NEWLINK setting IFF_UP on interface ``index``."""
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
+    from pyroute2.netlink.rtnl import RTM_NEWLINK
+    from pyroute2.netlink.rtnl.ifinfmsg import IFF_UP, ifinfmsg
+
+    m = ifinfmsg()
+    m["family"], m["index"], m["flags"], m["change"] = 0, index, IFF_UP, IFF_UP
+    m["attrs"] = []
+    return _finish(m, RTM_NEWLINK, NLM_F_REQUEST | NLM_F_ACK, seq)
+
+
+def connected_route(seq: int, subnet: str, prefixlen: int, oif: int, prefsrc: str, cc_algo: str) -> bytes:
+    """RTM_NEWROUTE (replace) of the kernel's connected route of a cable, with congctl."""
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST
+    from pyroute2.netlink.rtnl import RTM_NEWROUTE
+    from pyroute2.netlink.rtnl.rtmsg import rtmsg
+
+    m = rtmsg()
+    m["family"], m["dst_len"], m["table"], m["proto"], m["scope"], m["type"] = socket.AF_INET, prefixlen, 254, 2, 253, 1
+    m["attrs"] = [("RTA_DST", subnet), ("RTA_OIF", oif), ("RTA_PREFSRC", prefsrc),
+                  ("RTA_METRICS", {"attrs": [("RTAX_CC_ALGO", cc_algo)]})]
+    return _finish(m, RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, seq)
+
+
+class RouteEncoder:
+    """`route_add` messages, encoded by pyroute2 once per (gateway, oif, prefsrc) and then
+    copied with only the sequence number and the destination changed: a host's routes
+    differ in nothing else, and a 64-host network has 4032 of them."""
+
+    def __init__(self, cc_algo: str):
+        self.cc_algo = cc_algo
+        self.templates: dict[tuple, bytes] = {}
+
+    def __call__(self, seq: int, dst: str, gateway: str, oif: int, prefsrc: str) -> bytes:
+        key = (gateway, oif, prefsrc)
+        tpl = self.templates.get(key)
+        if tpl is None:
+            tpl = self.templates[key] = route_add(0, "0.0.0.0", gateway, oif, prefsrc, self.cc_algo)
+            # RTA_DST is the first attribute: nla header at 28 (len 8, type 1), address at 32
+            assert struct.unpack_from("HH", tpl, 28) == (8, 1)
+        msg = bytearray(tpl)
+        struct.pack_into("I", msg, 8, seq)
+        msg[32:36] = socket.inet_aton(dst)
+        return bytes(msg)
