@@ -1,0 +1,246 @@
+"""Alternating MCMC search over parallelization strategies and TopoOpt topologies.
+
+Reference: algorithms.md section 1.4 (TopoOpt's alternating optimization on FlexFlow's
+MCMC). The loop:
+
+1. Fuse the model's operator graph (planner.fusion, reference section 4).
+2. Start from the better of pure data parallelism and the table-placement hybrid, each on
+   the topology TopologyFinder builds for its own traffic.
+3. Each step proposes a change of ONE operator's choice (a tensor-parallel degree, or an
+   embedding table's owner / shard count / replication), scores it with the flow-level
+   simulator on the CURRENT topology, and accepts it with the Metropolis rule
+   ``min(1, exp(-alpha * delta))``, delta = relative change of the iteration time.
+4. Every accepted strategy's traffic goes to TopologyFinder (`TopologyCache`); when the
+   topology changes, the strategy is re-scored on it and later proposals use it. New
+   topologies are built for at most `SearchConfig.max_topology_builds` traffic signatures
+   (see there); the others are scored on the current topology.
+5. The best CONSISTENT pair (a strategy on the topology TopologyFinder builds for its own
+   traffic) is returned, so `build_plan` reproduces it from the strategy's demand. It is
+   never worse than data parallelism on its own topology, the first pair scored.
+
+With a baseline topology kind (switch, expander, ...) step 4 is a no-op: the search then
+optimizes the strategy for a fixed network, as the paper does for its baselines.
+Everything random comes from one ``random.Random(seed)``: same inputs, same result.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..fusion import FusionConfig, fuse
+from ..plan import Plan, TrafficDemand
+from ..scenario import Scenario
+from ..costmodel.simulator import CostConfig, IterationCost, Simulator
+from .graph import OpGraph, model_graph
+from .strategy import (OpChoice, Strategy, TrafficArrays, data_parallel, describe, mp_options, shard_options,
+                       table_placement_start, traffic_arrays)
+from .topology import TopologyCache
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    steps: int = 400
+    seed: int = 1
+    alpha: float = 25.0  # Metropolis: accept a relative slowdown delta with exp(-alpha delta)
+    alternate: bool = True  # feed accepted strategies to TopologyFinder (TopoOpt only)
+    max_mp: int = 32
+    max_shards: int = 16
+    fuse: bool = True
+    # TopologyFinder calls with model-parallel ports (d_MP > 0) beyond the starting points.
+    # At 128 servers one such call costs seconds (networkx Blossom on a dense demand
+    # graph), so the loop re-plans the topology for at most this many new MP traffic
+    # signatures (ring-only topologies cost milliseconds and are always re-planned); later
+    # accepted strategies with an unseen signature are scored on the current topology, and
+    # the best of them is verified on its own topology at the end.
+    max_topology_builds: int = 6
+
+
+@dataclass
+class SearchResult:
+    """The best (strategy, topology) pair and how the search got there."""
+
+    model: str
+    topology: str
+    graph: OpGraph
+    strategy: Strategy
+    plan: Plan
+    cost: IterationCost
+    demand: TrafficDemand
+    data_parallel: IterationCost  # pure data parallelism on its own topology
+    steps: int
+    accepted: int
+    topology_changes: int
+    topology_builds: int
+    evaluations: int
+    seconds: float
+    history: list[tuple[int, float]] = field(default_factory=list)  # (step, best iteration s)
+
+    @property
+    def speedup_over_data_parallel(self) -> float:
+        return self.data_parallel.iteration_s / self.cost.iteration_s
+
+    def choices(self) -> dict[str, str]:
+        return describe(self.graph, self.strategy)
+
+    def info(self) -> dict:
+        """JSON-safe summary (lists and str keys only: it goes into Plan.extra)."""
+        return {
+            "search": {
+                "model": self.model,
+                "topology": self.topology,
+                "operators": len(self.graph),
+                "choices": self.choices(),
+                "predicted_iteration_s": self.cost.iteration_s,
+                "data_parallel_iteration_s": self.data_parallel.iteration_s,
+                "steps": self.steps,
+                "accepted": self.accepted,
+                "topology_changes": self.topology_changes,
+                "evaluations": self.evaluations,
+                "seconds": round(self.seconds, 3),
+            }
+        }
+
+
+def _propose(graph: OpGraph, strategy: Strategy, n: int, rng: random.Random, cfg: SearchConfig) -> Strategy:
+    """Change one operator's choice (local moves more often than jumps)."""
+    movable = [i for i, op in enumerate(graph.ops) if op.is_embedding or len(mp_options(n, cfg.max_mp)) > 1]
+    i = rng.choice(movable)
+    op, cur = graph.ops[i], strategy[i]
+    if op.is_embedding:
+        shards = shard_options(n, cfg.max_shards)
+        r = rng.random()
+        if cur.owner < 0:
+            new = OpChoice(owner=rng.randrange(n), shards=1)
+        elif r < 0.6:
+            new = OpChoice(owner=rng.randrange(n), shards=cur.shards)
+        elif r < 0.95:
+            new = OpChoice(owner=cur.owner, shards=rng.choice([s for s in shards if s != cur.shards] or shards))
+        else:
+            new = OpChoice(owner=-1)
+    else:
+        opts = mp_options(n, cfg.max_mp)
+        k = opts.index(cur.mp) if cur.mp in opts else 0
+        if rng.random() < 0.5:
+            k = min(len(opts) - 1, max(0, k + rng.choice((-1, 1))))
+            if opts[k] == cur.mp:
+                k = (k + 1) % len(opts)
+        else:
+            k = rng.choice([j for j in range(len(opts)) if j != k] or [k])
+        new = OpChoice(mp=opts[k])
+    return strategy[:i] + (new,) + strategy[i + 1:]
+
+
+class _Scorer:
+    """Simulators per topology (one per cached plan), so caches survive topology changes."""
+
+    def __init__(self, scenario: Scenario, graph: OpGraph, cost: CostConfig):
+        self.topologies = TopologyCache(scenario)
+        self.graph = graph
+        self.cost = cost
+        self.n = scenario.cluster.servers
+        self._sims: dict[tuple, Simulator] = {}
+
+    def traffic(self, strategy: Strategy) -> tuple[tuple, TrafficArrays]:
+        traffic = traffic_arrays(self.graph, strategy, self.n, self.cost.batch)
+        return self.topologies.key(traffic), traffic
+
+    def sim(self, key: tuple, plan: Plan) -> Simulator:
+        s = self._sims.get(key)
+        if s is None:
+            s = self._sims[key] = Simulator(plan, self.graph, self.cost)
+        return s
+
+    @property
+    def evaluations(self) -> int:
+        return sum(s.evaluations for s in self._sims.values())
+
+
+def search(scenario: Scenario, config: SearchConfig | None = None,
+           progress: Callable[[int, int, float], None] | None = None) -> SearchResult:
+    """Search the scenario's job on its topology kind (module docstring).
+
+    ``progress(step, steps, best_s)`` is called every 100 steps and at the end."""
+    cfg = config or SearchConfig(steps=scenario.parallelism.search_steps, seed=scenario.parallelism.seed)
+    t0 = time.perf_counter()
+    c, w = scenario.cluster, scenario.workload
+    n = c.servers
+    cost_cfg = CostConfig(batch=w.batch_per_server, device_tflops=w.device_tflops)
+    graph = model_graph(w.model)
+    if cfg.fuse:
+        graph = fuse(graph, FusionConfig(batch=w.batch_per_server, device_tflops=w.device_tflops,
+                                         server_gbps=c.degree * c.link_gbps))
+    scorer = _Scorer(scenario, graph, cost_cfg)
+    cache = scorer.topologies
+    alternate = cfg.alternate and scenario.topology.kind == "topoopt"
+    rng = random.Random(cfg.seed)
+
+    def own_pair(strategy: Strategy) -> tuple[IterationCost, tuple, Plan, TrafficArrays]:
+        key, traffic = scorer.traffic(strategy)
+        plan = cache.plan(key, traffic)
+        return scorer.sim(key, plan).iteration(strategy), key, plan, traffic
+
+    dp = data_parallel(graph)
+    starts = [dp]
+    if any(op.is_embedding for op in graph.ops):
+        starts.append(table_placement_start(graph, n))
+    scored = [(own_pair(s), s) for s in starts]
+    dp_cost = scored[0][0][0]
+    (cur_r, cur_key, cur_plan, cur_traffic), current = min(scored, key=lambda t: t[0][0].iteration_s)
+    fixed_plan, fixed_key = cur_plan, cur_key  # without alternation the topology stays this one
+    cur_s = cur_r.iteration_s
+    best = (cur_s, cur_r, current, cur_plan, cur_traffic)
+    pending: tuple | None = None  # best strategy seen on a topology other than its own
+    accepted = changes = extra_builds = 0
+    history = [(0, cur_s)]
+    for step in range(1, cfg.steps + 1):
+        cand = _propose(graph, current, n, rng, cfg)
+        r = scorer.sim(cur_key, cur_plan).iteration(cand)
+        delta = (r.iteration_s - cur_s) / cur_s
+        if delta <= 0 or rng.random() < math.exp(-cfg.alpha * delta):
+            accepted += 1
+            current, cur_s, cur_r = cand, r.iteration_s, r
+            key, traffic = scorer.traffic(cand)
+            consistent = True
+            if alternate and key != cur_key:
+                plan = cache.cached(key)
+                if plan is None and (len(key) < 4 or extra_builds < cfg.max_topology_builds):
+                    plan = cache.plan(key, traffic)
+                    extra_builds += len(key) == 4  # only model-parallel matchings are costly
+                if plan is not None:
+                    changes += 1
+                    cur_key, cur_plan = key, plan
+                    cur_r = scorer.sim(key, plan).iteration(cand)
+                    cur_s = cur_r.iteration_s
+                else:
+                    consistent = False
+            if consistent and cur_s < best[0]:
+                best = (cur_s, cur_r, current, cur_plan, traffic)
+                history.append((step, cur_s))
+            elif not consistent and cur_s < best[0] and (pending is None or cur_s < pending[0]):
+                pending = (cur_s, current, key, traffic)
+        if progress and (step % 100 == 0 or step == cfg.steps):
+            progress(step, cfg.steps, best[0])
+    if pending is not None:  # verify the best out-of-budget strategy on its own topology
+        _, strategy, key, traffic = pending
+        plan = cache.plan(key, traffic)
+        r = scorer.sim(key, plan).iteration(strategy)
+        if r.iteration_s < best[0]:
+            best = (r.iteration_s, r, strategy, plan, traffic)
+            history.append((cfg.steps, r.iteration_s))
+    _, best_r, best_strategy, best_plan, best_traffic = best
+    return SearchResult(
+        model=w.model, topology=scenario.topology.kind, graph=graph, strategy=best_strategy, plan=best_plan,
+        cost=best_r, demand=best_traffic.demand(), data_parallel=dp_cost, steps=cfg.steps, accepted=accepted,
+        topology_changes=changes, topology_builds=cache.builds, evaluations=scorer.evaluations,
+        seconds=time.perf_counter() - t0, history=history)
+
+
+def search_strategy(scenario: Scenario) -> tuple[TrafficDemand, dict]:
+    """`build_plan`'s hook for ``[parallelism] strategy = "search"``: the best strategy's
+    traffic (TopologyFinder then rebuilds the same topology from it) and a JSON-safe note."""
+    result = search(scenario)
+    return result.demand, result.info()

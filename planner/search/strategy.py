@@ -1,0 +1,226 @@
+"""Parallelization strategies: one choice per (fused) operator, and the traffic they cause.
+
+The state of the MCMC search (reference section 1.4). Every server processes
+``batch`` samples per iteration; a strategy decides, per operator:
+
+- dense operators (`OpChoice.mp` = m): tensor-parallel over blocks of m consecutive
+  servers; the block's m x batch samples are processed by all m members, each holding 1/m of
+  the weights. Shard s of every block is replicated on the coset {s, s + m, s + 2m, ...},
+  so its gradients AllReduce in a group of n/m on a coset, where TopoOpt's sub-group rings
+  apply (reference section 1.1). Data-parallel degree = n/m; m = 1 is pure data
+  parallelism. Per-server compute is the same for every m (m x batch samples, 1/m of the
+  work each); what changes is the traffic:
+  * forward: the block all-gathers the op's output (each member sends out_bytes x batch
+    to every other member), and all-gathers its input first when the producer's layout is
+    different (a different m, or an embedding table);
+  * backward: the mirror image (reduce-scatter of the same sizes, reverse direction);
+  * gradients: m AllReduce groups of n/m members, param_bytes/m each.
+- embedding tables (`OpChoice.owner`, `OpChoice.shards`): ``owner = -1`` replicates the
+  table on every server (data parallel; its dense gradient is AllReduced over all n), else
+  the table is row-sharded over ``shards`` servers {owner + j n/shards} (table-wise
+  placement when shards = 1): each shard serves the lookups of the samples whose rows it
+  holds (out_bytes x batch / shards to every other server in the forward pass, the same
+  gradients back in the backward pass) and performs those lookups (n x batch / shards).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..plan import AllReduceGroup, MPFlow, TrafficDemand
+from .graph import OpGraph, Operator
+
+
+@dataclass(frozen=True)
+class OpChoice:
+    """The parallel configuration of one operator (see the module docstring)."""
+
+    mp: int = 1
+    owner: int = -1
+    shards: int = 1
+
+    def label(self, op: Operator) -> str:
+        if op.is_embedding:
+            if self.owner < 0:
+                return "replicated"
+            return f"server {self.owner}" if self.shards == 1 else f"{self.shards} shards from {self.owner}"
+        return "data" if self.mp == 1 else f"mp{self.mp}"
+
+
+Strategy = tuple[OpChoice, ...]
+
+
+def mp_options(n: int, max_mp: int = 32) -> list[int]:
+    """Tensor-parallel degrees allowed on n servers: divisors of n up to ``max_mp`` (< n)."""
+    return [m for m in range(1, min(n - 1, max_mp) + 1) if n % m == 0]
+
+
+def shard_options(n: int, max_shards: int = 16) -> list[int]:
+    return [s for s in range(1, min(n, max_shards) + 1) if n % s == 0]
+
+
+def data_parallel(graph: OpGraph) -> Strategy:
+    """Every operator replicated on all servers (tables included)."""
+    return tuple(OpChoice() for _ in graph.ops)
+
+
+def table_placement_start(graph: OpGraph, n: int) -> Strategy:
+    """The usual DLRM-style hybrid: tables placed largest first on the least-loaded server,
+    dense layers data parallel (the `hybrid` strategy of planner.traffic)."""
+    load = [0] * n
+    owners: dict[int, int] = {}
+    emb = [i for i, op in enumerate(graph.ops) if op.is_embedding]
+    for i in sorted(emb, key=lambda i: (-graph.ops[i].params, graph.ops[i].name)):
+        s = min(range(n), key=lambda s: (load[s], s))
+        owners[i] = s
+        load[s] += graph.ops[i].params
+    return tuple(OpChoice(owner=owners[i]) if i in owners else OpChoice() for i in range(len(graph)))
+
+
+def layout(op: Operator, choice: OpChoice) -> tuple[str, int]:
+    """A hashable description of how an operator's output is distributed."""
+    if op.is_embedding:
+        return ("emb", choice.owner if choice.owner < 0 else -2)
+    return ("dense", choice.mp)
+
+
+def shard_servers(n: int, choice: OpChoice) -> np.ndarray:
+    step = n // choice.shards
+    return (choice.owner + step * np.arange(choice.shards)) % n
+
+
+@dataclass(frozen=True)
+class Flows:
+    """A set of concurrent transfers, as arrays (src, dst, bytes)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+
+    @staticmethod
+    def empty() -> "Flows":
+        z = np.zeros(0, dtype=np.int64)
+        return Flows(z, z, np.zeros(0))
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def reversed(self) -> "Flows":
+        return Flows(self.dst, self.src, self.nbytes)
+
+    def total(self) -> float:
+        return float(self.nbytes.sum())
+
+
+def block_allgather(n: int, m: int, nbytes: float) -> Flows:
+    """Every member of every block of m consecutive servers sends ``nbytes`` to every other."""
+    if m <= 1 or nbytes <= 0:
+        return Flows.empty()
+    u = np.arange(n)
+    block = (u // m) * m
+    src = np.repeat(u, m - 1)
+    k = np.tile(np.arange(1, m), n)
+    dst = block[src] + ((src - block[src]) + k) % m
+    return Flows(src, dst, np.full(len(src), float(nbytes)))
+
+
+def owner_fanout(n: int, owners: np.ndarray, nbytes: float) -> Flows:
+    """Every owner sends ``nbytes`` to every other server."""
+    src = np.repeat(owners, n)
+    dst = np.tile(np.arange(n), len(owners))
+    keep = src != dst
+    return Flows(src[keep], dst[keep], np.full(int(keep.sum()), float(nbytes)))
+
+
+@dataclass(frozen=True)
+class OpTraffic:
+    """Everything an operator puts on the network or the processors in one iteration."""
+
+    fwd_in: Flows  # before its forward compute (input all-gather)
+    fwd_out: Flows  # after its forward compute, before its consumers (output all-gather, lookups)
+    compute: np.ndarray  # forward seconds per server (backward = 2x)
+    ar_layout: int  # m of its AllReduce groups (cosets of step m); 0 = no AllReduce
+    ar_bytes: float  # bytes each of its m groups AllReduces
+
+
+def op_traffic(graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int, flops_per_s: float) -> OpTraffic:
+    """The traffic and compute of operator ``i`` under ``strategy`` (module docstring)."""
+    op, choice = graph.ops[i], strategy[i]
+    if op.is_embedding:
+        if choice.owner < 0:
+            compute = np.full(n, op.flops * batch / flops_per_s)
+            return OpTraffic(Flows.empty(), Flows.empty(), compute, 1, float(op.param_bytes))
+        owners = shard_servers(n, choice)
+        compute = np.zeros(n)
+        compute[owners] = op.flops * batch * n / choice.shards / flops_per_s
+        lookups = owner_fanout(n, owners, op.out_bytes * batch / choice.shards)
+        return OpTraffic(Flows.empty(), lookups, compute, 0, 0.0)
+    m = choice.mp
+    compute = np.full(n, op.flops * batch / flops_per_s)
+    fwd_in = Flows.empty()
+    if m > 1:
+        in_bytes = sum(graph.ops[p].out_bytes for p in graph.preds[i]
+                       if layout(graph.ops[p], strategy[p]) != ("dense", m))
+        fwd_in = block_allgather(n, m, in_bytes * batch)
+    fwd_out = block_allgather(n, m, op.out_bytes * batch) if m > 1 and graph.succs[i] else Flows.empty()
+    groups = n // m
+    return OpTraffic(fwd_in, fwd_out, compute, m if groups > 1 else 0, op.param_bytes / m)
+
+
+def coset(n: int, m: int, s: int) -> tuple[int, ...]:
+    return tuple(range(s, n, m))
+
+
+@dataclass(frozen=True)
+class TrafficArrays:
+    """A strategy's per-iteration traffic in array form (cheap to build and compare).
+
+    ``groups[m]`` = bytes each of the m coset groups {s, s+m, ...} AllReduces;
+    ``pair`` = n x n model-parallel bytes (forward plus the mirrored backward)."""
+
+    n: int
+    groups: dict[int, float]
+    pair: np.ndarray
+
+    def demand(self) -> TrafficDemand:
+        """As a `TrafficDemand` (AllReduce groups by coset, MP flows per ordered pair)."""
+        ar = []
+        for m in sorted(self.groups):  # m = 1 (the full group) first
+            b = int(round(self.groups[m]))
+            if b > 0:
+                ar += [AllReduceGroup(coset(self.n, m, s), b) for s in range(m)]
+        src, dst = np.nonzero(self.pair)
+        mp = tuple(MPFlow(int(a), int(b), int(round(self.pair[a, b]))) for a, b in zip(src, dst))
+        return TrafficDemand(tuple(ar), mp)
+
+
+def traffic_arrays(graph: OpGraph, strategy: Strategy, n: int, batch: int) -> TrafficArrays:
+    """The AllReduce bytes per coset layout and the MP pair matrix of ``strategy``."""
+    groups: dict[int, float] = {}
+    idx: list[np.ndarray] = []
+    val: list[np.ndarray] = []
+    for i in range(len(graph)):
+        t = op_traffic(graph, strategy, i, n, batch, 1.0)
+        if t.ar_layout and t.ar_bytes > 0:
+            groups[t.ar_layout] = groups.get(t.ar_layout, 0.0) + t.ar_bytes
+        for f in (t.fwd_in, t.fwd_out):  # forward, and the mirrored backward transfer
+            if len(f):
+                idx += [f.src * n + f.dst, f.dst * n + f.src]
+                val += [f.nbytes, f.nbytes]
+    pair = np.zeros(n * n)
+    if idx:
+        pair = np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=n * n)
+    return TrafficArrays(n, groups, pair.reshape(n, n))
+
+
+def strategy_demand(graph: OpGraph, strategy: Strategy, n: int, batch: int) -> TrafficDemand:
+    """The per-iteration traffic of ``strategy`` for TopologyFinder (reference 1.3 step 1):
+    one AllReduce group per coset and layout, MP bytes merged by ordered pair."""
+    return traffic_arrays(graph, strategy, n, batch).demand()
+
+
+def describe(graph: OpGraph, strategy: Strategy) -> dict[str, str]:
+    """Operator name -> its choice, for plans and reports."""
+    return {op.name: c.label(op) for op, c in zip(graph.ops, strategy)}
