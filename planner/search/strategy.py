@@ -10,9 +10,10 @@ The state of the MCMC search (reference section 1.4). Every server processes
   apply (reference section 1.1). Data-parallel degree = n/m; m = 1 is pure data
   parallelism. Per-server compute is the same for every m (m x batch samples, 1/m of the
   work each); what changes is the traffic:
-  * forward: the block all-gathers the op's output (each member sends out_bytes x batch
-    to every other member), and all-gathers its input first when the producer's layout is
-    different (a different m, or an embedding table);
+  * forward: the block all-gathers the op's output (a ring all-gather over the block:
+    each member forwards (m-1) pieces of out_bytes x batch to the next member), and
+    all-gathers its input first when the producer's layout is different (a different m,
+    or an embedding table);
   * backward: the mirror image (reduce-scatter of the same sizes, reverse direction);
   * gradients: m AllReduce groups of n/m members, param_bytes/m each.
 - embedding tables (`OpChoice.owner`, `OpChoice.shards`): ``owner = -1`` replicates the
@@ -115,15 +116,16 @@ class Flows:
 
 
 def block_allgather(n: int, m: int, nbytes: float) -> Flows:
-    """Every member of every block of m consecutive servers sends ``nbytes`` to every other."""
+    """Ring all-gather inside every block of m consecutive servers: each member sends
+    (m-1) pieces of ``nbytes`` to the next member of its block (u -> u+1, the last member
+    back to the first), as NCCL's ring all-gather does. Every member thus sends and receives
+    (m-1) x nbytes; on a TopoOpt topology most ring edges are +1 cables."""
     if m <= 1 or nbytes <= 0:
         return Flows.empty()
     u = np.arange(n)
     block = (u // m) * m
-    src = np.repeat(u, m - 1)
-    k = np.tile(np.arange(1, m), n)
-    dst = block[src] + ((src - block[src]) + k) % m
-    return Flows(src, dst, np.full(len(src), float(nbytes)))
+    dst = block + (u - block + 1) % m
+    return Flows(u, dst, np.full(n, float(nbytes) * (m - 1)))
 
 
 def owner_fanout(n: int, owners: np.ndarray, nbytes: float) -> Flows:

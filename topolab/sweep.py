@@ -1,0 +1,209 @@
+"""`topolab sweep`: iteration time per model and network, like TopoOpt's evaluation.
+
+For every model x degree x link rate x network of the sweep, the parallelization search
+(planner.search) finds the best strategy for that network (alternating with TopologyFinder
+on TopoOpt, for a fixed topology on the baselines) and the flow-level simulator predicts
+its iteration time. Networks: see planner.costmodel.baselines (the Fat-tree is
+cost-matched to the direct-connect cluster with planner.costmodel.price).
+
+Writes, in ``--out`` (default ``sweep-<scenario>/``): ``sweep.json`` (every cell, the
+prices used, the search statistics), ``sweep.txt`` (the table) and ``sweep.png`` (one
+panel pair per degree x rate: absolute iteration time and time relative to TopoOpt).
+Progress goes to stderr, the table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from planner import ScenarioError, load_scenario
+from planner.costmodel.baselines import NETWORKS, network_scenario
+from planner.costmodel.price import PriceModel
+from planner.scenario import with_overrides
+from planner.zoo import MODELS
+
+DEFAULT_NETWORKS = ("topoopt", "switch", "fattree", "expander")
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", help="base scenario TOML (cluster size, batch, latency, search steps and seed)")
+    parser.add_argument("--models", default=None, metavar="LIST",
+                        help=f"comma-separated models, or 'all' ({', '.join(MODELS)}); default: the scenario's")
+    parser.add_argument("--topologies", default=",".join(DEFAULT_NETWORKS), metavar="LIST",
+                        help=f"comma-separated networks from {', '.join(NETWORKS)} (fattree = similar-cost "
+                             f"Fat-tree, switch = ideal switch); default: %(default)s")
+    parser.add_argument("--degrees", default=None, metavar="LIST", help="comma-separated interface counts d; default: the scenario's")
+    parser.add_argument("--link-gbps", default=None, metavar="LIST", help="comma-separated link rates B in Gbps; default: the scenario's")
+    parser.add_argument("--steps", type=int, default=None, help="MCMC steps per search; default: the scenario's search_steps")
+    parser.add_argument("--seed", type=int, default=None, help="search seed; default: the scenario's")
+    parser.add_argument("--prices", metavar="FILE", help="JSON price table overriding the defaults (see docs/search.md)")
+    parser.add_argument("--out", metavar="DIR", help="output directory; default: sweep-<scenario name>")
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
+
+
+def _usage(message: str) -> Exception:
+    from .cli import UsageError
+
+    return UsageError(message)
+
+
+def _split(text: str | None, option: str, cast, choices=None) -> list | None:
+    if text is None:
+        return None
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise _usage(f"{option}: empty list")
+    out = []
+    for item in items:
+        if choices is not None and item not in choices:
+            raise _usage(f"{option}: {item!r} is not one of {', '.join(choices)}")
+        try:
+            value = cast(item)
+        except ValueError:
+            raise _usage(f"{option}: {item!r} is not a {cast.__name__}") from None
+        if cast is not str and value <= 0:
+            raise _usage(f"{option}: {item!r} must be positive")
+        out.append(value)
+    return out
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from planner.search import SearchConfig, search  # heavy imports only when sweeping
+
+    base = load_scenario(args.scenario)
+    models = MODELS if args.models == "all" else (_split(args.models, "--models", str, MODELS) or [base.workload.model])
+    networks = _split(args.topologies, "--topologies", str, NETWORKS)
+    degrees = _split(args.degrees, "--degrees", int) or [base.cluster.degree]
+    rates = _split(args.link_gbps, "--link-gbps", float) or [base.cluster.link_gbps]
+    if args.steps is not None and args.steps < 1:
+        raise _usage(f"--steps: must be >= 1, got {args.steps}")
+    try:
+        prices = PriceModel.load(args.prices) if args.prices else PriceModel()
+    except (OSError, ValueError) as err:
+        raise _usage(f"--prices {args.prices}: {err}") from None
+    steps = args.steps or base.parallelism.search_steps
+    seed = base.parallelism.seed if args.seed is None else args.seed
+    out_dir = Path(args.out or f"sweep-{base.name}")
+
+    cells = [(m, d, b, net) for d in degrees for b in rates for m in models for net in networks]
+    rows: list[dict] = []
+    t_start = time.perf_counter()
+    for k, (model, d, b, net) in enumerate(cells, 1):
+        scenario = with_overrides(base, workload={"model": model}, cluster={"degree": d, "link_gbps": b})
+        network = network_scenario(scenario, net, prices)
+        print(f"[{k}/{len(cells)}] {model} d={d} B={b:g} {net}: searching {steps} steps ...",
+              end="", file=sys.stderr, flush=True)
+        result = search(network.scenario, SearchConfig(steps=steps, seed=seed))
+        print(f" {result.cost.iteration_s * 1e3:.3f} ms ({result.seconds:.1f} s)", file=sys.stderr, flush=True)
+        rows.append({
+            "model": model, "degree": d, "link_gbps": b, "network": net, "servers": base.cluster.servers,
+            "per_server_gbps": network.per_server_gbps, "cost_usd": round(network.cost_usd, 2), "note": network.note,
+            "iteration_s": result.cost.iteration_s, "data_parallel_s": result.data_parallel.iteration_s,
+            "compute_s": result.cost.compute_s, "allreduce_s": result.cost.allreduce_s, "mp_s": result.cost.mp_s,
+            "strategy": result.choices(), "search_seconds": round(result.seconds, 3),
+            "evaluations": result.evaluations, "topology_changes": result.topology_changes,
+            "d_allreduce": result.plan.extra.get("d_allreduce"), "d_mp": result.plan.extra.get("d_mp"),
+        })
+    _relative(rows)
+    table = format_table(rows)
+    print(table)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "sweep.txt").write_text(table + "\n")
+    (out_dir / "sweep.json").write_text(json.dumps({
+        "scenario": base.source, "servers": base.cluster.servers, "batch_per_server": base.workload.batch_per_server,
+        "steps": steps, "seed": seed, "prices": prices.to_dict(), "seconds": round(time.perf_counter() - t_start, 2),
+        "rows": rows}, indent=1))
+    written = [out_dir / "sweep.json", out_dir / "sweep.txt"]
+    if not args.no_plot:
+        written.append(plot(rows, out_dir / "sweep.png"))
+    print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+    return 0
+
+
+def _relative(rows: list[dict]) -> None:
+    """Add ``vs_topoopt``: this network's time / TopoOpt's (same model, d, B)."""
+    ref = {(r["model"], r["degree"], r["link_gbps"]): r["iteration_s"] for r in rows if r["network"] == "topoopt"}
+    for r in rows:
+        t = ref.get((r["model"], r["degree"], r["link_gbps"]))
+        r["vs_topoopt"] = r["iteration_s"] / t if t else None
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.3f}" if x < 1 else f"{x * 1e3:.1f}"
+
+
+def format_table(rows: list[dict]) -> str:
+    head = f"{'model':9} {'d':>2} {'B':>5} {'network':9} {'Gbps/srv':>8} {'cost $k':>8} {'iter ms':>9} {'vs TopoOpt':>10} {'DP ms':>9} strategy"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        vs = f"{r['vs_topoopt']:.2f}x" if r["vs_topoopt"] else "-"
+        strat = _strategy_text(r["strategy"])
+        lines.append(f"{r['model']:9} {r['degree']:>2} {r['link_gbps']:>5g} {r['network']:9} {r['per_server_gbps']:>8g} "
+                     f"{r['cost_usd'] / 1e3:>8.0f} {_ms(r['iteration_s']):>9} {vs:>10} {_ms(r['data_parallel_s']):>9} {strat}")
+    return "\n".join(lines)
+
+
+def _strategy_text(choices: dict[str, str]) -> str:
+    counts: dict[str, int] = {}
+    for v in choices.values():
+        key = "table on 1 server" if v.startswith("server ") else ("row-sharded table" if "shards" in v else v)
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{c}x {k}" for k, c in sorted(counts.items()))
+
+
+def plot(rows: list[dict], path: Path) -> Path:
+    """Grouped bars per (d, B): iteration time per model and network, and relative to TopoOpt."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    combos = sorted({(r["degree"], r["link_gbps"]) for r in rows})
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    networks = list(dict.fromkeys(r["network"] for r in rows))
+    fig, axes = plt.subplots(len(combos), 2, figsize=(12, 3.6 * len(combos)), squeeze=False)
+    width = 0.8 / len(networks)
+    for row_axes, (d, b) in zip(axes, combos):
+        cell = {(r["model"], r["network"]): r for r in rows if r["degree"] == d and r["link_gbps"] == b}
+        for j, net in enumerate(networks):
+            xs = [i + (j - (len(networks) - 1) / 2) * width for i in range(len(models))]
+            abs_ms = [cell[(m, net)]["iteration_s"] * 1e3 if (m, net) in cell else 0 for m in models]
+            rel = [cell[(m, net)]["vs_topoopt"] or 0 if (m, net) in cell else 0 for m in models]
+            row_axes[0].bar(xs, abs_ms, width, label=net)
+            row_axes[1].bar(xs, rel, width, label=net)
+        for ax, title, ylabel in ((row_axes[0], "iteration time", "ms (log)"),
+                                  (row_axes[1], "relative to TopoOpt", "x TopoOpt's time")):
+            ax.set_xticks(range(len(models)), models)
+            ax.set_title(f"{title}: {rows[0]['servers']} servers, d={d}, B={b:g} Gbps")
+            ax.set_ylabel(ylabel)
+        row_axes[0].set_yscale("log")
+        row_axes[1].axhline(1.0, color="black", linewidth=0.8)
+        row_axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:  # `python -m topolab.sweep` until cli.py wires it
+    parser = argparse.ArgumentParser(prog="topolab sweep", description=__doc__.splitlines()[0])
+    add_sweep_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_sweep(args)
+    except ScenarioError as err:
+        print(f"topolab sweep: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # UsageError from topolab.cli
+        if type(err).__name__ == "UsageError":
+            print(f"topolab sweep: {err}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
