@@ -1,0 +1,327 @@
+"""The coordinator: starts the workers of one schedule, drives iterations, collects results.
+
+Used by `topolab collective` and the end-to-end run. It needs only the schedule as a dict
+(``Schedule.to_dict()``), one host address per rank and a ``spawn(rank, argv) -> Popen``
+callable: the default runs the worker as a plain subprocess (loopback tests); the emulator
+supplies one that runs it inside the emulated host's namespace. The control plane is a
+ROUTER socket on an ipc:// endpoint in a private directory (the filesystem is shared by
+every namespace).
+
+Iterations are barriers: ``start`` goes to every worker, the next one starts after every
+worker reported. An iteration's time is max(t_end) - min(t_start) over the ranks, on the
+system-wide CLOCK_MONOTONIC.
+
+Faults: a worker process that exits, reports an error, or stays silent (no message for
+``timeout_s`` + grace while an iteration runs) fails the iteration; the coordinator then
+sends ``abort`` naming the culprit to everyone else, collects their errors, and raises
+`WorkerFailure` with one clear message. Every process it started is ended by PID on exit,
+on exception, and on SIGTERM/SIGINT (the context manager's ``__exit__``), never by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import zmq
+
+from .executor import now
+from .spec import WorkerSpec, specs_for_schedule
+
+Spawn = Callable[[int, list[str]], subprocess.Popen]
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SILENT_S = 1.2  # workers beat every 0.5 s during an iteration (workers/worker.py)
+
+
+class WorkerFailure(RuntimeError):
+    """A worker died, failed or went silent; ``rank`` names the culprit when known."""
+
+    def __init__(self, message: str, rank: int | None = None,
+                 errors: dict[int, str] | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.errors = errors or {}
+
+
+@dataclass
+class IterationResult:
+    iteration: int
+    ok: bool                  # every rank verified its buffers
+    time_s: float             # max(t_end) - min(t_start) over ranks
+    ranks: list[dict[str, Any]] = field(default_factory=list)  # each worker's report
+    mismatches: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "ok": self.ok, "time_s": self.time_s,
+                "mismatches": self.mismatches, "ranks": self.ranks}
+
+
+def loopback_spawn(log_dir: str | None = None) -> Spawn:
+    """Spawn workers as plain subprocesses of this Python (no namespaces, no root)."""
+
+    def spawn(rank: int, argv: list[str]) -> subprocess.Popen:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        return subprocess.Popen(argv, cwd=str(REPO_ROOT), env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, start_new_session=True)
+    return spawn
+
+
+class Coordinator:
+    """Run one schedule on one worker per rank. Use as a context manager."""
+
+    def __init__(self, schedule: dict[str, Any], hosts: Sequence[str], *,
+                 spawn: Spawn | None = None, chunk_bytes: int = 256 << 10,
+                 timeout_s: float = 10.0, timestamps: str = "streams",
+                 start_timeout_s: float = 60.0, python: str = sys.executable,
+                 workdir: str | None = None, keep_workdir: bool = False,
+                 relay_failures: bool = True,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.schedule = schedule
+        self.n = int(schedule["ranks"])
+        self.hosts = list(hosts)
+        self.spawn = spawn or loopback_spawn()
+        self.timeout_s = timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.python = python
+        self.keep_workdir = keep_workdir
+        self.relay_failures = relay_failures
+        self.progress = progress or (lambda msg: None)
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="topolab-coll-"))
+        self.control_endpoint = f"ipc://{self.workdir}/control.ipc"
+        self.specs: list[WorkerSpec] = specs_for_schedule(
+            schedule, self.hosts, self.control_endpoint, chunk_bytes=chunk_bytes,
+            timeout_s=timeout_s, timestamps=timestamps, log_dir=str(self.workdir),
+            idle_timeout_s=max(120.0, 4 * timeout_s))
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.addresses: dict[int, str] = {}
+        self.ctx: zmq.Context | None = None
+        self.sock: zmq.Socket | None = None
+        self.last_heard: dict[int, float] = {}
+        self.exited: dict[int, int] = {}
+        self._old_handlers: dict[int, Any] = {}
+
+    # ---- life cycle ------------------------------------------------------------------
+    def __enter__(self) -> "Coordinator":
+        self._install_signal_handlers()
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_term(signum, frame):
+            raise SystemExit(128 + signum)
+
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                self._old_handlers[sig] = signal.signal(sig, on_term)
+
+    def start(self) -> None:
+        """Spawn every worker, wait until all are bound, connected and ready."""
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.bind(self.control_endpoint)
+        for spec in self.specs:
+            path = self.workdir / f"rank-{spec.rank}.json"
+            path.write_text(json.dumps(spec.to_dict()))
+            argv = [self.python, "-m", "workers.worker", str(path)]
+            self.procs[spec.rank] = self.spawn(spec.rank, argv)
+        self.progress(f"started {self.n} workers")
+        ready = self._gather("ready", self.start_timeout_s)
+        self.addresses = {r: m["address"] for r, m in ready.items()}
+        for rank in range(self.n):
+            peers = {str(p): self.addresses[p] for p in self.specs[rank].peers}
+            self._send(rank, {"type": "connect", "peers": peers})
+        self._gather("connected", self.start_timeout_s)
+
+    def close(self) -> None:
+        """Stop the workers (politely, then by SIGKILL to their PIDs) and clean up."""
+        if self.sock is not None:
+            for rank in self.procs:
+                if self.procs[rank].poll() is None:
+                    self._send(rank, {"type": "stop"}, quiet=True)
+            deadline = now() + 3.0
+            for proc in self.procs.values():
+                try:
+                    proc.wait(max(0.0, deadline - now()))
+                except subprocess.TimeoutExpired:
+                    pass
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs.values():
+            try:
+                proc.wait(5.0)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.sock is not None:
+            self.sock.close(linger=0)
+            self.sock = None
+        if self.ctx is not None:
+            self.ctx.term()
+            self.ctx = None
+        for sig, old in self._old_handlers.items():
+            signal.signal(sig, old)
+        self._old_handlers.clear()
+        if self._own_workdir and not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values()]
+
+    # ---- messaging -------------------------------------------------------------------
+    def _send(self, rank: int, msg: dict[str, Any], quiet: bool = False) -> None:
+        try:
+            self.sock.send_multipart([f"rank-{rank}".encode(), json.dumps(msg).encode()])
+        except zmq.ZMQError:
+            if not quiet:
+                raise WorkerFailure(f"rank {rank} is not connected to the control plane",
+                                    rank) from None
+
+    def _log_tail(self, rank: int, lines: int = 5) -> str:
+        path = self.workdir / f"rank-{rank}.log"
+        try:
+            text = path.read_text().strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(text[-lines:])
+
+    def _dead(self) -> dict[int, int]:
+        for rank, proc in self.procs.items():
+            code = proc.poll()
+            if code is not None and rank not in self.exited:
+                self.exited[rank] = code
+        return self.exited
+
+    def _fail(self, culprit: int | None, reason: str, errors: dict[int, str]) -> None:
+        """Abort every other worker, wait briefly for their errors, raise WorkerFailure."""
+        if self.relay_failures:
+            for rank, proc in self.procs.items():
+                if proc.poll() is None and rank != culprit:
+                    self._send(rank, {"type": "abort", "reason": reason}, quiet=True)
+        # without relaying (tests of the workers' own detection) give them their timeout
+        deadline = now() + (2.0 if self.relay_failures else self.timeout_s + 2.0)
+        while now() < deadline and len(errors) + len(self._dead()) < self.n:
+            if self.sock.poll(100):
+                ident, payload = self.sock.recv_multipart()
+                msg = json.loads(payload)
+                if msg.get("type") == "error":
+                    errors.setdefault(int(msg["rank"]), msg["message"])
+        raise WorkerFailure(reason, culprit, errors)
+
+    def _culprit(self, reporter: int, msg: dict[str, Any], got: dict, errors: dict
+                 ) -> tuple[int, str]:
+        """Who to blame for ``reporter``'s error. A rank that times out names the peer it
+        waits for, but that peer may itself be blocked behind the real culprit; workers
+        send a heartbeat every HEARTBEAT_S during iterations, so a rank not heard from for
+        SILENT_S while the named peer is alive is the one that hangs."""
+        named = msg.get("peer")
+        named = reporter if named is None else int(named)
+        dead = self._dead()
+        if dead:
+            rank = min(dead)
+            return rank, (f"worker rank {rank} (pid {self.procs[rank].pid}) exited with code "
+                          f"{dead[rank]}; rank {reporter} reported: {msg['message']}")
+        t = now()
+        if t - self.last_heard.get(named, 0.0) < SILENT_S:
+            silent = sorted((r for r in range(self.n)
+                             if r not in got and r not in errors
+                             and t - self.last_heard.get(r, 0.0) > SILENT_S),
+                            key=lambda r: self.last_heard.get(r, 0.0))
+            if silent:
+                r = silent[0]
+                return r, (f"rank {r} went silent (no message for "
+                           f"{t - self.last_heard[r]:.1f} s: hung or stopped?); rank "
+                           f"{reporter} reported: {msg['message']}")
+        return named, msg["message"]
+
+    def _gather(self, kind: str, timeout: float, iteration: int | None = None
+                ) -> dict[int, dict[str, Any]]:
+        """Wait for message ``kind`` from every rank; fail fast on deaths, errors, silence."""
+        got: dict[int, dict[str, Any]] = {}
+        errors: dict[int, str] = {}
+        start = now()
+        for r in range(self.n):
+            self.last_heard[r] = start
+        while len(got) < self.n:
+            if self.sock.poll(100):
+                ident, payload = self.sock.recv_multipart()
+                msg = json.loads(payload)
+                rank = int(msg["rank"])
+                self.last_heard[rank] = now()
+                if msg["type"] == kind and (iteration is None or msg.get("iteration") == iteration):
+                    got[rank] = msg
+                elif msg["type"] == "error":
+                    errors[rank] = msg["message"]
+                    culprit, reason = self._culprit(rank, msg, got, errors)
+                    self._fail(culprit, reason, errors)
+                continue
+            dead = self._dead()
+            if dead:
+                rank, code = next(iter(dead.items()))
+                tail = self._log_tail(rank)
+                self._fail(rank, f"worker rank {rank} (pid {self.procs[rank].pid}) exited "
+                                 f"with code {code} during {kind if iteration is None else f'iteration {iteration}'}"
+                                 + (f": {tail}" if tail else ""), errors)
+            t = now()
+            if iteration is None and t - start > timeout:
+                missing = sorted(set(range(self.n)) - set(got))
+                self._fail(missing[0], f"ranks {missing} sent no {kind!r} within {timeout:g} s",
+                           errors)
+            if iteration is not None:
+                silent = sorted(r for r in range(self.n) if r not in got
+                                and t - self.last_heard[r] > self.timeout_s + 5.0)
+                if silent:
+                    self._fail(silent[0], f"rank {silent[0]} silent for "
+                                          f"{t - self.last_heard[silent[0]]:.1f} s during "
+                                          f"iteration {iteration} (hung or stopped?)", errors)
+        return got
+
+    # ---- iterations --------------------------------------------------------------------
+    def run_iteration(self, iteration: int) -> IterationResult:
+        for rank in range(self.n):
+            self._send(rank, {"type": "start", "iteration": iteration})
+        reports = self._gather("result", self.timeout_s, iteration)
+        ranks = [reports[r] for r in range(self.n)]
+        t0 = min(r["t_start"] for r in ranks)
+        t1 = max(r["t_end"] for r in ranks)
+        mismatches = [m for r in ranks for m in r["mismatches"]]
+        return IterationResult(iteration, all(r["ok"] for r in ranks), t1 - t0, ranks,
+                               mismatches)
+
+    def run(self, iterations: int, warmup: int = 1) -> list[IterationResult]:
+        """``warmup`` untimed iterations (connections, page faults), then ``iterations``."""
+        for i in range(warmup):
+            res = self.run_iteration(i)
+            if not res.ok:
+                return [res]
+        return [self.run_iteration(warmup + i) for i in range(iterations)]
+
+
+def run_schedule(schedule: dict[str, Any], iterations: int = 1, warmup: int = 1,
+                 hosts: Sequence[str] | None = None, **kwargs) -> list[IterationResult]:
+    """Convenience: run ``schedule`` on loopback workers and return the timed iterations."""
+    hosts = list(hosts) if hosts is not None else ["127.0.0.1"] * int(schedule["ranks"])
+    with Coordinator(schedule, hosts, **kwargs) as coord:
+        return coord.run(iterations, warmup)

@@ -1,0 +1,163 @@
+"""The worker spec: the only input a worker process reads (plain JSON, no planner objects).
+
+Format ``topolab.worker/1`` (documented in docs/schedules.md):
+
+    rank, ranks            this worker's rank and the number of ranks
+    listen                 "host:port" of this worker's data-plane socket (port 0: any free
+                           port; the real one is announced to the coordinator)
+    peers                  {rank: "host:port"} of the ranks this worker exchanges data with
+                           (ports may be 0: the coordinator's ``connect`` message carries the
+                           bound addresses)
+    control                ipc:// endpoint of the coordinator
+    buffers, checks        as in the schedule (topolab.schedule/1)
+    streams                this rank's program: {stream: [op, ...]}
+    chunk_bytes            wire chunk size for pipelined sends (64 KiB .. 4 MiB)
+    timeout_s              a peer that sends nothing for this long while data from it is
+                           awaited (or accepts nothing while a send to it is pending) fails
+                           the iteration with an error naming the peer
+    idle_timeout_s         the worker exits if the coordinator is silent for this long
+    timestamps             "none" | "streams" | "ops": timing detail reported per iteration
+    log                    optional path; the worker appends its stderr there
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+WORKER_FORMAT = "topolab.worker/1"
+MIN_CHUNK, MAX_CHUNK = 4 << 10, 64 << 20
+
+
+class SpecError(ValueError):
+    """A worker spec is malformed; the message names the field."""
+
+
+@dataclass
+class WorkerSpec:
+    rank: int
+    ranks: int
+    listen: str
+    peers: dict[int, str]
+    control: str
+    buffers: list[dict[str, Any]]
+    checks: list[dict[str, Any]]
+    streams: dict[str, list[dict[str, Any]]]
+    chunk_bytes: int = 256 << 10
+    timeout_s: float = 10.0
+    idle_timeout_s: float = 300.0
+    timestamps: str = "streams"
+    log: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": WORKER_FORMAT, "rank": self.rank, "ranks": self.ranks,
+                "listen": self.listen, "peers": {str(k): v for k, v in self.peers.items()},
+                "control": self.control, "buffers": self.buffers, "checks": self.checks,
+                "streams": self.streams, "chunk_bytes": self.chunk_bytes,
+                "timeout_s": self.timeout_s, "idle_timeout_s": self.idle_timeout_s,
+                "timestamps": self.timestamps, "log": self.log, "extra": self.extra}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "WorkerSpec":
+        def need(key: str) -> Any:
+            if key not in d:
+                raise SpecError(f"worker spec: missing field {key!r}")
+            return d[key]
+
+        if d.get("format", WORKER_FORMAT) != WORKER_FORMAT:
+            raise SpecError(f"worker spec: format {d.get('format')!r} is not {WORKER_FORMAT!r}")
+        try:
+            spec = cls(rank=int(need("rank")), ranks=int(need("ranks")),
+                       listen=str(need("listen")),
+                       peers={int(k): str(v) for k, v in need("peers").items()},
+                       control=str(need("control")), buffers=list(need("buffers")),
+                       checks=list(d.get("checks", [])), streams=dict(need("streams")),
+                       chunk_bytes=int(d.get("chunk_bytes", 256 << 10)),
+                       timeout_s=float(d.get("timeout_s", 10.0)),
+                       idle_timeout_s=float(d.get("idle_timeout_s", 300.0)),
+                       timestamps=str(d.get("timestamps", "streams")), log=str(d.get("log", "")),
+                       extra=dict(d.get("extra", {})))
+        except (TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, SpecError):
+                raise
+            raise SpecError(f"worker spec: bad value ({exc})") from None
+        spec.validate()
+        return spec
+
+    def validate(self) -> None:
+        if not 0 <= self.rank < self.ranks:
+            raise SpecError(f"worker spec: rank {self.rank} outside 0..{self.ranks - 1}")
+        split_address(self.listen, "listen")
+        for r, addr in self.peers.items():
+            if not 0 <= r < self.ranks or r == self.rank:
+                raise SpecError(f"worker spec: bad peer rank {r}")
+            split_address(addr, f"peers[{r}]")
+        if not self.control.startswith(("ipc://", "tcp://")):
+            raise SpecError(f"worker spec: control {self.control!r} is not an ipc:// endpoint")
+        if not MIN_CHUNK <= self.chunk_bytes <= MAX_CHUNK:
+            raise SpecError(f"worker spec: chunk_bytes {self.chunk_bytes} outside "
+                            f"{MIN_CHUNK}..{MAX_CHUNK}")
+        if self.timeout_s <= 0:
+            raise SpecError(f"worker spec: timeout_s must be > 0, got {self.timeout_s}")
+        if self.timestamps not in ("none", "streams", "ops"):
+            raise SpecError(f"worker spec: timestamps {self.timestamps!r} not in none|streams|ops")
+        names = set()
+        for b in self.buffers:
+            names.add(b["name"])
+            if int(b["bytes"]) < 0:
+                raise SpecError(f"worker spec: buffer {b['name']!r} has negative size")
+        for stream, ops in self.streams.items():
+            for op in ops:
+                if op.get("op") in ("send", "recv"):
+                    if op.get("buffer") not in names:
+                        raise SpecError(f"worker spec: stream {stream!r} op {op.get('id')} "
+                                        f"uses unknown buffer {op.get('buffer')!r}")
+                    if int(op["peer"]) not in self.peers:
+                        raise SpecError(f"worker spec: stream {stream!r} op {op.get('id')} "
+                                        f"talks to rank {op['peer']}, which is not in peers")
+                elif op.get("op") != "compute":
+                    raise SpecError(f"worker spec: stream {stream!r} has unknown op {op.get('op')!r}")
+
+
+def split_address(addr: str, what: str = "address") -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise SpecError(f"worker spec: {what} {addr!r} is not host:port")
+    return host, int(port)
+
+
+def load_spec(path: str) -> WorkerSpec:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise SpecError(f"worker spec: cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"worker spec: {path} is not JSON ({exc})") from None
+    return WorkerSpec.from_dict(data)
+
+
+def specs_for_schedule(schedule: dict[str, Any], hosts: list[str], control: str, *,
+                       port: int = 0, chunk_bytes: int = 256 << 10, timeout_s: float = 10.0,
+                       timestamps: str = "streams", idle_timeout_s: float = 300.0,
+                       log_dir: str = "") -> list[WorkerSpec]:
+    """One spec per rank from a schedule dict (``Schedule.to_dict()``) and each rank's host
+    address (e.g. 127.0.0.1 for loopback, the emulated host's IPv4 in the emulator)."""
+    n = int(schedule["ranks"])
+    if len(hosts) != n:
+        raise SpecError(f"{len(hosts)} host addresses for {n} ranks")
+    specs = []
+    for rank in range(n):
+        streams = schedule["programs"][rank]
+        peers = sorted({int(op["peer"]) for ops in streams.values() for op in ops
+                        if op["op"] in ("send", "recv")})
+        specs.append(WorkerSpec(
+            rank=rank, ranks=n, listen=f"{hosts[rank]}:{port}",
+            peers={p: f"{hosts[p]}:{port}" for p in peers}, control=control,
+            buffers=schedule["buffers"], checks=schedule.get("checks", []), streams=streams,
+            chunk_bytes=chunk_bytes, timeout_s=timeout_s, idle_timeout_s=idle_timeout_s,
+            timestamps=timestamps,
+            log=f"{log_dir}/rank-{rank}.log" if log_dir else ""))
+    return specs

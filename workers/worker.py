@@ -1,0 +1,146 @@
+"""A worker process: ``python -m workers.worker SPEC.json``.
+
+Reads only the JSON worker spec (workers/spec.py), binds its data-plane socket, then follows
+the coordinator over the ipc:// control plane (one JSON object per message):
+
+    worker -> coordinator   ready {rank, address, pid}       data socket bound
+                            connected {rank}                  PUSH sockets to peers made
+                            progress {rank, iteration, done, total}   every 0.5 s
+                            result {rank, iteration, ok, t_start, t_end, mismatches, ...}
+                            error {rank, iteration, message, peer}    then the worker exits 1
+    coordinator -> worker   connect {peers: {rank: "host:port"}}
+                            start {iteration}
+                            abort {reason}     (also honoured in the middle of an iteration)
+                            stop
+
+Exit codes: 0 after ``stop``; 1 after a failure (peer died or went silent, abort, coordinator
+gone); 2 for a bad spec (one line on stderr naming the field).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import traceback
+
+import zmq
+
+from .executor import Aborted, Executor, PeerFailure, now
+from .spec import SpecError, load_spec
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGTERM this worker if the process that started it dies, so a
+    coordinator killed with SIGKILL does not leave workers behind."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+class Worker:
+    def __init__(self, spec_path: str) -> None:
+        self.spec = load_spec(spec_path)
+        if self.spec.log:
+            fd = os.open(self.spec.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(fd, 2)
+            os.close(fd)
+        self.ctx = zmq.Context(io_threads=int(self.spec.extra.get("io_threads", 1)))
+        self.control = self.ctx.socket(zmq.DEALER)
+        self.control.setsockopt(zmq.IDENTITY, f"rank-{self.spec.rank}".encode())
+        self.control.setsockopt(zmq.LINGER, 2000)
+        self.control.connect(self.spec.control)
+        self.executor: Executor | None = None
+        self.iteration = -1
+
+    def send(self, kind: str, **fields) -> None:
+        fields.update(type=kind, rank=self.spec.rank)
+        self.control.send(json.dumps(fields).encode())
+
+    def recv_control(self) -> dict:
+        if not self.control.poll(self.spec.idle_timeout_s * 1000):
+            raise PeerFailure(f"rank {self.spec.rank}: no word from the coordinator for "
+                              f"{self.spec.idle_timeout_s:g} s; exiting")
+        return json.loads(self.control.recv())
+
+    def run(self) -> int:
+        spec = self.spec
+        self.executor = ex = Executor(spec, self.ctx)
+        self.send("ready", address=ex.address, pid=os.getpid())
+        while True:
+            msg = self.recv_control()
+            kind = msg.get("type")
+            if kind == "connect":
+                ex.connect({int(k): v for k, v in msg["peers"].items()})
+                self.send("connected")
+            elif kind == "start":
+                self.iteration = int(msg["iteration"])
+                report = ex.run_iteration(
+                    self.iteration, self.control,
+                    lambda done, total: self.send("progress", iteration=self.iteration,
+                                                  done=done, total=total, t=now()))
+                self.send("result", **report.to_dict())
+            elif kind == "stop":
+                ex.wait_sends(spec.timeout_s)
+                return 0
+            elif kind == "abort":
+                raise Aborted(f"rank {spec.rank}: aborted by the coordinator: "
+                              f"{msg.get('reason', '')}")
+            else:
+                raise PeerFailure(f"rank {spec.rank}: unknown control message {kind!r}")
+
+    def linger_after_failure(self) -> None:
+        """Keep the data sockets open until the coordinator says ``stop`` (at most
+        timeout_s + 5 s): if a failed or aborted worker vanished at once, its neighbours
+        would see *it* disconnect and blame it instead of the peer that really failed."""
+        deadline = now() + self.spec.timeout_s + 5.0
+        while (left := deadline - now()) > 0:
+            if not self.control.poll(left * 1000):
+                return
+            if json.loads(self.control.recv()).get("type") == "stop":
+                return
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.close()
+        self.control.close(linger=1000)
+        self.ctx.term()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m workers.worker SPEC.json", file=sys.stderr)
+        return 2
+    _die_with_parent()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    try:
+        worker = Worker(argv[0])
+    except SpecError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    code = 1
+    try:
+        code = worker.run()
+    except (PeerFailure, Aborted) as exc:
+        print(str(exc), file=sys.stderr)
+        worker.send("error", iteration=worker.iteration, message=str(exc),
+                    peer=getattr(exc, "peer", None), aborted=isinstance(exc, Aborted))
+        worker.linger_after_failure()
+    except Exception as exc:  # report anything unexpected, never hang
+        traceback.print_exc()
+        worker.send("error", iteration=worker.iteration, peer=None, aborted=False,
+                    message=f"rank {worker.spec.rank}: {type(exc).__name__}: {exc}")
+    finally:
+        worker.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
