@@ -38,6 +38,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
                              f"Fat-tree, switch = ideal switch); default: %(default)s")
     parser.add_argument("--degrees", default=None, metavar="LIST", help="comma-separated interface counts d; default: the scenario's")
     parser.add_argument("--link-gbps", default=None, metavar="LIST", help="comma-separated link rates B in Gbps; default: the scenario's")
+    parser.add_argument("--device-tflops", type=float, default=None, metavar="X",
+                        help="effective compute per server in TFLOPS (the paper's server is 4 A100s: about 4 x 125); "
+                             "default: the scenario's")
     parser.add_argument("--steps", type=int, default=None, help="MCMC steps per search; default: the scenario's search_steps")
     parser.add_argument("--seed", type=int, default=None, help="search seed; default: the scenario's")
     parser.add_argument("--prices", metavar="FILE", help="JSON price table overriding the defaults (see docs/search.md)")
@@ -79,6 +82,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     networks = _split(args.topologies, "--topologies", str, NETWORKS)
     degrees = _split(args.degrees, "--degrees", int) or [base.cluster.degree]
     rates = _split(args.link_gbps, "--link-gbps", float) or [base.cluster.link_gbps]
+    if args.device_tflops is not None and not args.device_tflops > 0:
+        raise _usage(f"--device-tflops: must be > 0, got {args.device_tflops}")
+    if args.device_tflops is not None:
+        base = with_overrides(base, workload={"device_tflops": args.device_tflops})
     if args.steps is not None and args.steps < 1:
         raise _usage(f"--steps: must be >= 1, got {args.steps}")
     try:
@@ -115,6 +122,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     (out_dir / "sweep.txt").write_text(table + "\n")
     (out_dir / "sweep.json").write_text(json.dumps({
         "scenario": base.source, "servers": base.cluster.servers, "batch_per_server": base.workload.batch_per_server,
+        "device_tflops": base.workload.device_tflops,
         "steps": steps, "seed": seed, "prices": prices.to_dict(), "seconds": round(time.perf_counter() - t_start, 2),
         "rows": rows}, indent=1))
     written = [out_dir / "sweep.json", out_dir / "sweep.txt"]

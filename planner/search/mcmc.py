@@ -8,8 +8,11 @@ MCMC). The loop:
    the topology TopologyFinder builds for its own traffic.
 3. Each step proposes a change of ONE operator's choice (a tensor-parallel degree, or an
    embedding table's owner / shard count / replication), scores it with the flow-level
-   simulator on the CURRENT topology, and accepts it with the Metropolis rule
-   ``min(1, exp(-alpha * delta))``, delta = relative change of the iteration time.
+   simulator, and accepts it with the Metropolis rule ``min(1, exp(-alpha * delta))``,
+   delta = relative change of the iteration time. Scoring topology: the CURRENT one (the
+   paper's alternation, ``proposals="current"``), the one TopologyFinder builds for the
+   proposal's own traffic when that is affordable (``"own"``), or by default the better
+   of the two (``"both"``; see `SearchConfig.proposals`).
 4. Every accepted strategy's traffic goes to TopologyFinder (`TopologyCache`); when the
    topology changes, the strategy is re-scored on it and later proposals use it. New
    topologies are built for at most `SearchConfig.max_topology_builds` traffic signatures
@@ -30,6 +33,8 @@ import random
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+
+import numpy as np
 
 from ..fusion import FusionConfig, fuse
 from ..plan import Plan, TrafficDemand
@@ -57,6 +62,16 @@ class SearchConfig:
     # accepted strategies with an unseen signature are scored on the current topology, and
     # the best of them is verified on its own topology at the end.
     max_topology_builds: int = 6
+    # Which topology a proposal is scored on. "current": the topology of the last accepted
+    # strategy (the paper's alternation, section 1.4). "own": the topology TopologyFinder
+    # builds for the proposal's own traffic whenever it is cached, cheap (ring-only or
+    # sparse MP demand) or within the build budget, else the current one. "both" (default):
+    # the better of the two decides acceptance. Either way an accepted strategy then moves
+    # to its own topology, as in the paper. "own" alone reaches strategies whose benefit
+    # needs a different topology (tensor-parallel BERT needs MP links between block
+    # members) but can stall where the path goes through odd intermediate topologies
+    # (CANDLE's towers sharded one at a time); "both" keeps both paths open.
+    proposals: str = "both"
 
 
 @dataclass
@@ -190,33 +205,60 @@ def search(scenario: Scenario, config: SearchConfig | None = None,
     scored = [(own_pair(s), s) for s in starts]
     dp_cost = scored[0][0][0]
     (cur_r, cur_key, cur_plan, cur_traffic), current = min(scored, key=lambda t: t[0][0].iteration_s)
-    fixed_plan, fixed_key = cur_plan, cur_key  # without alternation the topology stays this one
     cur_s = cur_r.iteration_s
     best = (cur_s, cur_r, current, cur_plan, cur_traffic)
     pending: tuple | None = None  # best strategy seen on a topology other than its own
     accepted = changes = extra_builds = 0
     history = [(0, cur_s)]
+
+    def topology_for(key: tuple, traffic: TrafficArrays) -> Plan | None:
+        """The plan for a traffic signature: cached, cheap, or within the build budget."""
+        nonlocal extra_builds
+        plan = cache.cached(key)
+        if plan is not None:
+            return plan
+        if len(key) == 4 and np.count_nonzero(traffic.pair) > 4 * n:  # dense MP demand: Blossom is slow
+            if extra_builds >= cfg.max_topology_builds:
+                return None
+            extra_builds += 1
+        return cache.plan(key, traffic)
+
+    score_own = alternate and cfg.proposals in ("own", "both")
     for step in range(1, cfg.steps + 1):
         cand = _propose(graph, current, n, rng, cfg)
-        r = scorer.sim(cur_key, cur_plan).iteration(cand)
+        own = r_own = None
+        if score_own:
+            key, traffic = scorer.traffic(cand)
+            plan = topology_for(key, traffic)
+            if plan is not None:
+                own = (key, plan, traffic)
+                r_own = scorer.sim(key, plan).iteration(cand)
+        r = r_own
+        if r_own is None or (cfg.proposals == "both" and own[0] != cur_key):
+            r_cur = scorer.sim(cur_key, cur_plan).iteration(cand)
+            r = r_cur if r_own is None else min(r_own, r_cur, key=lambda x: x.iteration_s)
         delta = (r.iteration_s - cur_s) / cur_s
         if delta <= 0 or rng.random() < math.exp(-cfg.alpha * delta):
             accepted += 1
             current, cur_s, cur_r = cand, r.iteration_s, r
-            key, traffic = scorer.traffic(cand)
             consistent = True
-            if alternate and key != cur_key:
-                plan = cache.cached(key)
-                if plan is None and (len(key) < 4 or extra_builds < cfg.max_topology_builds):
-                    plan = cache.plan(key, traffic)
-                    extra_builds += len(key) == 4  # only model-parallel matchings are costly
-                if plan is not None:
+            if own:  # the accepted strategy moves to its own topology (it has been scored there)
+                key, plan, traffic = own
+                if key != cur_key:
                     changes += 1
                     cur_key, cur_plan = key, plan
-                    cur_r = scorer.sim(key, plan).iteration(cand)
-                    cur_s = cur_r.iteration_s
-                else:
-                    consistent = False
+                cur_r, cur_s = r_own, r_own.iteration_s
+            else:
+                key, traffic = scorer.traffic(cand)
+                if alternate and key != cur_key:
+                    plan = topology_for(key, traffic)
+                    if plan is not None:
+                        changes += 1
+                        cur_key, cur_plan = key, plan
+                        cur_r = scorer.sim(key, plan).iteration(cand)
+                        cur_s = cur_r.iteration_s
+                    else:
+                        consistent = False
             if consistent and cur_s < best[0]:
                 best = (cur_s, cur_r, current, cur_plan, traffic)
                 history.append((step, cur_s))
