@@ -15,7 +15,11 @@ exactly the schedule the workers run (planner.collectives.schedule), op by op:
   the TCP goodput of the link (payload / wire bytes at the MTU);
 - a message arrives ``hops * alpha`` after its last byte left (per-hop latency, 1.5) and a
   ``recv`` completes when its message has arrived and been reduced or copied
-  (``length / reduce_bytes_per_s``).
+  (``reduce_bytes / reduce_bytes_per_s``, ``reduce_bytes`` capped at the size of the last
+  pipelined chunk: the executor reduces chunks as they arrive);
+- every send and recv costs the rank ``op_overhead_s`` of processor time (the workers'
+  software cost per op, measured on the machine: see topolab.calibrate); a rank's ops
+  take turns on its processor, so many small ops add up as they do in the workers.
 
 The prediction is in the network's own time unit: give it emulated link rates to predict an
 emulated run, then divide by the time-scale factor to get the real cluster's time.
@@ -50,6 +54,8 @@ class Network:
     path: Callable[[int, int], list[int]]
     alpha_s: float = 0.0
     reduce_bytes_per_s: float = 4e9
+    op_overhead_s: float = 0.0
+    reduce_cap_bytes: float = float("inf")
     _paths: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict, repr=False)
 
     def links(self, src: int, dst: int) -> list[tuple[int, int]]:
@@ -61,7 +67,8 @@ class Network:
 
 
 def plan_network(plan, link_bps: float | None = None, mtu: int = 9000, alpha_s: float | None = None,
-                 reduce_bytes_per_s: float = 4e9) -> Network:
+                 reduce_bytes_per_s: float = 4e9, op_overhead_s: float = 0.0,
+                 reduce_cap_bytes: float = float("inf")) -> Network:
     """A `Network` for ``plan``: each cable gives both directions its rate (parallel cables
     add up). ``link_bps`` rescales every link so that a plan link of ``plan.link_gbps``
     runs at ``link_bps`` (the emulated rate); by default the plan's own rates are used."""
@@ -73,7 +80,7 @@ def plan_network(plan, link_bps: float | None = None, mtu: int = 9000, alpha_s: 
         cap[(link.a, link.b)] += bps
         cap[(link.b, link.a)] += bps
     alpha = plan.latency_us * 1e-6 if alpha_s is None else alpha_s
-    return Network(dict(cap), plan.path, alpha, reduce_bytes_per_s)
+    return Network(dict(cap), plan.path, alpha, reduce_bytes_per_s, op_overhead_s, reduce_cap_bytes)
 
 
 @dataclass
@@ -147,6 +154,19 @@ def predict(schedule, network: Network) -> Prediction:
     timers: list[tuple[float, int, str, tuple]] = []  # (time, seq, kind, payload)
     seq = 0
     now = 0.0
+    cpu_free = [0.0] * ranks
+    overhead = network.op_overhead_s
+
+    def cpu(rank: int, t: float) -> float:
+        """Charge one op's software cost to ``rank``'s processor from time ``t`` on."""
+        if overhead <= 0:
+            return t
+        t = max(t, cpu_free[rank]) + overhead
+        cpu_free[rank] = t
+        return t
+
+    def reduce_time(length: int) -> float:
+        return min(length, network.reduce_cap_bytes) / network.reduce_bytes_per_s
 
     def push(t: float, kind: str, payload: tuple) -> None:
         nonlocal seq
@@ -176,14 +196,18 @@ def predict(schedule, network: Network) -> Prediction:
                     push(now + op.seconds, "compute", (rank, stream, op.id, now))
                     break
                 if op.kind == "send":
-                    queues[(rank, op.peer)].append((op.tag, op.length))
-                    finish(rank, op, stream, now, now)
-                    continue
+                    t_send = cpu(rank, now)
+                    if t_send <= now:
+                        queues[(rank, op.peer)].append((op.tag, op.length))
+                        finish(rank, op, stream, now, now)
+                        continue
+                    push(t_send, "send", (rank, stream, op.id, now))
+                    break
                 # recv: completes when the matching message has arrived
                 key = (op.peer, rank, op.tag)
                 if arrived[key]:
                     t_arr = arrived[key].popleft()
-                    end = max(now, t_arr) + op.length / network.reduce_bytes_per_s
+                    end = cpu(rank, max(now, t_arr)) + reduce_time(op.length)
                     push(end, "recv", (rank, stream, op.id, now))
                 else:
                     waiting_recv[key].append((rank, stream, op.id, now))
@@ -206,7 +230,7 @@ def predict(schedule, network: Network) -> Prediction:
         if waiting_recv[key]:
             rank, stream, op_id, t_post = waiting_recv[key].popleft()
             _, op = ops_by_id[rank][op_id]
-            push(max(t_arr, t_post) + op.length / network.reduce_bytes_per_s, "recv", (rank, stream, op_id, t_post))
+            push(cpu(rank, max(t_arr, t_post)) + reduce_time(op.length), "recv", (rank, stream, op_id, t_post))
         else:
             arrived[key].append(t_arr)
 
@@ -245,6 +269,8 @@ def predict(schedule, network: Network) -> Prediction:
         while timers and timers[0][0] <= now + 1e-15:
             _, _, kind, (rank, stream, op_id, t_start) = heapq.heappop(timers)
             _, op = ops_by_id[rank][op_id]
+            if kind == "send":
+                queues[(rank, op.peer)].append((op.tag, op.length))
             finish(rank, op, stream, t_start, now)
 
     unfinished = [(r, s) for r in range(ranks) for s, ops in schedule.programs[r].items() if cursor[r][s] < len(ops)]

@@ -12,6 +12,12 @@ from planner import ScenarioError
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("topolab.plan_cmd", "plan a scenario: strategy, topology, routes; print a summary or JSON"),
     "run": ("topolab.run", "plan, emulate and run training iterations; write results.json, report.md and plots"),
+    "compare": ("topolab.compare", "run the same job on several topologies and compare them side by side"),
+    "collective": ("topolab.collective", "nccl-tests style AllReduce benchmark on the emulated network"),
+    "verify": ("topolab.verify", "build the emulated network and check reachability, paths and link goodput"),
+    "shell": ("topolab.shell", "open Mininet's CLI on the emulated network of a scenario (h0 ping h6, ...)"),
+    "clean": ("topolab.clean", "remove what a killed topolab run left behind (only topolab's own)"),
+    "sweep": ("topolab.sweep", "iteration time per model and topology at scale, with the flow-level model"),
 }
 
 
@@ -45,6 +51,25 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+def _runtime_errors() -> tuple[type[BaseException], ...]:
+    """Failures of a run that deserve one clear line, not a traceback (busy lock, a worker
+    that died, a link that failed its shaping check)."""
+    errors: list[type[BaseException]] = []
+    try:
+        from emulator import EmulationError
+
+        errors.append(EmulationError)
+    except ImportError:
+        pass
+    try:
+        from workers.coordinator import WorkerFailure
+
+        errors.append(WorkerFailure)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -52,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     except _input_errors() as err:
         print(f"topolab {args._name}: {err}", file=sys.stderr)
         return 2
+    except _runtime_errors() as err:
+        print(f"topolab {args._name}: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"topolab {args._name}: interrupted", file=sys.stderr)
         return 130

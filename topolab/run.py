@@ -34,6 +34,7 @@ from planner.iteration import IterationOptions, iteration_schedule
 from planner.predict import plan_network, predict
 from planner.zoo import get_model
 
+from .calibrate import measure_op_overhead, zero_payload_twin
 from .progress import Progress
 from .report import write_report
 
@@ -46,6 +47,7 @@ SOFTWARE_HOP_S = 6.5e-6
 # chunk's reduction is exposed; numpy's in-place add of float32 on one core of this machine
 # runs at a few GB/s and the workers share the two cores.
 EXPOSED_REDUCE_BYTES = 256 << 10
+REDUCE_BYTES_PER_S = 2e9
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +58,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iterations", type=int, metavar="N", help="timed iterations (default: [run] iterations)")
     parser.add_argument("--payload-scale", type=float, metavar="F",
                         help="multiply every transfer size (default: [run] payload_scale)")
+    parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                        help="wait up to SECONDS for another topolab network to finish (default: fail at once)")
 
 
 def _positive(value: Any, name: str) -> None:
@@ -98,14 +102,16 @@ def prepare(s: Scenario, payload_scale: float | None = None) -> tuple[Plan, Any,
     return plan, schedule, opts, emulated
 
 
-def predict_run(plan: Plan, schedule, emulated: dict[str, Any], netem: bool) -> dict[str, Any]:
+def predict_run(plan: Plan, schedule, emulated: dict[str, Any], netem: bool,
+                op_overhead_s: float = 0.0) -> dict[str, Any]:
     alpha = SOFTWARE_HOP_S + (plan.latency_us * 1e-6 * emulated["time_scale"] if netem else 0.0)
     net = plan_network(plan, link_bps=emulated["link_mbps"] * 1e6, mtu=emulated["mtu"], alpha_s=alpha,
-                       reduce_bytes_per_s=4e9)
+                       reduce_bytes_per_s=REDUCE_BYTES_PER_S, op_overhead_s=op_overhead_s,
+                       reduce_cap_bytes=EXPOSED_REDUCE_BYTES)
     t0 = time.perf_counter()
     pred = predict(schedule, net)
     return {"emulated_s": pred.seconds, "real_ms": pred.seconds / emulated["time_scale"] * 1e3,
-            "alpha_s": alpha, "model_seconds": time.perf_counter() - t0,
+            "alpha_s": alpha, "op_overhead_s": op_overhead_s, "model_seconds": time.perf_counter() - t0,
             "link_bytes": pred.link_bytes_list(), "relayed_link_bytes": pred.relayed_bytes_list()}
 
 
@@ -130,7 +136,7 @@ def write_results(results: dict[str, Any], out_dir: Path) -> Path:
 
 
 def execute(s: Scenario, out_dir: Path, iterations: int | None = None, payload_scale: float | None = None,
-            log: Callable[[str], None] | None = None) -> dict[str, Any]:
+            log: Callable[[str], None] | None = None, lock_wait_s: float = 0.0) -> dict[str, Any]:
     """Run a scenario end to end; always writes results (also partial ones) to ``out_dir``."""
     from emulator import EmulatedNetwork, netem_present
     from workers.coordinator import Coordinator
@@ -154,7 +160,8 @@ def execute(s: Scenario, out_dir: Path, iterations: int | None = None, payload_s
         f"({results['predicted']['emulated_s']:.3f} s emulated)")
     compute = compute_seconds(schedule)
     try:
-        with EmulatedNetwork(plan, s.emulation, log=log) as net:
+        config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
+        with EmulatedNetwork(plan, config, log=log) as net:
             results["emulation"].update({k: v for k, v in net.facts.items() if k not in results["emulation"]})
             results["emulation"]["netem"] = net.netem
             if net.netem != want_netem:  # the kernel decided otherwise: predict again
@@ -165,8 +172,14 @@ def execute(s: Scenario, out_dir: Path, iterations: int | None = None, payload_s
             log(f"[3/4] emulated network up in {net.facts.get('build_s', 0):.2f} s "
                 f"({len(plan.links)} cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}); starting workers")
             hosts = [net.host_address(i) for i in range(plan.servers)]
-            with Coordinator(schedule.to_dict(), hosts, spawn=lambda rank, argv: net.popen(rank, argv),
-                             timeout_s=s.run.timeout_s) as coord:
+            spawn = lambda rank, argv: net.popen(rank, argv)  # noqa: E731
+            twin = zero_payload_twin(plan, get_model(s.workload.model), opts)
+            cal = measure_op_overhead(twin, hosts, spawn, plan.path, timeout_s=s.run.timeout_s)
+            results["calibration"] = cal
+            results["predicted"] = predict_run(plan, schedule, emulated, net.netem, cal["op_overhead_s"])
+            log(f"      measured worker cost {cal['op_overhead_s'] * 1e6:.0f} us per op (zero-payload twin: "
+                f"{cal['twin_seconds'] * 1e3:.1f} ms); prediction now {results['predicted']['real_ms']:.3f} ms")
+            with Coordinator(schedule.to_dict(), hosts, spawn=spawn, timeout_s=s.run.timeout_s) as coord:
                 bar = Progress(s.run.warmup + iterations, "iterations")
                 for i in range(s.run.warmup + iterations):
                     res = coord.run_iteration(i)
@@ -213,7 +226,7 @@ def run_run(args: argparse.Namespace) -> int:
         from .cli import UsageError
 
         raise UsageError("emulation needs root (network namespaces, tc); run as root, e.g. in the Vagrant VM")
-    results = execute(s, out, args.iterations, args.payload_scale)
+    results = execute(s, out, args.iterations, args.payload_scale, lock_wait_s=args.wait)
     summ = results["summary"]
     print(f"{s.name}: measured {summ.get('median_real_ms', float('nan')):.3f} ms per iteration "
           f"(median of {summ['iterations']}), predicted {results['predicted']['real_ms']:.3f} ms, "

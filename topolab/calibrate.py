@@ -1,0 +1,53 @@
+"""Measure the workers' software cost per op, so the prediction can account for it.
+
+An emulated iteration is not only bytes on links: every send and recv costs the worker
+some processor time (Python, pyzmq, the kernel's TCP stack), and twelve workers share this
+machine's two cores. The cost is a property of the machine and the executor, not of the plan,
+so it is measured, not fitted: a *zero-payload twin* of the iteration's schedule (the same
+ops and dependencies, 4-byte messages, no compute) runs on the same emulated hosts before the
+timed iterations. With bandwidth out of the picture the model's prediction of the twin is
+K x op_overhead (K counts the ops on the critical path, including the serialization of each
+rank's ops on its processor), so op_overhead = measured twin time / K.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from typing import Callable
+
+from planner.iteration import IterationOptions, iteration_schedule
+from planner.predict import Network, predict
+
+
+def zero_payload_twin(plan, model, opts: IterationOptions):
+    return iteration_schedule(plan, model, replace(opts, payload_scale=1e-12, time_scale=0.0))
+
+
+def critical_op_count(schedule, path) -> float:
+    """K: the twin's predicted time with a unit op cost and infinitely fast links."""
+    net = Network(capacity={}, path=path, alpha_s=0.0, reduce_bytes_per_s=float("inf"), op_overhead_s=1.0)
+    # every link infinitely fast: give each routed link a huge capacity on demand
+    net.capacity = _InfiniteCapacity()
+    return predict(schedule, net).seconds
+
+
+class _InfiniteCapacity(dict):
+    def __missing__(self, key):
+        return 1e30
+
+
+def measure_op_overhead(twin, hosts: list[str], spawn: Callable, path, repeats: int = 3,
+                        timeout_s: float = 30.0) -> dict:
+    """Run ``twin`` on the given hosts and return the per-op cost and what it came from."""
+    from workers.coordinator import Coordinator
+
+    with Coordinator(twin.to_dict(), hosts, spawn=spawn, timeout_s=timeout_s) as coord:
+        results = coord.run(repeats, warmup=1)
+    times = [r.time_s for r in results if r.ok]
+    if not times:
+        raise RuntimeError("calibration twin failed verification")
+    measured = statistics.median(times)
+    k = critical_op_count(twin, path)
+    return {"op_overhead_s": measured / k if k > 0 else 0.0, "twin_seconds": measured,
+            "critical_ops": k, "twin_ops": twin.op_count()}
