@@ -52,6 +52,7 @@ class LinkResult:
     b_to_a_mbps: float | None
     error: str = ""
     tolerance: float = 0.05
+    first_try: tuple[float | None, float | None] | None = None  # set when re-measured alone
 
     def ratio(self, mbps: float | None) -> float | None:
         return None if mbps is None else mbps / self.tcp_max_mbps
@@ -70,6 +71,7 @@ class GoodputReport:
     budget_gbps: float = 0.0
     seconds: float = 0.0
     sampled: bool = False
+    retried: int = 0
 
 
 def parse_traceroute(text: str, src: int) -> list[int | None]:
@@ -132,8 +134,10 @@ def _iperf_mbps(doc: dict, key: str) -> float | None:
 
 
 def check_goodput(net, links: list[int] | None = None, seconds: float = 3.0, omit_s: int = 1,
-                  budget_gbps: float = 8.0, tolerance: float = 0.05, progress=None) -> GoodputReport:
-    """Measure every cable in ``links`` (default: all) both ways at once with iperf3."""
+                  budget_gbps: float = 8.0, tolerance: float = 0.05, progress=None,
+                  retries_max: int = 8) -> GoodputReport:
+    """Measure every cable in ``links`` (default: all) both ways at once with iperf3; up to
+    ``retries_max`` cables that miss the tolerance are measured once more, alone."""
     plan = net.plan
     all_links = list(range(len(plan.links)))
     chosen = all_links if links is None else links
@@ -160,6 +164,16 @@ def check_goodput(net, links: list[int] | None = None, seconds: float = 3.0, omi
         if progress:
             progress(f"goodput: batch {i + 1}/{len(batches)}: {len(batch)} cable(s)")
         report.links += _measure_batch(net, batch, seconds, omit_s, frac, tolerance)
+    # A cable that missed under load (the machine is shared) is measured again, alone: a
+    # shaping fault fails alone too, CPU contention does not. Both results are kept.
+    retry = [i for i, r in enumerate(report.links) if not r.ok]
+    for n, i in enumerate(retry[:retries_max]):
+        if progress:
+            progress(f"goodput: re-measuring cable {report.links[i].link} alone ({n + 1}/{min(len(retry), retries_max)})")
+        again = _measure_batch(net, [report.links[i].link], seconds, omit_s, frac, tolerance)[0]
+        again.first_try = (report.links[i].a_to_b_mbps, report.links[i].b_to_a_mbps)
+        report.links[i] = again
+        report.retried += 1
     report.batches = len(batches)
     report.seconds = time.perf_counter() - t0
     return report

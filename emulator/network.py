@@ -64,9 +64,31 @@ def netem_present() -> bool:
     return _netem_cache
 
 
+class _PortIntf:
+    """A cable end as Mininet's CLI lists it (``net``, ``dump``, ``intfs``)."""
+
+    link = None
+
+    def __init__(self, name: str, ip: str):
+        self.name, self.ip = name, ip
+
+    def IP(self) -> str:  # noqa: N802 (Mininet's API)
+        return self.ip
+
+    updateIP = IP  # noqa: N815
+
+    def MAC(self) -> None:  # noqa: N802
+        return None
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class _IdentityIntf:
     """What Mininet's CLI asks a host's default interface for: its address. Our hosts are
     reached by their identity address, not by the address of one of their cables."""
+
+    link = None
 
     def __init__(self, host: "EmulatedHost"):
         self.host, self.name = host, "lo"
@@ -204,6 +226,8 @@ class EmulatedNetwork:
         run_dir = run_dir_path(self.config.run_dir)
         self._lock = RunLock(run_dir)
         self._lock.acquire(self.config.lock_wait_s)
+        self.facts["lock_wait_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         self._started = True
         try:
             self._install_signal_handlers()
@@ -270,6 +294,12 @@ class EmulatedNetwork:
             host = self.mininet.addHost(self.host_name(u), cls=EmulatedHost)
             host.identity = identity(u)
             self.hosts.append(host)
+        for u, host in enumerate(self.hosts):
+            # what Mininet's CLI lists (pingall skips hosts without interfaces)
+            host.intfs[0] = _IdentityIntf(host)
+            for j, p in enumerate(self.ports[u], start=1):
+                host.intfs[j] = _PortIntf(p.ifname, p.address)
+            host.nameToIntf = {i.name: i for i in host.intfs.values()}
         for host in self.hosts:
             host.finishShell()
             ino = nsutil.netns_inode(host.pid)

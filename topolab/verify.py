@@ -106,7 +106,7 @@ def _verify(args) -> int:
                                  if r is not None and abs(r - 1) <= args.tolerance),
             "directions": 2 * len(goodput.links), "tolerance": args.tolerance,
             "ratio_min": min(ratios, default=None), "ratio_mean": sum(ratios) / len(ratios) if ratios else None,
-            "ratio_max": max(ratios, default=None), "batches": goodput.batches, "budget_gbps": goodput.budget_gbps,
+            "ratio_max": max(ratios, default=None), "batches": goodput.batches, "retried_alone": goodput.retried, "budget_gbps": goodput.budget_gbps,
             "seconds": goodput.seconds, "links": [asdict(l) for l in goodput.links]}
     ok = (reached == len(paths) and report["paths"]["equal"] == len(paths)
           and (goodput is None or all(l.ok for l in goodput.links)))
@@ -141,7 +141,9 @@ def _print_table(r: dict, plan) -> None:
     what = f"{g['cables']} of {g['of_cables']} cables (sample)" if g["sampled"] else f"all {g['cables']} cables"
     print(f"{mark(g['directions_ok'] == g['directions'])} goodput: {g['directions_ok']}/{g['directions']} directions "
           f"within {g['tolerance']:.0%} of the TCP maximum ({what}, {g['batches']} batches of <= "
-          f"{g['budget_gbps']:g} Gbit/s, {g['seconds']:.0f} s)")
+          f"{g['budget_gbps']:g} Gbit/s, {g['seconds']:.0f} s"
+          + (f"; {g['retried_alone']} cable(s) re-measured alone after missing under load" if g["retried_alone"] else "")
+          + ")")
     if g["ratio_min"] is not None:
         print(f"     goodput / TCP max: min {g['ratio_min']:.3f}, mean {g['ratio_mean']:.3f}, max {g['ratio_max']:.3f}"
               f" (TCP max = {f['tcp_max_fraction']:.4f} x shaped rate at MTU {f['mtu']})")
@@ -151,4 +153,6 @@ def _print_table(r: dict, plan) -> None:
         fmt = lambda v: "   -   " if v is None else f"{v:7.1f}"  # noqa: E731
         print(f"{mark(not l['error'] and l['a_to_b_mbps'] is not None and l['b_to_a_mbps'] is not None and abs(l['a_to_b_mbps'] / l['tcp_max_mbps'] - 1) <= l['tolerance'] and abs(l['b_to_a_mbps'] / l['tcp_max_mbps'] - 1) <= l['tolerance'])} "
               f"{l['link']:>5} {name(l['a']):>4} {name(l['b']):>4} {l['rate_mbps']:7.1f} {l['tcp_max_mbps']:7.1f} "
-              f"{fmt(l['a_to_b_mbps'])} {fmt(l['b_to_a_mbps'])}" + (f"  {l['error']}" if l["error"] else ""))
+              f"{fmt(l['a_to_b_mbps'])} {fmt(l['b_to_a_mbps'])}" + (f"  {l['error']}" if l["error"] else "")
+              + (f"  (first try {fmt(l['first_try'][0]).strip()} / {fmt(l['first_try'][1]).strip()})"
+                 if l.get("first_try") else ""))
