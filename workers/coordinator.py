@@ -80,7 +80,7 @@ class Coordinator:
     """Run one schedule on one worker per rank. Use as a context manager."""
 
     def __init__(self, schedule: dict[str, Any], hosts: Sequence[str], *,
-                 spawn: Spawn | None = None, chunk_bytes: int = 256 << 10,
+                 spawn: Spawn | None = None, chunk_bytes: int = 1 << 20,
                  timeout_s: float = 10.0, timestamps: str = "streams",
                  start_timeout_s: float = 60.0, python: str = sys.executable,
                  workdir: str | None = None, keep_workdir: bool = False,

@@ -94,12 +94,13 @@ class IterationReport:
     ops: list[list[float]] = field(default_factory=list)
     bytes_sent: int = 0
     bytes_received: int = 0
+    cpu_s: float = 0.0  # CPU time of this worker process (all threads) during the program
 
     def to_dict(self) -> dict[str, Any]:
         return {"iteration": self.iteration, "ok": self.ok, "t_start": self.t_start,
                 "t_end": self.t_end, "mismatches": self.mismatches, "streams": self.streams,
                 "ops": self.ops, "bytes_sent": self.bytes_sent,
-                "bytes_received": self.bytes_received}
+                "bytes_received": self.bytes_received, "cpu_s": self.cpu_s}
 
 
 class Executor:
@@ -242,12 +243,15 @@ class Executor:
         """Fill inputs, run the program to completion, verify. Raises PeerFailure/Aborted."""
         self.fill_inputs(iteration)
         run = _Run(self, iteration, control, heartbeat)
+        cpu0 = time.process_time()
         t_start = now()
         run.execute()
         t_end = now()
+        cpu = time.process_time() - cpu0
         mismatches = self.verify(iteration)
         report = IterationReport(iteration, not mismatches, t_start, t_end, mismatches,
-                                 bytes_sent=run.bytes_sent, bytes_received=run.bytes_received)
+                                 bytes_sent=run.bytes_sent, bytes_received=run.bytes_received,
+                                 cpu_s=cpu)
         if self.spec.timestamps in ("streams", "ops"):
             for si, name in enumerate(self.stream_names):
                 ops = self.streams[si]

@@ -44,7 +44,7 @@ class WorkerSpec:
     buffers: list[dict[str, Any]]
     checks: list[dict[str, Any]]
     streams: dict[str, list[dict[str, Any]]]
-    chunk_bytes: int = 256 << 10
+    chunk_bytes: int = 1 << 20
     timeout_s: float = 10.0
     idle_timeout_s: float = 300.0
     timestamps: str = "streams"
@@ -74,7 +74,7 @@ class WorkerSpec:
                        peers={int(k): str(v) for k, v in need("peers").items()},
                        control=str(need("control")), buffers=list(need("buffers")),
                        checks=list(d.get("checks", [])), streams=dict(need("streams")),
-                       chunk_bytes=int(d.get("chunk_bytes", 256 << 10)),
+                       chunk_bytes=int(d.get("chunk_bytes", 1 << 20)),
                        timeout_s=float(d.get("timeout_s", 10.0)),
                        idle_timeout_s=float(d.get("idle_timeout_s", 300.0)),
                        timestamps=str(d.get("timestamps", "streams")), log=str(d.get("log", "")),
@@ -140,7 +140,7 @@ def load_spec(path: str) -> WorkerSpec:
 
 
 def specs_for_schedule(schedule: dict[str, Any], hosts: list[str], control: str, *,
-                       port: int = 0, chunk_bytes: int = 256 << 10, timeout_s: float = 10.0,
+                       port: int = 0, chunk_bytes: int = 1 << 20, timeout_s: float = 10.0,
                        timestamps: str = "streams", idle_timeout_s: float = 300.0,
                        log_dir: str = "") -> list[WorkerSpec]:
     """One spec per rank from a schedule dict (``Schedule.to_dict()``) and each rank's host

@@ -1,0 +1,93 @@
+"""`topolab collective`: size parsing, nccl-tests figures, the plan adapter, and (as root)
+a small run on the emulated 12-server network."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import pytest
+
+from planner.collectives import simulate_and_verify
+from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan, plan_rings
+from topolab.collective import (CollectiveInputError, SizeResult, add_collective_arguments,
+                                format_table, ideal_allreduce_s, parse_algorithms, parse_size,
+                                parse_sizes, run_collective)
+
+
+def test_sizes_parse_like_nccl_tests():
+    assert parse_size("64M") == 64 << 20
+    assert parse_size("4096") == 4096
+    assert parse_size("1g") == 1 << 30
+    assert parse_sizes("1M..8M") == [1 << 20, 2 << 20, 4 << 20, 8 << 20]
+    assert parse_sizes("1M..6M") == [1 << 20, 2 << 20, 4 << 20]
+
+
+@pytest.mark.parametrize("bad", ["", "64X", "-1M", "6", "8M..1M", "M"])
+def test_bad_sizes_name_the_option(bad):
+    with pytest.raises(CollectiveInputError, match="--bytes"):
+        parse_sizes(bad)
+
+
+def test_algorithms_parse():
+    assert parse_algorithms("ring,dbtree") == ["ring", "dbtree"]
+    with pytest.raises(CollectiveInputError, match="--algorithm 'butterfly'"):
+        parse_algorithms("butterfly")
+
+
+def test_ideal_is_the_reference_bound():
+    # 12 servers, 4 links of 400 Mbit/s at MTU 9000 goodput: 2*11*S/(12*D)
+    d = 4 * 400e6 * (9000 - 52) / (9000 + 14)
+    assert ideal_allreduce_s(12, 64 << 20, d) == pytest.approx(2 * 11 * (64 << 20) * 8 / (12 * d))
+
+
+def test_figures_follow_nccl_tests_factors():
+    r = SizeResult("topoopt", 1 << 20, 8, [0.5, 0.4, 0.6], ideal_s=0.25, verified=True)
+    assert r.time_s == 0.5
+    assert r.algbw == (1 << 20) / 0.5
+    assert r.busbw == pytest.approx(r.algbw * 2 * 7 / 8)
+    assert r.ratio == 2.0
+    table = format_table([r])
+    assert "topoopt" in table and "2.000" in table and "yes" in table
+    assert json.loads(json.dumps(r.to_dict()))["measured_over_ideal"] == 2.0
+
+
+def test_plan_adapter_runs_every_algorithm_on_the_planned_rings():
+    from planner import build_plan, load_scenario
+    plan = build_plan(load_scenario("scenarios/topoopt-12.toml"))
+    rings = plan_rings(plan)
+    assert len(rings) == 2 * len(plan.rings)
+    # the reverse of every ring is present: both directions of every cable carry traffic
+    edges = {(r[i], r[(i + 1) % len(r)]) for r in rings for i in range(len(r))}
+    assert all((b, a) in edges for a, b in edges)
+    for alg in ALGORITHMS:
+        sched = allreduce_for_plan(plan, alg, 4 * 12 * 64, segment_bytes=256)
+        assert simulate_and_verify(sched) == []
+
+
+def test_not_root_or_bad_input_is_a_usage_error(tmp_path):
+    parser = argparse.ArgumentParser()
+    add_collective_arguments(parser)
+    from topolab.cli import UsageError
+    with pytest.raises(UsageError, match="--repeat"):
+        run_collective(parser.parse_args(["scenarios/topoopt-12.toml", "--repeat", "0"]))
+    with pytest.raises(UsageError, match="--bytes"):
+        run_collective(parser.parse_args(["scenarios/topoopt-12.toml", "--bytes", "3"]))
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_collective_on_emulated_topoopt_12(capsys):
+    """Every algorithm verifies on the real emulated network (small buffer, fast)."""
+    parser = argparse.ArgumentParser()
+    add_collective_arguments(parser)
+    args = parser.parse_args(["scenarios/topoopt-12.toml", "--algorithm", "ring,topoopt,tree,dbtree",
+                              "--bytes", "1M", "--repeat", "1", "--json", "--wait", "300"])
+    assert run_collective(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["algorithm"] for r in doc["results"]] == ["ring", "topoopt", "tree", "dbtree"]
+    for r in doc["results"]:
+        assert r["verified"] and r["time_s"] > 0
+        # nothing beats the bound (allow 2% for clock granularity at this small size)
+        assert r["measured_over_ideal"] > 0.98

@@ -1,0 +1,293 @@
+"""`topolab collective`: an nccl-tests style AllReduce benchmark on the emulated network.
+
+    topolab collective SCENARIO --algorithm ring|topoopt|tree|dbtree --bytes SIZE [--json]
+
+Plans the scenario, builds its emulated network (emulator.EmulatedNetwork), and for every
+size and algorithm starts one worker per server in the server's namespace (workers.
+Coordinator), runs warm-up and ``--repeat`` timed iterations, each verified by every worker.
+
+Figures per row (reference section 5): time = median over the timed iterations of
+max(t_end) - min(t_start) over ranks; algbw = S / time; busbw = algbw * 2 (n-1) / n;
+ideal = 2 (n-1) S / (n * D) where D is one server's total egress goodput: the emulated rate
+of each of its links times the TCP maximum at the MTU (what HTB lets through after
+Ethernet/IP/TCP headers: emulator.tcp_max_fraction), summed over its d links. That is the
+lower bound for any AllReduce on the plan's topology with every interface busy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan
+from planner.collectives.trees import DEFAULT_SEGMENT_BYTES
+
+COLLECTIVE_FORMAT = "topolab.collective/1"
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+class CollectiveInputError(ValueError):
+    """Bad command-line value; the message names the option."""
+
+
+def parse_size(text: str, option: str = "--bytes") -> int:
+    """``64M`` -> 67108864 (K, M, G are powers of 1024, as in nccl-tests)."""
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise CollectiveInputError(f"{option} {text!r}: expected a size such as 4096, 256K, 64M or 1G")
+    size = int(m.group(1)) * _UNITS[m.group(2).upper()]
+    if size <= 0 or size % 4:
+        raise CollectiveInputError(f"{option} {text!r}: must be a positive multiple of 4 bytes "
+                                   f"(float32 gradients)")
+    return size
+
+
+def parse_sizes(text: str) -> list[int]:
+    """One size (``64M``) or a doubling range (``1M..256M``)."""
+    if ".." not in text:
+        return [parse_size(text)]
+    lo_text, _, hi_text = text.partition("..")
+    lo, hi = parse_size(lo_text), parse_size(hi_text)
+    if hi < lo:
+        raise CollectiveInputError(f"--bytes {text!r}: the range ends below its start")
+    sizes = [lo]
+    while sizes[-1] * 2 <= hi:
+        sizes.append(sizes[-1] * 2)
+    return sizes
+
+
+def parse_algorithms(text: str) -> list[str]:
+    algs = [a.strip() for a in text.split(",") if a.strip()]
+    bad = [a for a in algs if a not in ALGORITHMS]
+    if bad or not algs:
+        raise CollectiveInputError(f"--algorithm {text!r}: expected one or more of "
+                                   f"{', '.join(ALGORITHMS)} (comma separated)")
+    return algs
+
+
+def format_size(nbytes: int) -> str:
+    for unit in ("G", "M", "K"):
+        if nbytes % _UNITS[unit] == 0:
+            return f"{nbytes // _UNITS[unit]}{unit}"
+    return str(nbytes)
+
+
+def ideal_allreduce_s(n: int, nbytes: int, egress_goodput_bps: float) -> float:
+    """2 (n-1) S / (n D): reference section 5's bound, D in bits/s of goodput."""
+    return 2 * (n - 1) * nbytes * 8 / (n * egress_goodput_bps)
+
+
+def server_egress_bps(plan: Any, link_rate_bps: Sequence[float], server: int = 0) -> float:
+    """Sum of the emulated rates of the cables at ``server`` (its d interfaces)."""
+    return float(sum(rate for link, rate in zip(plan.links, link_rate_bps)
+                     if server in (link.a, link.b) and link.a != link.b))
+
+
+@dataclass
+class SizeResult:
+    algorithm: str
+    bytes: int
+    ranks: int
+    times_s: list[float]
+    ideal_s: float
+    verified: bool
+    time_scale: float = 1.0
+    mismatches: list[str] = field(default_factory=list)
+
+    @property
+    def time_s(self) -> float:
+        return statistics.median(self.times_s) if self.times_s else float("nan")
+
+    @property
+    def algbw(self) -> float:
+        """Bytes per second (nccl-tests' algbw)."""
+        return self.bytes / self.time_s
+
+    @property
+    def busbw(self) -> float:
+        return self.algbw * 2 * (self.ranks - 1) / self.ranks
+
+    @property
+    def ratio(self) -> float:
+        return self.time_s / self.ideal_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(size=format_size(self.bytes), time_s=self.time_s,
+                 min_s=min(self.times_s, default=float("nan")),
+                 max_s=max(self.times_s, default=float("nan")),
+                 algbw_MBps=self.algbw / 1e6, busbw_MBps=self.busbw / 1e6,
+                 measured_over_ideal=self.ratio,
+                 time_real_ms=self.time_s / self.time_scale * 1e3,
+                 ideal_real_ms=self.ideal_s / self.time_scale * 1e3)
+        return d
+
+
+def measure(net: Any, plan: Any, algorithms: Sequence[str], sizes: Sequence[int], *,
+            repeat: int = 5, warmup: int = 1, chunk_bytes: int = 1 << 20,
+            segment_bytes: int = DEFAULT_SEGMENT_BYTES, timeout_s: float = 30.0,
+            log: Callable[[str], None] | None = None) -> list[SizeResult]:
+    """Run every (size, algorithm) on the emulated network ``net``; sizes outer, so the
+    algorithms of one size are measured side by side in time (the machine is noisy)."""
+    from emulator import tcp_max_fraction
+    from workers.coordinator import Coordinator
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    n = int(plan.servers)
+    hosts = [net.host_address(i) for i in range(n)]
+    goodput = server_egress_bps(plan, net.link_rate_bps) * tcp_max_fraction(net.mtu)
+
+    def spawn(rank: int, argv: list[str]) -> subprocess.Popen:
+        return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+    results = []
+    for size in sizes:
+        for alg in algorithms:
+            sched = allreduce_for_plan(plan, alg, size, segment_bytes)
+            ideal = ideal_allreduce_s(n, size, goodput)
+            label = f"{alg} {format_size(size)}"
+            with Coordinator(sched.to_dict(), hosts, spawn=spawn, chunk_bytes=chunk_bytes,
+                             timeout_s=timeout_s) as coord:
+                times, ok, mismatches = [], True, []
+                for i in range(warmup + repeat):
+                    res = coord.run_iteration(i)
+                    ok = ok and res.ok
+                    mismatches += res.mismatches[:3]
+                    if i >= warmup:
+                        times.append(res.time_s)
+                    log(f"  {label}: {'warm-up' if i < warmup else f'{i - warmup + 1}/{repeat}'} "
+                        f"{res.time_s:.3f} s ({res.time_s / ideal:.3f}x ideal) "
+                        f"{'verified' if res.ok else 'VERIFY FAILED'}")
+            results.append(SizeResult(alg, size, n, times, ideal, ok, net.time_scale,
+                                      mismatches[:5]))
+    return results
+
+
+def format_table(results: Sequence[SizeResult]) -> str:
+    head = (f"{'algorithm':<9} {'size':>6} {'time(ms)':>10} {'algbw(MB/s)':>12} "
+            f"{'busbw(MB/s)':>12} {'ideal(ms)':>10} {'meas/ideal':>10} {'real(ms)':>9} "
+            f"{'verified':>8}")
+    lines = [head]
+    for r in results:
+        lines.append(f"{r.algorithm:<9} {format_size(r.bytes):>6} {r.time_s * 1e3:>10.1f} "
+                     f"{r.algbw / 1e6:>12.2f} {r.busbw / 1e6:>12.2f} {r.ideal_s * 1e3:>10.1f} "
+                     f"{r.ratio:>10.3f} {r.time_s / r.time_scale * 1e3:>9.3f} "
+                     f"{'yes' if r.verified else 'NO':>8}")
+    return "\n".join(lines)
+
+
+def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", help="scenario TOML file (its plan's topology is emulated)")
+    parser.add_argument("--algorithm", default="topoopt", metavar="ALG[,ALG...]",
+                        help=f"AllReduce algorithm(s): {', '.join(ALGORITHMS)}; ring = the "
+                             "plan's first ring, topoopt = all the plan's rings in both directions "
+                             "at once, tree = binary tree, dbtree = NCCL double binary tree "
+                             "(default: topoopt)")
+    parser.add_argument("--bytes", default="64M", metavar="SIZE",
+                        help="buffer size such as 64M, or a range 1M..256M doubling each step "
+                             "(K/M/G = 1024-based; default: 64M)")
+    parser.add_argument("--repeat", type=int, default=5, metavar="K",
+                        help="timed iterations per size and algorithm, after one warm-up "
+                             "(default: 5); the median is reported")
+    parser.add_argument("--json", action="store_true",
+                        help="print the results as JSON on stdout instead of a table")
+    parser.add_argument("--link-mbps", type=float, metavar="MBPS",
+                        help="override the scenario's emulated rate per link ([emulation] link_mbps)")
+    parser.add_argument("--chunk", default="1M", metavar="SIZE",
+                        help="wire chunk of the pipelined sends (default: 1M; 64K-4M all reach the TCP floor, larger costs less CPU)")
+    parser.add_argument("--segment", default="1M", metavar="SIZE",
+                        help="pipelining segment of the tree algorithms (default: 1M)")
+    parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="a worker fails when a peer sends nothing for this long (default: 30)")
+    parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                        help="wait this long for another emulation run to finish (default: 0)")
+
+
+def run_collective(args: argparse.Namespace) -> int:
+    """Entry point of `topolab collective`; returns 0 when every iteration verified."""
+    from .cli import UsageError
+
+    try:
+        return _run_collective(args)
+    except CollectiveInputError as err:
+        raise UsageError(str(err)) from None
+
+
+def _run_collective(args: argparse.Namespace) -> int:
+    from planner import build_plan, load_scenario
+
+    sizes = parse_sizes(args.bytes)
+    algorithms = parse_algorithms(args.algorithm)
+    chunk = parse_size(args.chunk, "--chunk")
+    segment = parse_size(args.segment, "--segment")
+    if args.repeat < 1:
+        raise CollectiveInputError(f"--repeat {args.repeat}: must be at least 1")
+    if args.timeout <= 0:
+        raise CollectiveInputError(f"--timeout {args.timeout}: must be positive")
+    if args.link_mbps is not None and not args.link_mbps > 0:
+        raise CollectiveInputError(f"--link-mbps {args.link_mbps}: must be a positive rate")
+    if not 4 << 10 <= chunk <= 64 << 20:
+        raise CollectiveInputError(f"--chunk {args.chunk}: must be between 4K and 64M")
+    scenario = load_scenario(args.scenario)
+    if os.geteuid() != 0:
+        raise CollectiveInputError("the emulated network needs root (network namespaces, tc); "
+                                   "run as root, e.g. in the Vagrant VM")
+    plan = build_plan(scenario)
+    doc, results = run_on_emulator(scenario, plan, algorithms, sizes, repeat=args.repeat,
+                                   chunk_bytes=chunk, segment_bytes=segment,
+                                   timeout_s=args.timeout, link_mbps=args.link_mbps,
+                                   lock_wait_s=args.wait)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(doc["header"])
+        print(format_table(results))
+    return 0 if all(r.verified for r in results) else 1
+
+
+def run_on_emulator(scenario: Any, plan: Any, algorithms: Sequence[str], sizes: Sequence[int],
+                    *, repeat: int = 5, chunk_bytes: int = 1 << 20,
+                    segment_bytes: int = DEFAULT_SEGMENT_BYTES, timeout_s: float = 30.0,
+                    link_mbps: float | None = None, lock_wait_s: float = 0.0,
+                    log: Callable[[str], None] | None = None
+                    ) -> tuple[dict[str, Any], list[SizeResult]]:
+    """Build the plan's emulated network once and `measure` on it; returns (JSON document,
+    results). Used by the command and by benchmarks/collective_compare.py."""
+    from emulator import EmulatedNetwork, tcp_max_fraction
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    config = dict(asdict(scenario.emulation), lock_wait_s=lock_wait_s)
+    if link_mbps is not None:
+        config["link_mbps"] = link_mbps
+    t0 = time.time()
+    with EmulatedNetwork(plan, config, log=log) as net:
+        log(f"emulated {plan.topology} network up: {plan.servers} servers, {len(plan.links)} "
+            f"cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}, time scale x{net.time_scale:g}")
+        results = measure(net, plan, algorithms, sizes, repeat=repeat, chunk_bytes=chunk_bytes,
+                          segment_bytes=segment_bytes, timeout_s=timeout_s, log=log)
+        frac = tcp_max_fraction(net.mtu)
+        egress = server_egress_bps(plan, net.link_rate_bps)
+        emulation = {"link_mbps": net.link_mbps, "mtu": net.mtu, "time_scale": net.time_scale,
+                     "tcp_max_fraction": frac, "egress_bps": egress,
+                     "egress_goodput_bps": egress * frac, "netem": net.netem}
+    header = (f"# {getattr(scenario, 'name', '')}: {plan.topology}, {plan.servers} servers x "
+              f"{plan.degree} links, {emulation['link_mbps']:g} Mbit/s per link emulated "
+              f"(time scale x{emulation['time_scale']:g}), MTU {emulation['mtu']}\n"
+              f"# ideal = 2(n-1)S/(n*D), D = {emulation['egress_goodput_bps'] / 1e6:.1f} Mbit/s "
+              f"egress goodput per server (TCP maximum {emulation['tcp_max_fraction']:.4f} of "
+              f"the shaped rate); median of {repeat}; real = time / time scale")
+    doc = {"format": COLLECTIVE_FORMAT, "scenario": getattr(scenario, "name", ""),
+           "topology": plan.topology, "servers": plan.servers, "degree": plan.degree,
+           "emulation": emulation, "repeat": repeat, "chunk_bytes": chunk_bytes,
+           "segment_bytes": segment_bytes, "elapsed_s": time.time() - t0, "header": header,
+           "results": [r.to_dict() for r in results]}
+    return doc, results
