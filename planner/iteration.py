@@ -40,10 +40,11 @@ class IterationOptions:
     time_scale: float = 1.0  # emulated seconds per real second (>= 1 slows compute down)
     payload_scale: float = 1.0  # multiply every transfer size (small buffers for smoke tests)
     bucket_bytes: int = DDP_BUCKET_BYTES
+    min_transfer_bytes: int = 4  # floor of every scaled transfer (a zero-payload twin keeps every op)
 
 
-def _scaled(nbytes: float, scale: float) -> int:
-    return max(4, int(nbytes * scale) // 4 * 4)
+def _scaled(nbytes: float, opts: "IterationOptions") -> int:
+    return max(opts.min_transfer_bytes // 4 * 4, 4, int(nbytes * opts.payload_scale) // 4 * 4)
 
 
 def allreduce_rings(plan: Plan) -> list[list[int]]:
@@ -126,7 +127,7 @@ def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Sche
         nonlocal grad_offset, bucket, bucket_bytes
         if not bucket:
             return
-        nbytes = _scaled(bucket_bytes, opts.payload_scale)
+        nbytes = _scaled(bucket_bytes, opts)
         b.buffer("grad", grad_offset + nbytes)
         add_multiring_allreduce(b, full_rings, "grad", grad_offset, nbytes, "ar",
                                 after={r: [op] for r, op in after_ops.items()})
@@ -163,7 +164,7 @@ def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Sche
     # ---- sharded layers: AllReduce of each shard on its coset ring ------------------
     if sharded and m > 1 and n // m > 1:
         shard_bytes = sum(l.param_bytes for l in dense if l.name in sharded) // m
-        nbytes = _scaled(shard_bytes, opts.payload_scale)
+        nbytes = _scaled(shard_bytes, opts)
         b.buffer("grad", grad_offset + nbytes)
         groups = _group_rings(plan, tuple(range(0, n, m)))
         for rings in groups:
@@ -191,13 +192,13 @@ def _table_transfers(embeddings: list[Layer], tables: dict[str, int], n: int, op
             if other != owner:
                 key = (owner, other) if forward else (other, owner)
                 per_pair[key] = per_pair.get(key, 0.0) + table.out_bytes * opts.batch
-    return [(s, d, _scaled(v, opts.payload_scale)) for (s, d), v in sorted(per_pair.items())]
+    return [(s, d, _scaled(v, opts)) for (s, d), v in sorted(per_pair.items())]
 
 
 def _block_exchange(b: ScheduleBuilder, plan: Plan, layer: Layer, m: int, opts: IterationOptions,
                     after: dict[int, int]) -> None:
     """Tensor-parallel activation exchange inside each block of m consecutive servers."""
-    nbytes = _scaled(layer.out_bytes * opts.batch / m, opts.payload_scale)
+    nbytes = _scaled(layer.out_bytes * opts.batch / m, opts)
     transfers = [(a, c, nbytes) for blk in range(0, plan.servers, m)
                  for a in range(blk, blk + m) for c in range(blk, blk + m) if a != c]
     done = add_p2p_transfers(b, transfers, "act", b.buffers["act"].bytes if "act" in b.buffers else 0, "tp",

@@ -242,8 +242,10 @@ def predict(schedule, network: Network) -> Prediction:
             max_min_rates(active.values(), network.capacity)
         # next event: a timer or the first flow to finish
         t_flow, first = float("inf"), None
+        finish_at: dict[tuple[int, int], float] = {}
         for key, f in active.items():
             t = now + (f.remaining / f.rate if f.rate > 0 else 0.0)
+            finish_at[key] = t
             if t < t_flow:
                 t_flow, first = t, key
         t_timer = timers[0][0] if timers else float("inf")
@@ -259,7 +261,9 @@ def predict(schedule, network: Network) -> Prediction:
                 if len(f.links) > 1:
                     relayed_bytes[link] += moved
         now = t_next
-        for key in [k for k, f in active.items() if f.remaining <= 1e-6 * max(1, f.length)]:
+        # a flow is done when its finish time is reached (comparing times, not leftover bytes,
+        # stays exact when a transfer is far shorter than the clock's float resolution)
+        for key in [k for k, f in active.items() if finish_at[k] <= now or f.remaining <= 1e-6 * max(1, f.length)]:
             f = active.pop(key)
             for link in f.links:  # account rounding leftovers
                 link_bytes[link] += f.remaining

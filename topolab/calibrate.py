@@ -21,7 +21,10 @@ from planner.predict import Network, predict
 
 
 def zero_payload_twin(plan, model, opts: IterationOptions):
-    return iteration_schedule(plan, model, replace(opts, payload_scale=1e-12, time_scale=0.0))
+    # every AllReduce region must still give each ring a non-empty chunk per member
+    floor = 4 * plan.servers * 2 * max(1, len(plan.strides))
+    return iteration_schedule(plan, model, replace(opts, payload_scale=1e-12, time_scale=0.0,
+                                                   min_transfer_bytes=floor))
 
 
 def critical_op_count(schedule, path) -> float:

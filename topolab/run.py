@@ -60,6 +60,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="multiply every transfer size (default: [run] payload_scale)")
     parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                         help="wait up to SECONDS for another topolab network to finish (default: fail at once)")
+    parser.add_argument("--run-dir", default=None, metavar="DIR",
+                        help="where the run lock and state file live (default: /run/topolab)")
 
 
 def _positive(value: Any, name: str) -> None:
@@ -136,7 +138,8 @@ def write_results(results: dict[str, Any], out_dir: Path) -> Path:
 
 
 def execute(s: Scenario, out_dir: Path, iterations: int | None = None, payload_scale: float | None = None,
-            log: Callable[[str], None] | None = None, lock_wait_s: float = 0.0) -> dict[str, Any]:
+            log: Callable[[str], None] | None = None, lock_wait_s: float = 0.0,
+            run_dir: str | None = None) -> dict[str, Any]:
     """Run a scenario end to end; always writes results (also partial ones) to ``out_dir``."""
     from emulator import EmulatedNetwork, netem_present
     from workers.coordinator import Coordinator
@@ -161,6 +164,8 @@ def execute(s: Scenario, out_dir: Path, iterations: int | None = None, payload_s
     compute = compute_seconds(schedule)
     try:
         config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
+        if run_dir:
+            config["run_dir"] = run_dir
         with EmulatedNetwork(plan, config, log=log) as net:
             results["emulation"].update({k: v for k, v in net.facts.items() if k not in results["emulation"]})
             results["emulation"]["netem"] = net.netem
@@ -226,7 +231,7 @@ def run_run(args: argparse.Namespace) -> int:
         from .cli import UsageError
 
         raise UsageError("emulation needs root (network namespaces, tc); run as root, e.g. in the Vagrant VM")
-    results = execute(s, out, args.iterations, args.payload_scale, lock_wait_s=args.wait)
+    results = execute(s, out, args.iterations, args.payload_scale, lock_wait_s=args.wait, run_dir=args.run_dir)
     summ = results["summary"]
     print(f"{s.name}: measured {summ.get('median_real_ms', float('nan')):.3f} ms per iteration "
           f"(median of {summ['iterations']}), predicted {results['predicted']['real_ms']:.3f} ms, "
