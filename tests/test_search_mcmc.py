@@ -122,3 +122,25 @@ def test_search_builds_valid_plans_through_build_plan(model, n, d):
     for group in plan.demand.allreduce:  # replica groups sit on cosets (TotientPerms sub-groups)
         step = n // len(group.members)
         assert group.members == tuple(range(group.members[0], n, step))
+
+
+def test_topology_signature_matches_topology_finder_inputs():
+    # The cache key's degree and port split must be what TopologyFinder computes from the
+    # full TrafficDemand, for strategies with every kind of choice.
+    import random
+
+    from planner.search.mcmc import _propose
+    from planner.search.topology import demand_signature
+    from planner.topology_finder import allreduce_network_bytes, class_traffic, split_degree, split_ports
+
+    rng = random.Random(5)
+    for model in ("dlrm", "candle", "bert"):
+        graph = fuse(model_graph(model))
+        st = table_placement_start(graph, 16)
+        for _ in range(25):
+            st = _propose(graph, st, 16, rng, SearchConfig())
+            traffic = traffic_arrays(graph, st, 16, 512)
+            demand = traffic.demand()
+            d_ar, d_mp = split_degree(8, allreduce_network_bytes(demand), float(demand.mp_bytes))
+            ports = tuple(sorted(split_ports(d_ar, class_traffic(demand), "paper").items()))
+            assert demand_signature(16, 8, traffic, "paper")[:3] == (d_ar, d_mp, ports)

@@ -158,9 +158,10 @@ class _Scorer:
         self.cost = cost
         self.n = scenario.cluster.servers
         self._sims: dict[tuple, Simulator] = {}
+        self._pieces: dict = {}
 
     def traffic(self, strategy: Strategy) -> tuple[tuple, TrafficArrays]:
-        traffic = traffic_arrays(self.graph, strategy, self.n, self.cost.batch)
+        traffic = traffic_arrays(self.graph, strategy, self.n, self.cost.batch, self._pieces)
         return self.topologies.key(traffic), traffic
 
     def sim(self, key: tuple, plan: Plan) -> Simulator:

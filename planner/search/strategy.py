@@ -198,19 +198,41 @@ class TrafficArrays:
         return TrafficDemand(tuple(ar), mp)
 
 
-def traffic_arrays(graph: OpGraph, strategy: Strategy, n: int, batch: int) -> TrafficArrays:
-    """The AllReduce bytes per coset layout and the MP pair matrix of ``strategy``."""
+def _op_pairs(graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int) -> tuple[int, float, np.ndarray, np.ndarray]:
+    """(AllReduce layout, bytes, pair indices, bytes) of operator i's traffic."""
+    t = op_traffic(graph, strategy, i, n, batch, 1.0)
+    idx: list[np.ndarray] = []
+    val: list[np.ndarray] = []
+    for f in (t.fwd_in, t.fwd_out):  # forward, and the mirrored backward transfer
+        if len(f):
+            idx += [f.src * n + f.dst, f.dst * n + f.src]
+            val += [f.nbytes, f.nbytes]
+    z = np.zeros(0)
+    return (t.ar_layout, t.ar_bytes, np.concatenate(idx) if idx else z.astype(np.int64),
+            np.concatenate(val) if val else z)
+
+
+def traffic_arrays(graph: OpGraph, strategy: Strategy, n: int, batch: int,
+                   cache: dict | None = None) -> TrafficArrays:
+    """The AllReduce bytes per coset layout and the MP pair matrix of ``strategy``.
+    ``cache`` (any dict kept between calls for one graph, n and batch) memoizes the
+    per-operator pieces, which only depend on the operator's and its producers' choices."""
     groups: dict[int, float] = {}
     idx: list[np.ndarray] = []
     val: list[np.ndarray] = []
     for i in range(len(graph)):
-        t = op_traffic(graph, strategy, i, n, batch, 1.0)
-        if t.ar_layout and t.ar_bytes > 0:
-            groups[t.ar_layout] = groups.get(t.ar_layout, 0.0) + t.ar_bytes
-        for f in (t.fwd_in, t.fwd_out):  # forward, and the mirrored backward transfer
-            if len(f):
-                idx += [f.src * n + f.dst, f.dst * n + f.src]
-                val += [f.nbytes, f.nbytes]
+        key = (i, strategy[i], tuple(strategy[p] for p in graph.preds[i]))
+        piece = cache.get(key) if cache is not None else None
+        if piece is None:
+            piece = _op_pairs(graph, strategy, i, n, batch)
+            if cache is not None:
+                cache[key] = piece
+        layout_m, ar_bytes, pi, pv = piece
+        if layout_m and ar_bytes > 0:
+            groups[layout_m] = groups.get(layout_m, 0.0) + ar_bytes
+        if len(pi):
+            idx.append(pi)
+            val.append(pv)
     pair = np.zeros(n * n)
     if idx:
         pair = np.bincount(np.concatenate(idx), weights=np.concatenate(val), minlength=n * n)

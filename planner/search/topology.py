@@ -5,8 +5,8 @@ TopologyFinder. Strategies that differ only in ways TopologyFinder cannot see ma
 same topology, so plans are cached under a signature of what TopologyFinder reads:
 
 - the degree split (d_AR, d_MP) and the AllReduce port split per group class;
-- when d_MP > 0, the model-parallel demand (bytes per ordered pair, rounded to two
-  significant digits so a table moving between equally loaded servers is a new key but
+- when d_MP > 0, the model-parallel demand (bytes per ordered pair, rounded to 7
+  significant bits, so a table moving between equally loaded servers is a new key but
   float noise is not).
 
 Baseline kinds (switch, expander, torus, ring) do not depend on the traffic: one plan.
@@ -21,27 +21,34 @@ import hashlib
 import numpy as np
 
 from ..build import build_plan
-from ..plan import AllReduceGroup, MPFlow, Plan, TrafficDemand
+from ..plan import Plan, TrafficDemand
 from ..scenario import Scenario
-from ..topology_finder import allreduce_network_bytes, class_traffic, split_degree, split_ports
-from .strategy import TrafficArrays, coset
+from ..topology_finder import split_degree, split_ports
+from .strategy import TrafficArrays
 
 
 def demand_signature(n: int, d: int, traffic: TrafficArrays, rule: str) -> tuple:
-    """What TopologyFinder's output depends on (module docstring)."""
-    groups = tuple(AllReduceGroup(coset(n, m, s), int(round(b))) for m, b in traffic.groups.items()
-                   for s in range(m) if b >= 0.5)
-    mp_total = float(traffic.pair.sum())
-    stub = TrafficDemand(groups, (MPFlow(0, 1, int(round(mp_total))),) if mp_total else ())
-    d_ar, d_mp = split_degree(d, allreduce_network_bytes(stub), float(stub.mp_bytes))
-    ports = tuple(sorted(split_ports(d_ar, class_traffic(stub), rule).items()))
+    """What TopologyFinder's output depends on (module docstring). Computes the same
+    degree and port split as `planner.topology_finder` from the layout totals directly
+    (groups of one layout m: m cosets of k = n/m members, each reducing ``bytes``)."""
+    t_ar = 0.0
+    classes: dict[int, float] = {}
+    for m, b in traffic.groups.items():
+        b = float(round(b))
+        k = n // m
+        if b <= 0:
+            continue
+        t_ar += m * 2 * (k - 1) * b
+        if k > 1:
+            classes[k] = classes.get(k, 0.0) + m * 2 * (k - 1) * b / k
+    mp_total = float(round(traffic.pair.sum()))
+    d_ar, d_mp = split_degree(d, t_ar, mp_total)
+    ports = tuple(sorted(split_ports(d_ar, classes, rule).items()))
     if not d_mp:
         return (d_ar, d_mp, ports)
-    x = traffic.pair
-    q = np.zeros_like(x)
-    pos = x > 0
-    e = np.floor(np.log10(x[pos])) - 1
-    q[pos] = np.round(x[pos] / 10**e) * 10**e
+    # MP bytes per pair, rounded to 7 significant bits (float noise is not a new topology).
+    mantissa, exponent = np.frexp(traffic.pair)
+    q = np.ldexp(np.round(mantissa * 128), exponent)
     return (d_ar, d_mp, ports, hashlib.sha1(q.tobytes()).hexdigest())
 
 
