@@ -144,7 +144,7 @@ def test_routes_are_the_plan_and_packets_take_the_plan_paths(tmp_path):
         assert cli.wait(timeout=20) == 0
         srv.wait(timeout=5)
         after = int(net.hosts[relay].cmd(f"cat /sys/class/net/{port.ifname}/statistics/tx_bytes"))
-        assert after - before >= 1_500_000  # most of the 2 MiB crossed the relaying host
+        assert after - before >= 1_000_000, (before, after)  # the 2 MiB crossed the relaying host (not relayed: ~0)
 
 
 def test_bad_plan_raises_before_anything_exists(tmp_path):
