@@ -102,6 +102,7 @@ class SizeResult:
     verified: bool
     time_scale: float = 1.0
     mismatches: list[str] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)  # workers' CPU seconds per iteration
 
     @property
     def time_s(self) -> float:
@@ -128,6 +129,9 @@ class SizeResult:
                  algbw_MBps=self.algbw / 1e6, busbw_MBps=self.busbw / 1e6,
                  measured_over_ideal=self.ratio,
                  time_real_ms=self.time_s / self.time_scale * 1e3,
+                 # share of the machine's cores the workers used (kernel TCP work included)
+                 worker_cpu_cores=(statistics.median(self.cpu_s) / self.time_s
+                                   if self.cpu_s else None),
                  ideal_real_ms=self.ideal_s / self.time_scale * 1e3)
         return d
 
@@ -157,31 +161,33 @@ def measure(net: Any, plan: Any, algorithms: Sequence[str], sizes: Sequence[int]
             label = f"{alg} {format_size(size)}"
             with Coordinator(sched.to_dict(), hosts, spawn=spawn, chunk_bytes=chunk_bytes,
                              timeout_s=timeout_s) as coord:
-                times, ok, mismatches = [], True, []
+                times, ok, mismatches, cpu = [], True, [], []
                 for i in range(warmup + repeat):
                     res = coord.run_iteration(i)
                     ok = ok and res.ok
                     mismatches += res.mismatches[:3]
                     if i >= warmup:
                         times.append(res.time_s)
+                        cpu.append(sum(r.get("cpu_s", 0.0) for r in res.ranks))
                     log(f"  {label}: {'warm-up' if i < warmup else f'{i - warmup + 1}/{repeat}'} "
                         f"{res.time_s:.3f} s ({res.time_s / ideal:.3f}x ideal) "
                         f"{'verified' if res.ok else 'VERIFY FAILED'}")
             results.append(SizeResult(alg, size, n, times, ideal, ok, net.time_scale,
-                                      mismatches[:5]))
+                                      mismatches[:5], cpu))
     return results
 
 
 def format_table(results: Sequence[SizeResult]) -> str:
     head = (f"{'algorithm':<9} {'size':>6} {'time(ms)':>10} {'algbw(MB/s)':>12} "
             f"{'busbw(MB/s)':>12} {'ideal(ms)':>10} {'meas/ideal':>10} {'real(ms)':>9} "
-            f"{'verified':>8}")
+            f"{'verified':>8} {'cpu':>5}")
     lines = [head]
     for r in results:
         lines.append(f"{r.algorithm:<9} {format_size(r.bytes):>6} {r.time_s * 1e3:>10.1f} "
                      f"{r.algbw / 1e6:>12.2f} {r.busbw / 1e6:>12.2f} {r.ideal_s * 1e3:>10.1f} "
                      f"{r.ratio:>10.3f} {r.time_s / r.time_scale * 1e3:>9.3f} "
-                     f"{'yes' if r.verified else 'NO':>8}")
+                     f"{'yes' if r.verified else 'NO':>8} "
+                     f"{(statistics.median(r.cpu_s) / r.time_s) if r.cpu_s else float('nan'):>5.2f}")
     return "\n".join(lines)
 
 
@@ -284,7 +290,9 @@ def run_on_emulator(scenario: Any, plan: Any, algorithms: Sequence[str], sizes: 
               f"(time scale x{emulation['time_scale']:g}), MTU {emulation['mtu']}\n"
               f"# ideal = 2(n-1)S/(n*D), D = {emulation['egress_goodput_bps'] / 1e6:.1f} Mbit/s "
               f"egress goodput per server (TCP maximum {emulation['tcp_max_fraction']:.4f} of "
-              f"the shaped rate); median of {repeat}; real = time / time scale")
+              f"the shaped rate); median of {repeat}; real = time / time scale;\n"
+              f"# cpu = cores the {plan.servers} workers kept busy (their user + system time; "
+              f"softirq work may be charged elsewhere), of {os.cpu_count()}")
     doc = {"format": COLLECTIVE_FORMAT, "scenario": getattr(scenario, "name", ""),
            "topology": plan.topology, "servers": plan.servers, "degree": plan.degree,
            "emulation": emulation, "repeat": repeat, "chunk_bytes": chunk_bytes,

@@ -34,6 +34,10 @@ from .spec import SpecError, load_spec
 PR_SET_PDEATHSIG = 1
 
 
+class CoordinatorGone(PeerFailure):
+    """The coordinator stopped talking: nobody is left to wait for."""
+
+
 def _die_with_parent() -> None:
     """Ask the kernel to SIGTERM this worker if the process that started it dies, so a
     coordinator killed with SIGKILL does not leave workers behind."""
@@ -65,7 +69,7 @@ class Worker:
 
     def recv_control(self) -> dict:
         if not self.control.poll(self.spec.idle_timeout_s * 1000):
-            raise PeerFailure(f"rank {self.spec.rank}: no word from the coordinator for "
+            raise CoordinatorGone(f"rank {self.spec.rank}: no word from the coordinator for "
                               f"{self.spec.idle_timeout_s:g} s; exiting")
         return json.loads(self.control.recv())
 
@@ -132,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         worker.send("error", iteration=worker.iteration, message=str(exc),
                     peer=getattr(exc, "peer", None), aborted=isinstance(exc, Aborted))
-        worker.linger_after_failure()
+        if not isinstance(exc, CoordinatorGone):
+            worker.linger_after_failure()
     except Exception as exc:  # report anything unexpected, never hang
         traceback.print_exc()
         worker.send("error", iteration=worker.iteration, peer=None, aborted=False,
