@@ -25,7 +25,7 @@ def run_shell(args) -> int:
 
     from emulator import EmulatedNetwork, EmulationError, EmulationInputError
 
-    args.links = "all"
+    args.links, args.reference_gbps = "all", None
     scenario, plan, config = _plan_and_config(args)
     try:
         with EmulatedNetwork(plan, config) as net:

@@ -21,6 +21,9 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the full report as JSON instead of a table")
     parser.add_argument("--link-mbps", type=float, default=None,
                         help="override [emulation] link_mbps (emulated rate of one plan link)")
+    parser.add_argument("--reference-gbps", type=float, default=None, metavar="G",
+                        help="the real rate link_mbps stands for (default: the plan's link_gbps, as topolab run "
+                             "does; give the cluster's link_gbps to emulate a switch port at its 4x rate)")
     parser.add_argument("--links", default="all", metavar="all|N",
                         help="measure goodput on all cables (default) or on a reproducible sample of N")
     parser.add_argument("--no-goodput", action="store_true", help="skip the goodput measurement")
@@ -51,9 +54,10 @@ def _plan_and_config(args):
     if getattr(args, "link_mbps", None) is not None:
         config = EmulationConfig.from_any({**config.__dict__, "link_mbps": args.link_mbps})
     config = EmulationConfig.from_any({**config.__dict__, "lock_wait_s": args.wait, "run_dir": args.run_dir})
-    reference = getattr(scenario.cluster, "link_gbps", None)
-    if reference:
-        config = EmulationConfig.from_any({**config.__dict__, "reference_gbps": float(reference)})
+    # The same network `topolab run` builds: link_mbps stands for plan.link_gbps (for the switch
+    # baseline the planner sets that to the port rate). `--reference-gbps` pins another rate.
+    if getattr(args, "reference_gbps", None):
+        config = EmulationConfig.from_any({**config.__dict__, "reference_gbps": args.reference_gbps})
     if args.links != "all" and not (args.links.isdigit() and int(args.links) > 0):
         raise EmulationInputError(f"--links {args.links!r}: use 'all' or a positive number")
     return scenario, plan, config
