@@ -145,12 +145,13 @@ def _ms(x: float) -> str:
 
 
 def format_table(rows: list[dict]) -> str:
-    head = f"{'model':9} {'d':>2} {'B':>5} {'network':9} {'Gbps/srv':>8} {'cost $k':>8} {'iter ms':>9} {'vs TopoOpt':>10} {'DP ms':>9} strategy"
+    w = max([7] + [len(r["network"]) for r in rows])
+    head = f"{'model':9} {'d':>2} {'B':>5} {'network':{w}} {'Gbps/srv':>8} {'cost $k':>8} {'iter ms':>9} {'vs TopoOpt':>10} {'DP ms':>9} strategy"
     lines = [head, "-" * len(head)]
     for r in rows:
         vs = f"{r['vs_topoopt']:.2f}x" if r["vs_topoopt"] else "-"
         strat = _strategy_text(r["strategy"])
-        lines.append(f"{r['model']:9} {r['degree']:>2} {r['link_gbps']:>5g} {r['network']:9} {r['per_server_gbps']:>8g} "
+        lines.append(f"{r['model']:9} {r['degree']:>2} {r['link_gbps']:>5g} {r['network']:{w}} {r['per_server_gbps']:>8g} "
                      f"{r['cost_usd'] / 1e3:>8.0f} {_ms(r['iteration_s']):>9} {vs:>10} {_ms(r['data_parallel_s']):>9} {strat}")
     return "\n".join(lines)
 

@@ -3,7 +3,10 @@
 ``NETWORKS`` names what a sweep compares; each maps to a plain topology kind of the
 scenario schema, so every cell of a sweep is a plan `topolab plan` could produce too:
 
-- ``topoopt``: TopoOpt (TotientPerms rings + MP matchings), co-optimized with the search;
+- ``topoopt``: TopoOpt (TotientPerms rings + MP matchings), co-optimized with the search,
+  with the degree split of the base scenario (the paper's by default);
+- ``topoopt-released``: the same with the authors' released split (every AllReduce port
+  to the heaviest group class), for comparison;
 - ``switch``: the ideal switch, one non-blocking port of d x B per server;
 - ``fattree``: a non-blocking Fat-tree whose per-server bandwidth X is what the same money
   buys (`similar_cost_fattree_gbps`). Modelled as the ideal switch at X with twice the
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from ..scenario import Scenario, with_overrides
 from .price import PriceModel, similar_cost_fattree_gbps
 
-NETWORKS = ("topoopt", "switch", "fattree", "expander", "torus", "ring")
+NETWORKS = ("topoopt", "topoopt-released", "switch", "fattree", "expander", "torus", "ring")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ def network_scenario(base: Scenario, name: str, prices: PriceModel | None = None
     n, d, b = c.servers, c.degree, c.link_gbps
     common = {"parallelism": {"strategy": "search"}}
     direct_cost = prices.direct_connect(n, d, b)
+    if name == "topoopt-released":
+        s = with_overrides(base, topology={"kind": "topoopt", "degree_split": "released"}, **common)
+        return Network(name, s, d * b, direct_cost, f"{d} x {b:g} Gbps, released degree split")
     if name in ("topoopt", "expander", "torus", "ring"):
         s = with_overrides(base, topology={"kind": name}, **common)
         return Network(name, s, d * b, direct_cost, f"{d} x {b:g} Gbps direct-connect interfaces")

@@ -7,7 +7,8 @@ MCMC). The loop:
 2. Start from the better of pure data parallelism and the table-placement hybrid, each on
    the topology TopologyFinder builds for its own traffic.
 3. Each step proposes a change of ONE operator's choice (a tensor-parallel degree, or an
-   embedding table's owner / shard count / replication), scores it with the flow-level
+   embedding table's owner / shard count / replication; 15% of the proposals instead set
+   one tensor-parallel degree for every dense operator), scores it with the flow-level
    simulator, and accepts it with the Metropolis rule ``min(1, exp(-alpha * delta))``,
    delta = relative change of the iteration time. Scoring topology: the CURRENT one (the
    paper's alternation, ``proposals="current"``), the one TopologyFinder builds for the
@@ -54,6 +55,7 @@ class SearchConfig:
     alternate: bool = True  # feed accepted strategies to TopologyFinder (TopoOpt only)
     max_mp: int = 32
     max_shards: int = 16
+    block_moves: float = 0.15  # share of proposals that set one degree for all dense operators
     fuse: bool = True
     # TopologyFinder calls with model-parallel ports (d_MP > 0) beyond the starting points.
     # At 128 servers one such call costs seconds (networkx Blossom on a dense demand
@@ -121,7 +123,18 @@ class SearchResult:
 
 
 def _propose(graph: OpGraph, strategy: Strategy, n: int, rng: random.Random, cfg: SearchConfig) -> Strategy:
-    """Change one operator's choice (local moves more often than jumps)."""
+    """Change one operator's choice (local moves more often than jumps), or, with
+    probability `SearchConfig.block_moves`, give every dense operator the same
+    tensor-parallel degree (a coordinated move: mixed layouts pay re-distribution
+    all-gathers, so single moves towards a uniformly sharded model look worse than they
+    are)."""
+    dense = [i for i, op in enumerate(graph.ops) if not op.is_embedding]
+    if len(dense) > 1 and rng.random() < cfg.block_moves:
+        m = rng.choice(mp_options(n, cfg.max_mp))
+        out = list(strategy)
+        for i in dense:
+            out[i] = OpChoice(mp=m)
+        return tuple(out)
     movable = [i for i, op in enumerate(graph.ops) if op.is_embedding or len(mp_options(n, cfg.max_mp)) > 1]
     i = rng.choice(movable)
     op, cur = graph.ops[i], strategy[i]
