@@ -42,6 +42,8 @@ from .spec import WorkerSpec
 HEADER = struct.Struct("<IIII")  # iteration, src rank, tag, chunk bytes
 SEND, RECV, COMPUTE = 0, 1, 2
 _KINDS = {"send": SEND, "recv": RECV, "compute": COMPUTE}
+# Below this a copy is cheaper than a tracked zero-copy frame (pyzmq's own COPY_THRESHOLD)
+ZERO_COPY_MIN = zmq.COPY_THRESHOLD
 HEARTBEAT_S = 0.5  # progress message period during an iteration (silence detection)
 now = time.monotonic  # CLOCK_MONOTONIC: one clock for every process and namespace
 
@@ -353,8 +355,11 @@ class _Run:
             except zmq.Again:
                 self.blocked_push.add(op.peer)
                 return False
-            tracker = sock.send(raw[lo:lo + n], copy=False, track=True)
-            ex.trackers.append((op.buffer, lo, lo + n, tracker, op.peer))
+            if n < ZERO_COPY_MIN:
+                sock.send(raw[lo:lo + n], copy=True)  # copied now: nothing to track
+            else:
+                tracker = sock.send(raw[lo:lo + n], copy=False, track=True)
+                ex.trackers.append((op.buffer, lo, lo + n, tracker, op.peer))
             act.pos += n
             self.bytes_sent += n
             self.last_progress = now()
