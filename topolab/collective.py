@@ -81,6 +81,12 @@ def format_size(nbytes: int) -> str:
     return str(nbytes)
 
 
+def auto_segment(nbytes: int) -> int:
+    """Tree pipelining segment: S/16 (each of dbtree's two trees gets >= 8 segments) clamped
+    to 64 KiB .. 1 MiB (the authors' simulator uses 1 MiB), a multiple of 4 bytes."""
+    return max(64 << 10, min(DEFAULT_SEGMENT_BYTES, nbytes // 16)) // 4 * 4
+
+
 def ideal_allreduce_s(n: int, nbytes: int, egress_goodput_bps: float) -> float:
     """2 (n-1) S / (n D): reference section 5's bound, D in bits/s of goodput."""
     return 2 * (n - 1) * nbytes * 8 / (n * egress_goodput_bps)
@@ -138,7 +144,7 @@ class SizeResult:
 
 def measure(net: Any, plan: Any, algorithms: Sequence[str], sizes: Sequence[int], *,
             repeat: int = 5, warmup: int = 1, chunk_bytes: int = 1 << 20,
-            segment_bytes: int = DEFAULT_SEGMENT_BYTES, timeout_s: float = 30.0,
+            segment_bytes: int | None = None, timeout_s: float = 30.0,
             log: Callable[[str], None] | None = None) -> list[SizeResult]:
     """Run every (size, algorithm) on the emulated network ``net``; sizes outer, so the
     algorithms of one size are measured side by side in time (the machine is noisy)."""
@@ -156,7 +162,7 @@ def measure(net: Any, plan: Any, algorithms: Sequence[str], sizes: Sequence[int]
     results = []
     for size in sizes:
         for alg in algorithms:
-            sched = allreduce_for_plan(plan, alg, size, segment_bytes)
+            sched = allreduce_for_plan(plan, alg, size, segment_bytes or auto_segment(size))
             ideal = ideal_allreduce_s(n, size, goodput)
             label = f"{alg} {format_size(size)}"
             with Coordinator(sched.to_dict(), hosts, spawn=spawn, chunk_bytes=chunk_bytes,
@@ -210,8 +216,10 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override the scenario's emulated rate per link ([emulation] link_mbps)")
     parser.add_argument("--chunk", default="1M", metavar="SIZE",
                         help="wire chunk of the pipelined sends (default: 1M; 64K-4M all reach the TCP floor, larger costs less CPU)")
-    parser.add_argument("--segment", default="1M", metavar="SIZE",
-                        help="pipelining segment of the tree algorithms (default: 1M)")
+    parser.add_argument("--segment", default="auto", metavar="SIZE",
+                        help="pipelining segment of the tree algorithms; auto = S/16 clamped "
+                             "to 64K..1M, so even small buffers pipeline over the tree's depth "
+                             "(default: auto)")
     parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="a worker fails when a peer sends nothing for this long (default: 30)")
     parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
@@ -234,7 +242,7 @@ def _run_collective(args: argparse.Namespace) -> int:
     sizes = parse_sizes(args.bytes)
     algorithms = parse_algorithms(args.algorithm)
     chunk = parse_size(args.chunk, "--chunk")
-    segment = parse_size(args.segment, "--segment")
+    segment = None if args.segment == "auto" else parse_size(args.segment, "--segment")
     if args.repeat < 1:
         raise CollectiveInputError(f"--repeat {args.repeat}: must be at least 1")
     if args.timeout <= 0:
@@ -262,7 +270,7 @@ def _run_collective(args: argparse.Namespace) -> int:
 
 def run_on_emulator(scenario: Any, plan: Any, algorithms: Sequence[str], sizes: Sequence[int],
                     *, repeat: int = 5, chunk_bytes: int = 1 << 20,
-                    segment_bytes: int = DEFAULT_SEGMENT_BYTES, timeout_s: float = 30.0,
+                    segment_bytes: int | None = None, timeout_s: float = 30.0,
                     link_mbps: float | None = None, lock_wait_s: float = 0.0,
                     log: Callable[[str], None] | None = None
                     ) -> tuple[dict[str, Any], list[SizeResult]]:
@@ -296,6 +304,6 @@ def run_on_emulator(scenario: Any, plan: Any, algorithms: Sequence[str], sizes: 
     doc = {"format": COLLECTIVE_FORMAT, "scenario": getattr(scenario, "name", ""),
            "topology": plan.topology, "servers": plan.servers, "degree": plan.degree,
            "emulation": emulation, "repeat": repeat, "chunk_bytes": chunk_bytes,
-           "segment_bytes": segment_bytes, "elapsed_s": time.time() - t0, "header": header,
+           "segment_bytes": segment_bytes or "auto", "elapsed_s": time.time() - t0, "header": header,
            "results": [r.to_dict() for r in results]}
     return doc, results
