@@ -71,11 +71,21 @@ def split_ports(d_ar: int, traffic: dict[int, float], rule: str = "paper") -> di
         heaviest = max(traffic, key=lambda k: (traffic[k], k))
         return {heaviest: d_ar}
     pairs = d_ar // 2
+    full = max(traffic)
+    # Sub-group rings stay inside their cosets and never connect the cluster on their own;
+    # when the largest group (normally all n servers) would get no ring, the proportional
+    # split would leave the topology to the connectivity repair, funnelling all other
+    # traffic over a few swapped cables. So the largest group keeps one stride (2 ports)
+    # whenever there are at least 2 strides to share (taken from the best-served class).
     total = sum(traffic.values())
     shares = {k: pairs * t / total for k, t in traffic.items()}
     alloc = {k: int(s) for k, s in shares.items()}
     for k in sorted(shares, key=lambda k: (-(shares[k] - alloc[k]), -k))[: pairs - sum(alloc.values())]:
         alloc[k] += 1
+    if alloc[full] == 0 and pairs >= 2:
+        donor = max(alloc, key=lambda k: (alloc[k], -k))
+        alloc[donor] -= 1
+        alloc[full] += 1
     return {k: 2 * a for k, a in alloc.items() if a}
 
 

@@ -102,3 +102,13 @@ def test_large_plan_routes_are_compact():
     assert len(plan.to_json()) < 200_000
     hops = [len(plan.path(0, v)) - 1 for v in range(1, 1024)]
     assert max(hops) == plan.summary.diameter
+
+
+def test_full_group_keeps_a_ring_when_subgroups_dominate():
+    from planner.topology_finder import split_ports
+
+    # proportional shares would give every port to the groups of 16 (cosets, disconnected)
+    assert split_ports(4, {128: 1.0, 16: 50.0}) == {128: 2, 16: 2}
+    assert split_ports(8, {12: 115.0, 6: 21.0}) == {12: 6, 6: 2}  # unchanged when both get ports
+    assert split_ports(2, {128: 1.0, 16: 9.0}) == {16: 2}  # one stride only: proportional
+    assert split_ports(4, {12: 1.0, 6: 1.0}, "released") == {12: 4}

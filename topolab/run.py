@@ -189,9 +189,10 @@ def execute(s: Scenario, out_dir: Path, iterations: int | None = None, payload_s
                 for i in range(s.run.warmup + iterations):
                     res = coord.run_iteration(i)
                     warm = i < s.run.warmup
-                    bar.step(f"{'warm-up' if warm else 'timed'} {res.time_s:.3f} s "
-                             f"{'verified' if res.ok else 'VERIFY FAILED'}")
+                    progress = (f"{'warm-up' if warm else 'timed'} {res.time_s:.3f} s "
+                                f"{'verified' if res.ok else 'VERIFY FAILED'}")
                     if warm and res.ok:
+                        bar.step(progress)
                         continue
                     results["iterations"].append({
                         "index": i - s.run.warmup, "warmup": warm, "measured_s": res.time_s,
@@ -199,6 +200,7 @@ def execute(s: Scenario, out_dir: Path, iterations: int | None = None, payload_s
                         "compute_real_ms": max(compute) / emulated["time_scale"] * 1e3,
                         "verified": res.ok, "errors": res.mismatches[:10],
                     })
+                    bar.step(progress)  # after recording it: an interrupt now keeps this iteration
                     if not res.ok:
                         raise RuntimeError(f"iteration {i} failed verification: {res.mismatches[:1]}")
                 bar.done()
