@@ -14,8 +14,14 @@ run: setup
 test: setup
 	$(VENV)/python -m pytest
 
+# Benchmarks print their figures and write JSON to benchmarks/results/ (the README's numbers).
+# The last three build emulated networks and need root.
 bench: setup
 	$(VENV)/python benchmarks/plan_speed.py
+	$(VENV)/python benchmarks/search_speed.py
+	$(VENV)/python benchmarks/emulator_build.py
+	$(VENV)/python benchmarks/run_accuracy.py
+	$(VENV)/python benchmarks/collective_compare.py
 
 clean:
 	$(VENV)/topolab clean

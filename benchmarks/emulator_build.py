@@ -3,7 +3,7 @@
 Target (issue 3): the 12-server network up in < 1 s and gone in < 1 s. Plans are TopoOpt's
 circulant wiring i +- 1, i +- s (s = 5 for 12 servers, the prototype's; else the stride
 nearest n / 2.4 coprime to n). Each size is built ``--repeat`` times; the median is reported.
-Prints a table and writes JSON (default results/emulator_build.json).
+Prints a table and writes JSON (default benchmarks/results/emulator_build.json).
 
     sudo .venv/bin/python benchmarks/emulator_build.py [--sizes 12 32 64] [--repeat 3]
 """
@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--run-dir", default="/run/topolab")
     ap.add_argument("--wait", type=float, default=600.0, help="wait this long for another run's lock")
-    ap.add_argument("--out", default="results/emulator_build.json")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "emulator_build.json"))
     args = ap.parse_args()
     rows = []
     print(f"{'servers':>7} {'cables':>6} {'up s':>7} {'down s':>7}   phases (median, s)", flush=True)

@@ -56,6 +56,7 @@ class Network:
     reduce_bytes_per_s: float = 4e9
     op_overhead_s: float = 0.0
     reduce_cap_bytes: float = float("inf")
+    servers: int | None = None  # nodes >= servers are switches: crossing them is not relaying
     _paths: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict, repr=False)
 
     def links(self, src: int, dst: int) -> list[tuple[int, int]]:
@@ -80,7 +81,8 @@ def plan_network(plan, link_bps: float | None = None, mtu: int = 9000, alpha_s: 
         cap[(link.a, link.b)] += bps
         cap[(link.b, link.a)] += bps
     alpha = plan.latency_us * 1e-6 if alpha_s is None else alpha_s
-    return Network(dict(cap), plan.path, alpha, reduce_bytes_per_s, op_overhead_s, reduce_cap_bytes)
+    return Network(dict(cap), plan.path, alpha, reduce_bytes_per_s, op_overhead_s, reduce_cap_bytes,
+                   servers=plan.servers)
 
 
 @dataclass
@@ -91,7 +93,7 @@ class Prediction:
     rank_seconds: list[float]  # when each rank's last op ends
     op_times: dict[tuple[int, int], tuple[float, float]]  # (rank, op id) -> (start, end)
     link_bytes: dict[tuple[int, int], float]  # bytes each directed link carried
-    relayed_bytes: dict[tuple[int, int], float]  # of those, bytes of multi-hop messages
+    relayed_bytes: dict[tuple[int, int], float]  # of those, bytes relayed by another server
     stream_seconds: dict[tuple[int, str], float]  # (rank, stream) -> end of its last op
 
     def link_bytes_list(self) -> list[dict]:
@@ -110,6 +112,7 @@ class _Flow:
     remaining: float
     links: list[tuple[int, int]]
     rate: float = 0.0
+    relayed: bool = False  # crosses another server (host-based forwarding)
 
 
 def max_min_rates(flows: Iterable[_Flow], capacity: dict[tuple[int, int], float]) -> None:
@@ -220,7 +223,11 @@ def predict(schedule, network: Network) -> Prediction:
             if q and key not in active:
                 tag, length = q.popleft()
                 src, dst = key
-                active[key] = _Flow(src, dst, tag, length, float(length), network.links(src, dst))
+                links = network.links(src, dst)
+                relays = [b for _, b in links[:-1]]
+                limit = network.servers if network.servers is not None else float("inf")
+                active[key] = _Flow(src, dst, tag, length, float(length), links,
+                                    relayed=any(v < limit for v in relays))
                 changed = True
         return changed
 
@@ -258,7 +265,7 @@ def predict(schedule, network: Network) -> Prediction:
             f.remaining -= moved
             for link in f.links:
                 link_bytes[link] += moved
-                if len(f.links) > 1:
+                if f.relayed:
                     relayed_bytes[link] += moved
         now = t_next
         # a flow is done when its finish time is reached (comparing times, not leftover bytes,
@@ -267,7 +274,7 @@ def predict(schedule, network: Network) -> Prediction:
             f = active.pop(key)
             for link in f.links:  # account rounding leftovers
                 link_bytes[link] += f.remaining
-                if len(f.links) > 1:
+                if f.relayed:
                     relayed_bytes[link] += f.remaining
             deliver(f, now)
         while timers and timers[0][0] <= now + 1e-15:

@@ -78,12 +78,13 @@ def test_not_root_or_bad_input_is_a_usage_error(tmp_path):
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_collective_on_emulated_topoopt_12(capsys):
+def test_collective_on_emulated_topoopt_12(capsys, tmp_path):
     """Every algorithm verifies on the real emulated network (small buffer, fast)."""
     parser = argparse.ArgumentParser()
     add_collective_arguments(parser)
     args = parser.parse_args(["scenarios/topoopt-12.toml", "--algorithm", "ring,topoopt,tree,dbtree",
-                              "--bytes", "1M", "--repeat", "1", "--json", "--wait", "300"])
+                              "--bytes", "1M", "--repeat", "1", "--json",
+                              "--run-dir", str(tmp_path)])
     assert run_collective(args) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["algorithm"] for r in doc["results"]] == ["ring", "topoopt", "tree", "dbtree"]

@@ -84,3 +84,12 @@ def test_hybrid_dense_iteration_uses_coset_groups():
     groups = [c.groups for c in sched.checks if c.kind == "allreduce"]
     assert [[0, 2, 4, 6], [1, 3, 5, 7]] in groups
     assert simulate_and_verify(sched) == []
+
+
+def test_relayed_bytes_count_servers_not_switches(scenario_dir):
+    from planner.collectives.p2p import all_to_all
+
+    for name, relayed in (("switch-12", False), ("topoopt-12", True)):
+        plan = build_plan(load_scenario(scenario_dir / f"{name}.toml"))
+        pred = predict(p2p_transfers(12, all_to_all(range(12), 4096)), plan_network(plan))
+        assert (sum(pred.relayed_bytes.values()) > 0) is relayed

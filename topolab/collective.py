@@ -224,6 +224,8 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a worker fails when a peer sends nothing for this long (default: 30)")
     parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                         help="wait this long for another emulation run to finish (default: 0)")
+    parser.add_argument("--run-dir", default=None, metavar="DIR",
+                        help="where the run lock and state file live (default: /run/topolab)")
 
 
 def run_collective(args: argparse.Namespace) -> int:
@@ -259,7 +261,7 @@ def _run_collective(args: argparse.Namespace) -> int:
     doc, results = run_on_emulator(scenario, plan, algorithms, sizes, repeat=args.repeat,
                                    chunk_bytes=chunk, segment_bytes=segment,
                                    timeout_s=args.timeout, link_mbps=args.link_mbps,
-                                   lock_wait_s=args.wait)
+                                   lock_wait_s=args.wait, run_dir=args.run_dir)
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -272,7 +274,7 @@ def run_on_emulator(scenario: Any, plan: Any, algorithms: Sequence[str], sizes: 
                     *, repeat: int = 5, chunk_bytes: int = 1 << 20,
                     segment_bytes: int | None = None, timeout_s: float = 30.0,
                     link_mbps: float | None = None, lock_wait_s: float = 0.0,
-                    log: Callable[[str], None] | None = None
+                    log: Callable[[str], None] | None = None, run_dir: str | None = None
                     ) -> tuple[dict[str, Any], list[SizeResult]]:
     """Build the plan's emulated network once and `measure` on it; returns (JSON document,
     results). Used by the command and by benchmarks/collective_compare.py."""
@@ -282,6 +284,8 @@ def run_on_emulator(scenario: Any, plan: Any, algorithms: Sequence[str], sizes: 
     config = dict(asdict(scenario.emulation), lock_wait_s=lock_wait_s)
     if link_mbps is not None:
         config["link_mbps"] = link_mbps
+    if run_dir:
+        config["run_dir"] = run_dir
     t0 = time.time()
     with EmulatedNetwork(plan, config, log=log) as net:
         log(f"emulated {plan.topology} network up: {plan.servers} servers, {len(plan.links)} "
