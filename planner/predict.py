@@ -245,8 +245,8 @@ def predict(schedule, network: Network) -> Prediction:
         progressed = True
         while progressed:
             progressed = any([start_ready(r) for r in range(ranks)])
-        if launch_flows() or True:
-            max_min_rates(active.values(), network.capacity)
+        launch_flows()
+        max_min_rates(active.values(), network.capacity)
         # next event: a timer or the first flow to finish
         t_flow, first = float("inf"), None
         finish_at: dict[tuple[int, int], float] = {}
