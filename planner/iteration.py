@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from math import gcd
 
 from .collectives.p2p import add_p2p_transfers
-from .collectives.rings import add_multiring_allreduce, coset_rings, stride_ring
+from .collectives.from_plan import plan_rings
+from .collectives.rings import add_multiring_allreduce, coset_rings
 from .collectives.schedule import Check, Schedule, ScheduleBuilder
 from .plan import Plan
 from .zoo import Layer, Model
@@ -48,20 +49,12 @@ def _scaled(nbytes: float, opts: "IterationOptions") -> int:
 
 
 def allreduce_rings(plan: Plan) -> list[list[int]]:
-    """Rings the full-group AllReduce uses: every TopoOpt stride in both directions; for
-    other direct-connect topologies the plan's ring order in both directions (its logical
-    edges are relayed where servers are not cabled); one ring through a switch."""
-    n = plan.servers
-    if plan.topology in ("topoopt", "ring") and plan.strides:
-        rings = []
-        for p in plan.strides:
-            rings.append(stride_ring(n, p))
-            rings.append(stride_ring(n, n - p))
-        return rings
-    order = list(plan.rings[0]) if plan.rings else list(range(n))
-    if plan.switches:
-        return [order]
-    return [order, [order[0]] + order[1:][::-1]]
+    """Rings the full-group AllReduce uses: the plan's rings in both directions (every
+    TopoOpt stride p and n - p; elsewhere the plan's ring order, whose logical edges are
+    relayed where servers are not cabled), as `topolab collective` runs them; through a
+    switch one ring, since both directions of a ring would share the same ports."""
+    rings = plan_rings(plan)
+    return rings[:1] if plan.switches else rings
 
 
 def _group_rings(plan: Plan, members: tuple[int, ...]) -> list[list[list[int]]]:
@@ -90,7 +83,6 @@ def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Sche
     dense = [l for l in layers if l.kind != "embedding"]
 
     # ---- forward ------------------------------------------------------------------
-    fwd_ops: dict[str, list[int]] = {}
     lookup_done: dict[int, list[int]] = {r: [] for r in range(n)}
     for table in embeddings:
         owner = tables[table.name]
@@ -109,7 +101,6 @@ def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Sche
         for r in range(n):
             d = mp_recv.get(r, []) if (layer.kind == "interaction" and embeddings) else []
             per_rank[r] = b.compute(r, "compute", seconds(layer, 1.0), after=d)
-        fwd_ops[layer.name] = [per_rank[r] for r in range(n)]
         if layer.name in sharded and m > 1:
             _block_exchange(b, plan, layer, m, opts, per_rank)
     if embeddings and not interaction_seen:  # models whose tables feed the head directly

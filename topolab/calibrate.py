@@ -29,13 +29,14 @@ def zero_payload_twin(plan, model, opts: IterationOptions):
 
 def critical_op_count(schedule, path) -> float:
     """K: the twin's predicted time with a unit op cost and infinitely fast links."""
-    net = Network(capacity={}, path=path, alpha_s=0.0, reduce_bytes_per_s=float("inf"), op_overhead_s=1.0)
-    # every link infinitely fast: give each routed link a huge capacity on demand
-    net.capacity = _InfiniteCapacity()
+    net = Network(capacity=_InfiniteCapacity(), path=path, alpha_s=0.0,
+                  reduce_bytes_per_s=float("inf"), op_overhead_s=1.0)
     return predict(schedule, net).seconds
 
 
 class _InfiniteCapacity(dict):
+    """Every routed link infinitely fast (a huge capacity on demand)."""
+
     def __missing__(self, key):
         return 1e30
 

@@ -71,11 +71,6 @@ def _positive(value: Any, name: str) -> None:
         raise UsageError(f"{name} must be > 0, got {value}")
 
 
-def scenario_dict(s: Scenario) -> dict[str, Any]:
-    d = asdict(s)
-    return d
-
-
 def plan_dict(plan: Plan) -> dict[str, Any]:
     """What the report needs of the plan (links, summary), without the routes table."""
     d = plan.to_dict()
@@ -151,7 +146,7 @@ def execute(s: Scenario, out_dir: Path, iterations: int | None = None, payload_s
     log(f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
         f"{schedule.op_count()} ops; time scale x{emulated['time_scale']:g}")
     results: dict[str, Any] = {
-        "format": RESULTS_FORMAT, "status": "running", "scenario": scenario_dict(s), "plan": plan_dict(plan),
+        "format": RESULTS_FORMAT, "status": "running", "scenario": asdict(s), "plan": plan_dict(plan),
         "emulation": dict(emulated), "iterations": [], "notes": list(plan.notes),
         "schedule": {"ops": schedule.op_count(), "streams_per_rank": len(schedule.programs[0]),
                      "allreduce_buckets": schedule.params.get("buckets", 0),
@@ -169,8 +164,6 @@ def execute(s: Scenario, out_dir: Path, iterations: int | None = None, payload_s
         with EmulatedNetwork(plan, config, log=log) as net:
             results["emulation"].update({k: v for k, v in net.facts.items() if k not in results["emulation"]})
             results["emulation"]["netem"] = net.netem
-            if net.netem != want_netem:  # the kernel decided otherwise: predict again
-                results["predicted"] = predict_run(plan, schedule, emulated, net.netem)
             if not net.netem:
                 results["notes"].append("link latency not emulated (no netem in this kernel): "
                                         "the prediction models it as a per-hop software cost")
