@@ -48,6 +48,8 @@ from .state import ENV_MARK, RunLock, RunState, run_dir_path, terminate_pids
 from .validate import validate
 
 _netem_cache: bool | None = None
+# How long a host's shell may take to start (prompt, own namespace); all hosts boot in parallel.
+HOST_START_TIMEOUT_S = 8.0
 # Cubic on every route (``ip route ... congctl cubic``): the default bbr leaves 10-27% of a
 # shaped link unused, and a child namespace may only pick algorithms the ROOT namespace lists
 # in tcp_allowed_congestion_control (here "reno bbr"), which we must not change. A route's
@@ -112,6 +114,7 @@ class EmulatedHost(Host):
     prompt) so that all hosts boot in parallel: Mininet waits for each shell in turn."""
 
     identity: str = ""
+    netns: int | None = None  # inode of its own network namespace, once started
 
     def startShell(self, mnopts=None):  # noqa: N802 (Mininet's API): Node.startShell minus the wait
         if self.shell:
@@ -120,11 +123,16 @@ class EmulatedHost(Host):
         cmd = ["mnexec", opts, "env", "PS1=" + chr(127), "bash", "--norc", "--noediting", "-is", "mininet:" + self.name]
         self.master, self.slave = pty.openpty()
         self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave, close_fds=False)
+        # the shell holds the terminal now; without our copy, its death is a hang-up we see at once
+        os.close(self.slave)
+        self.slave = None
         self.stdin = os.fdopen(self.master, "r")
         self.stdout = self.stdin
         self.pid = self.shell.pid
         self.pollOut = select.poll()
-        self.pollOut.register(self.stdout)
+        # input only: Mininet registers every event, and a pty is always writable (POLLOUT),
+        # which turns each wait for output into a busy loop and then a blocking read
+        self.pollOut.register(self.stdout, select.POLLIN | select.POLLPRI)
         self.outToNode[self.stdout.fileno()] = self
         self.inToNode[self.stdin.fileno()] = self
         self.execed = False
@@ -133,15 +141,49 @@ class EmulatedHost(Host):
         self.readbuf = ""
         self.waiting = True
 
-    def finishShell(self) -> None:  # noqa: N802
-        """Wait for the prompt (the shell now runs in its own namespace), as Node.startShell does."""
+    def finishShell(self, deadline: float) -> None:  # noqa: N802
+        """Wait until the shell is started: its prompt has arrived and it lives in a network
+        namespace of its own (not the one of the process that created it). Bounded by
+        ``deadline`` (``time.monotonic()``); past it, or if the shell exits, one error naming
+        the host."""
+        self._wait_prompt(deadline, "give its first prompt")
+        ours = nsutil.netns_inode(os.getpid())
         while True:
-            data = self.read(1024)
-            if data and data[-1] == chr(127):
+            ino = nsutil.netns_inode(self.pid)
+            if ino is not None and ino != ours:
+                self.netns = ino
                 break
-            self.pollOut.poll()
+            self._fail_if_exited("enter its own network namespace")
+            if time.monotonic() > deadline:
+                raise EmulationError(f"host {self.name}: its shell (pid {self.pid}) is still in the creating "
+                                     f"process's network namespace after {HOST_START_TIMEOUT_S:g} s")
+            select.select([], [], [], 0.005)
         self.waiting = False
-        self.cmd("unset HISTFILE; stty -echo; set +m")
+        self.write("unset HISTFILE; stty -echo; set +m\n")
+        self._wait_prompt(deadline, "set up its shell")
+
+    def _wait_prompt(self, deadline: float, what: str) -> None:
+        """Read the shell's output until its prompt (PS1 is chr(127)), at most until ``deadline``."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise EmulationError(f"host {self.name}: its shell (pid {self.pid}) did not {what} "
+                                     f"within {HOST_START_TIMEOUT_S:g} s")
+            events = self.pollOut.poll(remaining * 1000)
+            if not events:
+                continue
+            try:
+                data = self.read(1024)
+            except OSError:  # the pty's other end is closed: the shell is gone
+                data = ""
+            if data and data[-1] == chr(127):
+                return
+            self._fail_if_exited(what)
+
+    def _fail_if_exited(self, what: str) -> None:
+        code = self.shell.poll()
+        if code is not None:
+            raise EmulationError(f"host {self.name}: its shell exited (status {code}) before it could {what}")
 
     def defaultIntf(self):  # noqa: N802 (Mininet's API)
         return _IdentityIntf(self)
@@ -300,11 +342,11 @@ class EmulatedNetwork:
             for j, p in enumerate(self.ports[u], start=1):
                 host.intfs[j] = _PortIntf(p.ifname, p.address)
             host.nameToIntf = {i.name: i for i in host.intfs.values()}
+        deadline = time.monotonic() + HOST_START_TIMEOUT_S
         for host in self.hosts:
-            host.finishShell()
-            ino = nsutil.netns_inode(host.pid)
-            self._netns.add(ino)
-            self._state.hosts[host.name] = {"pid": host.pid, "start": nsutil.start_time(host.pid), "netns": ino}
+            host.finishShell(deadline)
+            self._netns.add(host.netns)
+            self._state.hosts[host.name] = {"pid": host.pid, "start": nsutil.start_time(host.pid), "netns": host.netns}
         self._state.save()
         phases = self.facts.setdefault("build_phases_s", {})
         t = time.perf_counter()
@@ -426,7 +468,7 @@ class EmulatedNetwork:
     # ---- teardown --------------------------------------------------------------------
     def _end_processes(self) -> None:
         shells = {h.pid for h in self.hosts if h.shell is not None}
-        live_ns = {nsutil.netns_inode(pid) for pid in shells} & self._netns
+        live_ns = ({nsutil.netns_inode(pid) for pid in shells} & self._netns) - nsutil.protected_netns()
         ours = [p.pid for p in self._procs if p.poll() is None]
         strays = [pid for pid in nsutil.pids_in_netns(live_ns) if pid not in shells and pid != os.getpid()]
         for pid in ours:  # signal whole sessions we started, so their children go too
@@ -455,7 +497,6 @@ class EmulatedNetwork:
             host.shell.wait()
             try:
                 host.stdin.close()
-                os.close(host.slave)
             except OSError:
                 pass
             host.shell = None

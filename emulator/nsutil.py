@@ -49,6 +49,12 @@ def netns_inode(pid: int | str) -> int | None:
         return None
 
 
+def protected_netns() -> set[int]:
+    """Network namespaces that are never the project's, whatever a state file says: the one of
+    PID 1 (the machine's root namespace, or a container's own) and the caller's own."""
+    return {ino for ino in (netns_inode(1), netns_inode(os.getpid())) if ino is not None}
+
+
 def start_time(pid: int) -> int | None:
     """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat)."""
     try:

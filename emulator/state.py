@@ -166,9 +166,14 @@ def clean_dead_runs(run_dir: str, log=print) -> CleanReport:
         recorded += [(int(p["pid"]), p.get("start")) for p in state.get("procs", [])]
         alive = [pid for pid, st in recorded if nsutil.is_same_process(pid, st)]
         our_ns = {nsutil.netns_inode(pid) for pid in alive} - {None}
-        # a namespace is ours only while a recorded process of ours still holds it
+        # a namespace is ours only while a recorded process of ours still holds it, and never
+        # the root namespace or our own, whatever the state file says
         our_ns &= {int(h["netns"]) for h in state.get("hosts", {}).values() if h.get("netns")}
+        our_ns -= nsutil.protected_netns()
         victims = set(alive) | set(nsutil.pids_in_netns(our_ns)) | set(nsutil.pids_with_env(ENV_MARK, state["run_id"]))
+        # only processes inside the run's own namespaces are ended (a recorded PID that now
+        # lives elsewhere is not ours any more)
+        victims = {pid for pid in victims if nsutil.netns_inode(pid) in our_ns}
         victims.discard(os.getpid())
         killed = terminate_pids(sorted(victims))
         for p in (path, path + ".tmp"):

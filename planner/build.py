@@ -67,7 +67,9 @@ def build_plan(s: Scenario, demand: TrafficDemand | None = None) -> Plan:
         if topo.swaps:
             notes.append(f"{topo.swaps} degree-preserving swap(s) made the topology connected")
         if topo.unmatched_ports:
-            notes.append(f"{topo.unmatched_ports} model-parallel port(s) left unused (odd n or sparse demand)")
+            why = (f"{n} servers x {d} ports is odd, so no graph can use every port" if (n * d) % 2
+                   else "no model-parallel cable could be rewired to take them")
+            notes.append(f"{topo.unmatched_ports} port(s) left unused: {why}")
         circulant = topo.ring_cables == len(cables) and bool(topo.class_strides)
         all_strides = [p for ps in topo.class_strides.values() for p in ps]
         if circulant:

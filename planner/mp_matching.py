@@ -77,3 +77,33 @@ def fill_free_ports(n: int, d: int, cables: list[tuple[int, int]],
             cabled.add((a, b))
             used[a] += 1
             used[b] += 1
+
+
+def absorb_free_ports(n: int, d: int, fixed: list[tuple[int, int]], mp: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``mp`` rewired so that no server keeps two or more free ports.
+
+    Matchings pair free ports of *different* servers, so with an odd n one server can be left
+    over with free ports in several rounds (n = 5, d_MP = 2: the same server unmatched twice).
+    Each pair of its free ports is used by splitting one model-parallel cable (u, v) that does
+    not touch it into (u, x) and (x, v): u and v keep their degree and x gains two. Afterwards
+    at most one port in the whole network is unused, and exactly one when n * d is odd (a
+    d-regular graph on n nodes needs n * d even). Ring cables (``fixed``) are never split."""
+    mp = list(mp)
+    used = [0] * n
+    for a, b in fixed + mp:
+        used[a] += 1
+        used[b] += 1
+    for x in range(n):
+        while d - used[x] >= 2:
+            # prefer the cable between the pair with the most cables (the least useful one)
+            counts: dict[tuple[int, int], int] = {}
+            for a, b in mp:
+                counts[(min(a, b), max(a, b))] = counts.get((min(a, b), max(a, b)), 0) + 1
+            options = [i for i, (a, b) in enumerate(mp) if x not in (a, b)]
+            if not options:
+                break
+            i = max(options, key=lambda i: (counts[(min(mp[i]), max(mp[i]))], i))
+            u, v = mp.pop(i)
+            mp += [(min(u, x), max(u, x)), (min(x, v), max(x, v))]
+            used[x] += 2
+    return mp

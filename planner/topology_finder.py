@@ -13,7 +13,9 @@ Reference: TopoOpt (NSDI 2023) section 4, algorithms.md section 1.3 steps 2-6.
 3. Per class: TotientPerms candidates, SelectPermutations, ring cables on every coset.
 4. MP: d_MP rounds of damped maximum-weight matching.
    Ports the matchings cannot fill (demand touching few servers) are paired up by further
-   matchings so every server keeps d cables (a free port is wasted bandwidth).
+   matchings, and a server left with several free ports (odd n) takes them by splitting a
+   model-parallel cable, so every server keeps d cables (a free port is wasted bandwidth);
+   only when n * d is odd does one port stay dark, and the plan's notes say so.
 5. Guarantee connectivity with degree-preserving swaps.
 """
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .connectivity import connect
-from .mp_matching import fill_free_ports, mp_matching_cables, symmetric_demand
+from .mp_matching import absorb_free_ports, fill_free_ports, mp_matching_cables, symmetric_demand
 from .plan import TrafficDemand
 from .totient import circulant_cables, select_permutations, totient_strides
 
@@ -104,6 +106,7 @@ def find_topology(n: int, d: int, demand: TrafficDemand, rule: str = "paper") ->
     mp = mp_matching_cables(demand.mp, d_mp) if d_mp else []
     if d_mp:
         mp += fill_free_ports(n, d, ring + mp, symmetric_demand(demand.mp))
+        mp = absorb_free_ports(n, d, ring, mp)
     unmatched = n * d_mp - 2 * len(mp)
     cables, swaps = connect(n, ring + mp, protected=len(ring))
     return TopoOptTopology(cables, len(ring), class_strides, d_ar, d_mp, swaps, unmatched)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator import EmulatedNetwork, EmulationConfig, EmulationInputError, ShapingError, identity, nsutil
+from emulator import EmulatedNetwork, EmulationConfig, EmulationError, EmulationInputError, ShapingError, identity, nsutil
 from emulator import shaping
 from emulator.checks import check_paths
 from emulator.sample_plans import circulant_plan, switch_plan
@@ -209,3 +209,52 @@ def test_interrupted_run_tears_down_by_itself(tmp_path, sig):
     proc.send_signal(sig)
     proc.wait(timeout=20)
     _assert_gone(pids, netns, tmp_path, before)
+
+
+def test_clean_never_touches_processes_outside_our_namespaces(tmp_path):
+    """A state file (stale, corrupt or forged) that names the root namespace, PID 1, this very
+    process and a process outside every namespace of ours: clean ends none of them."""
+    from emulator.state import ENV_MARK, clean_dead_runs
+
+    run_id = "4242-1"
+    outsider = subprocess.Popen(["sleep", "30"], env={**os.environ, ENV_MARK: run_id})
+    try:
+        root_ns = nsutil.netns_inode(1)
+        ours = nsutil.netns_inode(os.getpid())
+        state = {"run_id": run_id, "owner_pid": 4242, "owner_start": 1,  # an owner that is gone
+                 "hosts": {"h0": {"pid": 1, "start": nsutil.start_time(1), "netns": root_ns},
+                           "h1": {"pid": outsider.pid, "start": nsutil.start_time(outsider.pid), "netns": ours},
+                           "h2": {"pid": os.getpid(), "start": nsutil.start_time(os.getpid()), "netns": ours}},
+                 "procs": [{"pid": outsider.pid, "start": nsutil.start_time(outsider.pid), "argv0": "sleep"}]}
+        (tmp_path / "run-4242.json").write_text(json.dumps(state))
+        report = clean_dead_runs(str(tmp_path), log=lambda msg: None)
+        assert report.killed == []
+        assert report.runs_cleaned == [run_id]  # the stale state file itself is gone
+        assert outsider.poll() is None, "clean ended a process outside the project's namespaces"
+        assert nsutil.netns_inode(1) == root_ns
+    finally:
+        outsider.kill()
+        outsider.wait()
+
+
+def test_host_whose_shell_exits_is_one_clear_error(tmp_path, monkeypatch):
+    """A host shell that dies at once: the build fails within seconds naming the host, and
+    nothing is left behind."""
+    from emulator.network import EmulatedHost
+
+    before = _root_links()
+    real_start = EmulatedHost.startShell
+
+    def start_then_die(self, mnopts=None):
+        real_start(self, mnopts)
+        if self.name == "h2":
+            os.kill(self.pid, signal.SIGKILL)
+
+    monkeypatch.setattr(EmulatedHost, "startShell", start_then_die)
+    t0 = time.monotonic()
+    with pytest.raises(EmulationError) as err:
+        EmulatedNetwork(circulant_plan(4, (1,)), _config(tmp_path)).start()
+    assert time.monotonic() - t0 < 10
+    assert "host h2" in str(err.value) and "\n" not in str(err.value)
+    assert _root_links() == before
+    assert not list(tmp_path.glob("run-*.json"))
