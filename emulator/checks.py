@@ -7,7 +7,7 @@
   proves the pair reachable both ways (the answer travels back).
 - Goodput: ``iperf3 --bidir`` between the two ends of a cable (bound to the cable's
   addresses, so the bytes cross exactly that cable), both directions at once, against the
-  TCP maximum of the shaped rate at the MTU (`shaping.tcp_max_fraction`). Cables are measured
+  TCP maximum of the shaped rate at the MTU (`contract.physics.tcp_goodput_fraction`). Cables are measured
   in parallel batches whose total shaped traffic stays under a CPU budget (both cores of this
   machine saturate at 45-55 Gbit/s of shaped traffic, emulation-facts.md).
 """
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from .addressing import node_of_identity
-from .shaping import tcp_max_fraction
+from contract.physics import tcp_goodput_fraction
 
 _HOP = re.compile(r"^\s*(\d+)\s+(.*)$")
 _ADDR = re.compile(r"(\d+\.\d+\.\d+\.\d+)")
@@ -142,7 +142,7 @@ def check_goodput(net, links: list[int] | None = None, seconds: float = 3.0, omi
     all_links = list(range(len(plan.links)))
     chosen = all_links if links is None else links
     report = GoodputReport(budget_gbps=budget_gbps, sampled=len(chosen) < len(all_links))
-    frac = tcp_max_fraction(net.mtu)
+    frac = tcp_goodput_fraction(net.mtu)
     # batches: greedy, keeping sum of shaped traffic (both directions) <= budget, and no
     # host in more than 4 measurements at once
     batches: list[list[int]] = []

@@ -40,6 +40,8 @@ import pyroute2  # noqa: F401  (imported up front: it takes 0.15 s)
 from mininet.net import Mininet
 from mininet.node import Host
 
+from contract.physics import tcp_goodput_fraction, time_scale
+
 from . import nlbatch, nsutil, shaping
 from .addressing import Port, identity, node_name, ports_of
 from .config import EmulationConfig
@@ -208,7 +210,7 @@ class EmulatedNetwork:
         self.link_mbps = float(self.config.link_mbps)
         self.mtu = int(self.config.mtu)
         self.reference_gbps = float(self.config.reference_gbps or plan.link_gbps)
-        self.time_scale = self.reference_gbps * 1000.0 / self.link_mbps
+        self.time_scale = time_scale(self.reference_gbps, self.link_mbps)
         self.netem = False
         self.ports: list[list[Port]] = ports_of(plan.links, self.nodes, self.servers)
         self.link_rate_bps = [round(l.gbps / self.reference_gbps * self.link_mbps * 1e6) for l in plan.links]
@@ -283,7 +285,7 @@ class EmulatedNetwork:
             "servers": self.servers, "switch_nodes": self.nodes - self.servers, "cables": len(self.plan.links),
             "link_mbps": self.link_mbps, "reference_gbps": self.reference_gbps, "time_scale": self.time_scale, "mtu": self.mtu,
             "rates_mbps": sorted({r / 1e6 for r in self.link_rate_bps}),
-            "tcp_max_fraction": shaping.tcp_max_fraction(self.mtu),
+            "tcp_max_fraction": tcp_goodput_fraction(self.mtu),
             "netem": self.netem, "delay_us": self.delay_us if self.netem else 0.0,
             "plan_latency_us": float(self.plan.latency_us),
             "latency_note": ("plan latency applied with netem (dilated)" if self.netem else

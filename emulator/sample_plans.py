@@ -10,7 +10,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
-from planner.plan import Link, Plan, Routes, Summary, TrafficDemand
+from contract.plan import Link, Plan, Routes, Summary, TrafficDemand
 
 
 def _table_from_graph(g: nx.MultiGraph, nodes: int) -> tuple[tuple[int, ...], ...]:

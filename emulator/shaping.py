@@ -13,16 +13,7 @@ from dataclasses import dataclass
 
 from .errors import ShapingError
 
-ETHERNET_HEADER = 14  # bytes HTB counts on a veth beyond the IP packet
-TCP_IP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamps option 12
 BURST_FLOOR = 65536 + 9014  # a veth hands HTB GSO packets of up to 64 KiB
-
-
-def tcp_max_fraction(mtu: int) -> float:
-    """Largest share of an HTB rate TCP payload can use at ``mtu``: every full segment
-    carries ``mtu - 52`` payload bytes and costs ``mtu + 14`` bytes of the shaped rate
-    (0.9564 at 1500, 0.9927 at 9000, as measured in emulation-facts.md)."""
-    return (mtu - TCP_IP_HEADERS) / (mtu + ETHERNET_HEADER)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ Imports nothing else of topolab and needs no privileges. Front door::
 """
 
 from .build import build_plan
-from .plan import AllReduceGroup, Link, MPFlow, Plan, Routes, Summary, TrafficDemand
+from contract.plan import AllReduceGroup, Link, MPFlow, Plan, Routes, Summary, TrafficDemand
 from .scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 
 __all__ = [

@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 
 from .baselines import expander_cables, ring_cables, ring_order, switch_cables, torus_cables
-from .plan import AllReduceGroup, Link, Plan, Routes, TrafficDemand
+from contract.plan import AllReduceGroup, Link, Plan, Routes, TrafficDemand
 from .routing import circulant_hop_counts, coin_change_first_strides, hop_counts, next_hop_table
 from .scenario import Scenario, _torus_shape
 from .summary import summarize

@@ -1,6 +1,6 @@
 """One training iteration of a plan as a schedule the workers execute and the model predicts.
 
-Per server (rank), in the schedule format of planner.collectives.schedule:
+Per server (rank), in the schedule format of contract.schedule:
 
 - stream ``compute``: forward compute of every layer in order, then backward in reverse
   order (backward = 2x forward FLOPs), as timed waits from the model zoo's FLOPs at the
@@ -27,8 +27,9 @@ from math import gcd
 from .collectives.p2p import add_p2p_transfers
 from .collectives.from_plan import plan_rings
 from .collectives.rings import add_multiring_allreduce, coset_rings
-from .collectives.schedule import Check, Schedule, ScheduleBuilder
-from .plan import Plan
+from contract.physics import compute_seconds
+from contract.schedule import Check, Schedule, ScheduleBuilder
+from contract.plan import Plan
 from .zoo import Layer, Model
 
 DDP_BUCKET_BYTES = 25 * 2**20
@@ -76,7 +77,8 @@ def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Sche
 
     def seconds(layer: Layer, factor: float) -> float:
         split = m if layer.name in sharded else 1
-        return factor * layer.flops * opts.batch / (opts.device_tflops * 1e12) / split * opts.time_scale
+        return factor * compute_seconds(layer.flops, opts.batch, opts.device_tflops, split=split,
+                                        time_scale=opts.time_scale)
 
     layers = [l for l in model.layers if l.kind != "embedding" or l.name in tables]
     embeddings = [l for l in layers if l.kind == "embedding"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from .plan import MPFlow
+from contract.plan import MPFlow
 
 
 def symmetric_demand(flows: tuple[MPFlow, ...]) -> dict[tuple[int, int], float]:

@@ -1,7 +1,7 @@
 """Flow-level prediction of a schedule's run time on a plan's network.
 
 This is the model the end-to-end run compares its measurements with, so it executes
-exactly the schedule the workers run (planner.collectives.schedule), op by op:
+exactly the schedule the workers run (contract.schedule), op by op:
 
 - streams run concurrently; ops of one stream in order; an op also waits for its ``after``
   ops (the same rules the workers' executor follows);
@@ -32,18 +32,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-TCP_IPV4_HEADERS = 52  # IPv4 (20) + TCP (20) + timestamps option (12)
-# HTB on a veth counts the Ethernet header (14 bytes) but no FCS, preamble or gap, so a
-# shaped emulated link carries (mtu - 52) payload bytes per (mtu + 14) shaped bytes.
-ETHERNET_OVERHEAD = 14
-
-
-def tcp_goodput_fraction(mtu: int) -> float:
-    """Payload share of a shaped link at ``mtu``: (mtu - 52) / (mtu + 14).
-
-    This is why TCP goodput stays below the shaped rate; it reproduces the measured HTB
-    ceilings of emulation-facts.md (95.6% at MTU 1500, 99.2% at 9000)."""
-    return (mtu - TCP_IPV4_HEADERS) / (mtu + ETHERNET_OVERHEAD)
+from contract.physics import REDUCE_BYTES_PER_S, tcp_goodput_fraction
 
 
 @dataclass
@@ -53,7 +42,7 @@ class Network:
     capacity: dict[tuple[int, int], float]
     path: Callable[[int, int], list[int]]
     alpha_s: float = 0.0
-    reduce_bytes_per_s: float = 4e9
+    reduce_bytes_per_s: float = REDUCE_BYTES_PER_S
     op_overhead_s: float = 0.0
     reduce_cap_bytes: float = float("inf")
     servers: int | None = None  # nodes >= servers are switches: crossing them is not relaying
@@ -68,7 +57,7 @@ class Network:
 
 
 def plan_network(plan, link_bps: float | None = None, mtu: int = 9000, alpha_s: float | None = None,
-                 reduce_bytes_per_s: float = 4e9, op_overhead_s: float = 0.0,
+                 reduce_bytes_per_s: float = REDUCE_BYTES_PER_S, op_overhead_s: float = 0.0,
                  reduce_cap_bytes: float = float("inf")) -> Network:
     """A `Network` for ``plan``: each cable gives both directions its rate (parallel cables
     add up). ``link_bps`` rescales every link so that a plan link of ``plan.link_gbps``

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .plan import Link, Summary
+from contract.plan import Link, Summary
 
 
 def cut_gbps(links: tuple[Link, ...] | list[Link], side: set[int]) -> float:

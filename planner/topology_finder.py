@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from .connectivity import connect
 from .mp_matching import absorb_free_ports, fill_free_ports, mp_matching_cables, symmetric_demand
-from .plan import TrafficDemand
+from contract.plan import TrafficDemand
 from .totient import circulant_cables, select_permutations, totient_strides
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import AllReduceGroup, MPFlow, TrafficDemand
+from contract.plan import AllReduceGroup, MPFlow, TrafficDemand
 from .zoo import Layer, Model
 
 

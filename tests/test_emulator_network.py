@@ -23,7 +23,7 @@ from emulator import EmulatedNetwork, EmulationConfig, EmulationError, Emulation
 from emulator import shaping
 from emulator.checks import check_paths
 from emulator.sample_plans import circulant_plan, switch_plan
-from planner.plan import Link
+from contract.plan import Link
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[1]

@@ -7,12 +7,13 @@ import ipaddress
 
 import pytest
 
-from emulator import EmulationConfig, EmulationInputError, identity, link_addresses, node_of_identity, tcp_max_fraction
+from contract.physics import tcp_goodput_fraction
+from emulator import EmulationConfig, EmulationInputError, identity, link_addresses, node_of_identity
 from emulator.addressing import RANGE, ports_of
 from emulator.checks import parse_traceroute
 from emulator.sample_plans import circulant_plan, switch_plan
 from emulator.validate import validate
-from planner.plan import Link
+from contract.plan import Link
 
 
 def test_every_address_is_in_the_benchmarking_range():
@@ -38,8 +39,8 @@ def test_ports_follow_mininet_names_and_parallel_cables_stay_separate():
 
 def test_tcp_maximum_matches_the_measured_fractions():
     # emulation-facts.md: 95.6% at MTU 1500, 99.2% at MTU 9000
-    assert tcp_max_fraction(1500) == pytest.approx(0.956, abs=0.001)
-    assert tcp_max_fraction(9000) == pytest.approx(0.992, abs=0.001)
+    assert tcp_goodput_fraction(1500) == pytest.approx(0.956, abs=0.001)
+    assert tcp_goodput_fraction(9000) == pytest.approx(0.992, abs=0.001)
 
 
 @pytest.mark.parametrize("table, field", [

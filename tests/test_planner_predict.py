@@ -7,7 +7,8 @@ from planner.collectives.p2p import p2p_transfers
 from planner.collectives.rings import multiring_allreduce, ring_allreduce, topoopt_rings
 from planner.collectives.simulate import simulate_and_verify
 from planner.iteration import IterationOptions, iteration_schedule
-from planner.predict import Network, plan_network, predict, tcp_goodput_fraction
+from contract.physics import tcp_goodput_fraction
+from planner.predict import Network, plan_network, predict
 from planner.zoo import get_model
 
 

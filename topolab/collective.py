@@ -10,7 +10,7 @@ Figures per row (reference section 5): time = median over the timed iterations o
 max(t_end) - min(t_start) over ranks; algbw = S / time; busbw = algbw * 2 (n-1) / n;
 ideal = 2 (n-1) S / (n * D) where D is one server's total egress goodput: the emulated rate
 of each of its links times the TCP maximum at the MTU (what HTB lets through after
-Ethernet/IP/TCP headers: emulator.tcp_max_fraction), summed over its d links. That is the
+Ethernet/IP/TCP headers: contract.physics.tcp_goodput_fraction), summed over its d links. That is the
 lower bound for any AllReduce on the plan's topology with every interface busy.
 """
 
@@ -148,13 +148,13 @@ def measure(net: Any, plan: Any, algorithms: Sequence[str], sizes: Sequence[int]
             log: Callable[[str], None] | None = None) -> list[SizeResult]:
     """Run every (size, algorithm) on the emulated network ``net``; sizes outer, so the
     algorithms of one size are measured side by side in time (the machine is noisy)."""
-    from emulator import tcp_max_fraction
+    from contract.physics import tcp_goodput_fraction
     from workers.coordinator import Coordinator
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     n = int(plan.servers)
     hosts = [net.host_address(i) for i in range(n)]
-    goodput = server_egress_bps(plan, net.link_rate_bps) * tcp_max_fraction(net.mtu)
+    goodput = server_egress_bps(plan, net.link_rate_bps) * tcp_goodput_fraction(net.mtu)
 
     def spawn(rank: int, argv: list[str]) -> subprocess.Popen:
         return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
@@ -278,7 +278,8 @@ def run_on_emulator(scenario: Any, plan: Any, algorithms: Sequence[str], sizes: 
                     ) -> tuple[dict[str, Any], list[SizeResult]]:
     """Build the plan's emulated network once and `measure` on it; returns (JSON document,
     results). Used by the command and by benchmarks/collective_compare.py."""
-    from emulator import EmulatedNetwork, tcp_max_fraction
+    from contract.physics import tcp_goodput_fraction
+    from emulator import EmulatedNetwork
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     config = dict(asdict(scenario.emulation), lock_wait_s=lock_wait_s)
@@ -292,7 +293,7 @@ def run_on_emulator(scenario: Any, plan: Any, algorithms: Sequence[str], sizes: 
             f"cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}, time scale x{net.time_scale:g}")
         results = measure(net, plan, algorithms, sizes, repeat=repeat, chunk_bytes=chunk_bytes,
                           segment_bytes=segment_bytes, timeout_s=timeout_s, log=log)
-        frac = tcp_max_fraction(net.mtu)
+        frac = tcp_goodput_fraction(net.mtu)
         egress = server_egress_bps(plan, net.link_rate_bps)
         emulation = {"link_mbps": net.link_mbps, "mtu": net.mtu, "time_scale": net.time_scale,
                      "tcp_max_fraction": frac, "egress_bps": egress,

@@ -29,6 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+from contract import physics
 from planner import Plan, Scenario, build_plan, load_scenario
 from planner.iteration import IterationOptions, iteration_schedule
 from planner.predict import plan_network, predict
@@ -47,7 +48,6 @@ SOFTWARE_HOP_S = 6.5e-6
 # chunk's reduction is exposed; numpy's in-place add of float32 on one core of this machine
 # runs at a few GB/s and the workers share the two cores.
 EXPOSED_REDUCE_BYTES = 256 << 10
-REDUCE_BYTES_PER_S = 2e9
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,7 +89,7 @@ def prepare(s: Scenario, payload_scale: float | None = None) -> tuple[Plan, Any,
     """Plan, schedule and prediction of a scenario (no root needed)."""
     plan = build_plan(s)
     link_mbps = s.emulation.link_mbps
-    time_scale = plan.link_gbps * 1000.0 / link_mbps
+    time_scale = physics.time_scale(plan.link_gbps, link_mbps)
     scale = s.run.payload_scale if payload_scale is None else payload_scale
     opts = IterationOptions(batch=s.workload.batch_per_server, device_tflops=s.workload.device_tflops,
                             time_scale=time_scale, payload_scale=scale)
@@ -103,7 +103,7 @@ def predict_run(plan: Plan, schedule, emulated: dict[str, Any], netem: bool,
                 op_overhead_s: float = 0.0) -> dict[str, Any]:
     alpha = SOFTWARE_HOP_S + (plan.latency_us * 1e-6 * emulated["time_scale"] if netem else 0.0)
     net = plan_network(plan, link_bps=emulated["link_mbps"] * 1e6, mtu=emulated["mtu"], alpha_s=alpha,
-                       reduce_bytes_per_s=REDUCE_BYTES_PER_S, op_overhead_s=op_overhead_s,
+                       op_overhead_s=op_overhead_s,
                        reduce_cap_bytes=EXPOSED_REDUCE_BYTES)
     t0 = time.perf_counter()
     pred = predict(schedule, net)

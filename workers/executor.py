@@ -1,7 +1,7 @@
 """The executor: runs one rank's program (streams of send / recv / compute ops) over pyzmq.
 
 One executor runs every schedule; it knows nothing about rings or trees. Semantics are the
-schedule format's (planner/collectives/schedule.py, docs/schedules.md): ops of a stream in
+schedule format's (contract/schedule.py, docs/schedules.md): ops of a stream in
 order, ``after`` dependencies, eager sends, FIFO matching per (src, dst, tag).
 
 Data plane (emulation-facts.md, pyzmq section):

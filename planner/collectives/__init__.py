@@ -8,7 +8,7 @@ from .p2p import add_p2p_transfers, all_to_all, p2p_transfers
 from .rings import (add_multiring_allreduce, add_ring_allreduce, coset_rings,
                     grouped_allreduce, multiring_allreduce, ring_allreduce, stride_ring,
                     subgroup_allreduce, topoopt_rings)
-from .schedule import (SCHEDULE_FORMAT, Buffer, Check, Op, Schedule, ScheduleBuilder,
+from contract.schedule import (SCHEDULE_FORMAT, Buffer, Check, Op, Schedule, ScheduleBuilder,
                        split_region)
 from .simulate import ScheduleError, make_inputs, run_schedule, simulate_and_verify, verify
 from .trees import (add_dbtree_allreduce, add_tree_allreduce, btree_parents, dbtree_allreduce,

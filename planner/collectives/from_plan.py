@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .rings import multiring_allreduce, ring_allreduce, topoopt_rings
-from .schedule import Schedule
+from contract.schedule import Schedule
 from .trees import DEFAULT_SEGMENT_BYTES, dbtree_allreduce, tree_allreduce
 
 ALGORITHMS = ("ring", "topoopt", "tree", "dbtree")

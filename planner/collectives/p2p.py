@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from .schedule import Check, Schedule, ScheduleBuilder
+from contract.schedule import Check, Schedule, ScheduleBuilder
 
 Deps = Mapping[int, Iterable[int]]
 

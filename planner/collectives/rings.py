@@ -22,7 +22,7 @@ from __future__ import annotations
 from math import gcd
 from typing import Iterable, Mapping, Sequence
 
-from .schedule import Check, Schedule, ScheduleBuilder, split_region
+from contract.schedule import Check, Schedule, ScheduleBuilder, split_region
 
 Deps = Mapping[int, Iterable[int]]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .schedule import Schedule
+from contract.schedule import Schedule
 
 
 class ScheduleError(RuntimeError):

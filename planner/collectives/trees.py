@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from .schedule import Check, Schedule, ScheduleBuilder, split_region
+from contract.schedule import Check, Schedule, ScheduleBuilder, split_region
 
 Deps = Mapping[int, Iterable[int]]
 DEFAULT_SEGMENT_BYTES = 1 << 20  # the authors' simulator pipelines 1 MiB segments

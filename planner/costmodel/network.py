@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..plan import Plan
+from contract.plan import Plan
 
 
 @dataclass

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..plan import Plan
+from contract.plan import Plan
 from ..search.graph import OpGraph
 from ..search.strategy import Flows, Strategy, op_traffic
 from .network import NetworkModel

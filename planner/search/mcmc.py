@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from ..fusion import FusionConfig, fuse
-from ..plan import Plan, TrafficDemand
+from contract.plan import Plan, TrafficDemand
 from ..scenario import Scenario
 from ..costmodel.simulator import CostConfig, IterationCost, Simulator
 from .graph import OpGraph, model_graph

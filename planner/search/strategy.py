@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..plan import AllReduceGroup, MPFlow, TrafficDemand
+from contract.plan import AllReduceGroup, MPFlow, TrafficDemand
 from .graph import OpGraph, Operator
 
 

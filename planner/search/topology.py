@@ -21,7 +21,7 @@ import hashlib
 import numpy as np
 
 from ..build import build_plan
-from ..plan import Plan, TrafficDemand
+from contract.plan import Plan, TrafficDemand
 from ..scenario import Scenario
 from ..topology_finder import split_degree, split_ports
 from .strategy import TrafficArrays

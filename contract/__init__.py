@@ -1,0 +1,12 @@
+"""The contract topolab's layers share: plain data and the physics every layer agrees on.
+
+Imports nothing of topolab. The planner produces it, the emulator and the workers consume it:
+
+- `contract.plan`: the `Plan` (topology, routes, traffic, the strategy as a typed object)
+  and `Network`, the part of a plan an emulator builds;
+- `contract.schedule`: collective and iteration schedules as data (streams of send / recv /
+  compute ops), the format the workers execute;
+- `contract.physics`: TCP goodput of a shaped cable, time dilation, compute time: each
+  formula defined once;
+- `contract.errors`: the one error hierarchy (user error: exit 2; run failure: exit 1).
+"""

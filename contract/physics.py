@@ -1,0 +1,40 @@
+"""Physics every layer agrees on, each formula defined once.
+
+- TCP goodput of an HTB-shaped veth cable at a given MTU: HTB on a veth counts the Ethernet
+  header (14 bytes) but no FCS, preamble or gap, and each TCP segment carries IPv4 (20) + TCP
+  (20) + timestamps (12) bytes of headers, so a shaped cable delivers (mtu - 52) payload bytes
+  per (mtu + 14) shaped bytes: 95.6% at MTU 1500 and 99.3% at 9000, the ceilings iperf3
+  measures on this kernel (docs/emulation.md).
+- Time dilation: a cable planned at ``planned_gbps`` and emulated at ``emulated_mbps`` runs
+  ``planned_gbps * 1000 / emulated_mbps`` times slower; every measured time is divided by this
+  factor and every compute wait multiplied by it, so compute and communication keep the real
+  cluster's ratio.
+- Compute time of ``flops`` per sample at ``device_tflops`` effective throughput.
+"""
+
+from __future__ import annotations
+
+TCP_IPV4_HEADERS = 52  # IPv4 (20) + TCP (20) + timestamps option (12)
+ETHERNET_HEADER = 14  # bytes HTB counts on a veth beyond the IP packet
+# Rate at which a worker reduces (adds) received float32 gradients into its buffer, bytes/s,
+# and copies them (numpy on one core of the 2-core reference machine, with the workers busy);
+# the predictor charges it for the part of a received message not hidden by pipelining.
+REDUCE_BYTES_PER_S = 2e9
+
+
+def tcp_goodput_fraction(mtu: int) -> float:
+    """Payload share of a shaped cable at ``mtu``: (mtu - 52) / (mtu + 14)."""
+    return (mtu - TCP_IPV4_HEADERS) / (mtu + ETHERNET_HEADER)
+
+
+def time_scale(planned_gbps: float, emulated_mbps: float) -> float:
+    """Emulated seconds per real second for a cable planned at ``planned_gbps`` and emulated at
+    ``emulated_mbps`` (250 for 25 Gbit/s emulated at 100 Mbit/s)."""
+    return planned_gbps * 1000.0 / emulated_mbps
+
+
+def compute_seconds(flops: float, batch: int, device_tflops: float, *, split: int = 1,
+                    time_scale: float = 1.0) -> float:
+    """Seconds one server spends on ``flops`` per sample for ``batch`` samples at
+    ``device_tflops``, its share ``1 / split`` of a sharded layer, dilated by ``time_scale``."""
+    return flops * batch / (device_tflops * 1e12) / split * time_scale
