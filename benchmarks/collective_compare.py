@@ -27,15 +27,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planner import build_plan, load_scenario  # noqa: E402
-from topolab.collective import (format_size, format_table, parse_algorithms,  # noqa: E402
-                                parse_sizes, run_on_emulator)
+from planner import build_plan, load_scenario
+from topolab.collective import format_size, format_table, parse_algorithms, parse_sizes, run_on_emulator
 
 OUT = Path(__file__).resolve().parent / "results"
 
 
 def plot(results: list[dict], path: Path, title: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -67,8 +67,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rates", default="", help="comma-separated Mbit/s: sweep the link rate")
     ap.add_argument("--target", type=float, default=1.10)
-    ap.add_argument("--wait", type=float, default=600.0,
-                    help="wait this long for another emulation run to release the lock")
+    ap.add_argument(
+        "--wait", type=float, default=600.0, help="wait this long for another emulation run to release the lock"
+    )
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -79,39 +80,53 @@ def main() -> int:
     scenario = load_scenario(args.scenario)
     plan = build_plan(scenario)
     OUT.mkdir(exist_ok=True)
-    machine = {"cpus": os.cpu_count(), "kernel": platform.release(),
-               "loadavg_before": os.getloadavg()}
+    machine = {"cpus": os.cpu_count(), "kernel": platform.release(), "loadavg_before": os.getloadavg()}
 
     if args.rates:
         rates = [float(r) for r in args.rates.split(",")]
         rows, best = [], None
         for rate in rates:
-            doc, results = run_on_emulator(scenario, plan, algorithms[:1], sizes[-1:],
-                                           repeat=args.repeat, link_mbps=rate,
-                                           lock_wait_s=args.wait)
+            doc, results = run_on_emulator(
+                scenario, plan, algorithms[:1], sizes[-1:], repeat=args.repeat, link_mbps=rate, lock_wait_s=args.wait
+            )
             r = results[0]
             rows.append({"link_mbps": rate, **r.to_dict()})
             if r.verified and r.ratio <= args.target:
                 best = rate if best is None else max(best, rate)
-        print(f"# {scenario.name}: {algorithms[0]} AllReduce of {format_size(sizes[-1])}, "
-              f"median of {args.repeat}, per emulated link rate")
+        print(
+            f"# {scenario.name}: {algorithms[0]} AllReduce of {format_size(sizes[-1])}, "
+            f"median of {args.repeat}, per emulated link rate"
+        )
         print(f"{'Mbit/s':>8} {'time(ms)':>10} {'ideal(ms)':>10} {'meas/ideal':>10} {'verified':>8}")
         for row in rows:
-            print(f"{row['link_mbps']:>8g} {row['time_s'] * 1e3:>10.1f} {row['ideal_s'] * 1e3:>10.1f} "
-                  f"{row['measured_over_ideal']:>10.3f} {'yes' if row['verified'] else 'NO':>8}")
-        print(f"highest rate within {args.target:.2f}x ideal: "
-              f"{'none of those tried' if best is None else f'{best:g} Mbit/s'}")
+            print(
+                f"{row['link_mbps']:>8g} {row['time_s'] * 1e3:>10.1f} {row['ideal_s'] * 1e3:>10.1f} "
+                f"{row['measured_over_ideal']:>10.3f} {'yes' if row['verified'] else 'NO':>8}"
+            )
+        print(
+            f"highest rate within {args.target:.2f}x ideal: "
+            f"{'none of those tried' if best is None else f'{best:g} Mbit/s'}"
+        )
         out = Path(args.out) if args.out else OUT / "collective_rates.json"
-        out.write_text(json.dumps({"scenario": scenario.name, "algorithm": algorithms[0],
-                                   "bytes": sizes[-1], "target": args.target,
-                                   "highest_rate_within_target": best, "rows": rows,
-                                   "machine": machine, "date": time.strftime("%Y-%m-%d %H:%M")},
-                                  indent=2))
+        out.write_text(
+            json.dumps(
+                {
+                    "scenario": scenario.name,
+                    "algorithm": algorithms[0],
+                    "bytes": sizes[-1],
+                    "target": args.target,
+                    "highest_rate_within_target": best,
+                    "rows": rows,
+                    "machine": machine,
+                    "date": time.strftime("%Y-%m-%d %H:%M"),
+                },
+                indent=2,
+            )
+        )
         print(f"wrote {out}")
         return 0
 
-    doc, results = run_on_emulator(scenario, plan, algorithms, sizes, repeat=args.repeat,
-                                   lock_wait_s=args.wait)
+    doc, results = run_on_emulator(scenario, plan, algorithms, sizes, repeat=args.repeat, lock_wait_s=args.wait)
     print(doc["header"])
     print(format_table(results))
     doc["machine"] = dict(machine, loadavg_after=os.getloadavg())
@@ -119,8 +134,11 @@ def main() -> int:
     out = Path(args.out) if args.out else OUT / "collective_compare.json"
     out.write_text(json.dumps(doc, indent=2))
     png = out.with_suffix(".png")
-    plot(doc["results"], png, f"{scenario.name}: AllReduce on the emulated network "
-                              f"({doc['emulation']['link_mbps']:g} Mbit/s per link)")
+    plot(
+        doc["results"],
+        png,
+        f"{scenario.name}: AllReduce on the emulated network ({doc['emulation']['link_mbps']:g} Mbit/s per link)",
+    )
     print(f"wrote {out} and {png}")
     return 0 if all(r.verified for r in results) else 1
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from emulator import EmulatedNetwork, EmulationConfig  # noqa: E402
-from emulator.sample_plans import circulant_plan  # noqa: E402
+from emulator import EmulatedNetwork, EmulationConfig
+from tests.fixtures.sample_plans import circulant_plan
 
 
 def stride_for(n: int) -> int:
@@ -45,28 +45,47 @@ def main() -> int:
         plan = circulant_plan(n, (1, stride_for(n)))
         ups, downs, phases = [], [], []
         for _ in range(args.repeat):
-            net = EmulatedNetwork(plan, EmulationConfig(run_dir=args.run_dir, lock_wait_s=args.wait), log=lambda m: None)
+            net = EmulatedNetwork(
+                plan, EmulationConfig(run_dir=args.run_dir, lock_wait_s=args.wait), log=lambda m: None
+            )
             with net:
                 pass
             ups.append(net.facts["build_s"])
             downs.append(net.facts["teardown_s"])
             phases.append(net.facts["build_phases_s"])
         med = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
-        row = {"servers": n, "degree": 4, "cables": len(plan.links), "up_s": statistics.median(ups),
-               "down_s": statistics.median(downs), "up_all_s": ups, "down_all_s": downs, "phases_s": med}
+        row = {
+            "servers": n,
+            "degree": 4,
+            "cables": len(plan.links),
+            "up_s": statistics.median(ups),
+            "down_s": statistics.median(downs),
+            "up_all_s": ups,
+            "down_all_s": downs,
+            "phases_s": med,
+        }
         rows.append(row)
-        print(f"{n:>7} {len(plan.links):>6} {row['up_s']:7.3f} {row['down_s']:7.3f}   "
-              + ", ".join(f"{k} {v:.3f}" for k, v in med.items()), flush=True)
+        print(
+            f"{n:>7} {len(plan.links):>6} {row['up_s']:7.3f} {row['down_s']:7.3f}   "
+            + ", ".join(f"{k} {v:.3f}" for k, v in med.items()),
+            flush=True,
+        )
     twelve = next((r for r in rows if r["servers"] == 12), None)
     verdict = None
     if twelve:
         verdict = twelve["up_s"] < 1.0 and twelve["down_s"] < 1.0
-        print(f"12 servers: up {twelve['up_s']:.3f} s, down {twelve['down_s']:.3f} s -> "
-              f"{'meets' if verdict else 'MISSES'} the < 1 s / < 1 s target")
+        print(
+            f"12 servers: up {twelve['up_s']:.3f} s, down {twelve['down_s']:.3f} s -> "
+            f"{'meets' if verdict else 'MISSES'} the < 1 s / < 1 s target"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "emulator_build", "load_avg": os.getloadavg(), "rows": rows,
-                               "target_12_met": verdict}, indent=2))
+    out.write_text(
+        json.dumps(
+            {"benchmark": "emulator_build", "load_avg": os.getloadavg(), "rows": rows, "target_12_met": verdict},
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
     return 0
 

@@ -26,19 +26,32 @@ JOBS = (("resnet50", "data"), ("dlrm", "hybrid"))
 
 def time_plan(n: int, kind: str, model: str, strategy: str, repeat: int) -> dict:
     d = 4 if kind == "torus" else 8
-    s = parse_scenario({"cluster": {"servers": n, "degree": d, "link_gbps": 100},
-                        "workload": {"model": model}, "parallelism": {"strategy": strategy},
-                        "topology": {"kind": kind}})
+    s = parse_scenario(
+        {
+            "cluster": {"servers": n, "degree": d, "link_gbps": 100},
+            "workload": {"model": model},
+            "parallelism": {"strategy": strategy},
+            "topology": {"kind": kind},
+        }
+    )
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         plan = build_plan(s)
-        plan.next_hop  # materialize every route
+        _ = plan.next_hop  # materialize every route
         times.append(time.perf_counter() - t0)
-    return {"servers": n, "degree": d, "kind": kind, "model": model, "strategy": strategy,
-            "seconds_median": statistics.median(times), "seconds_max": max(times),
-            "diameter": plan.summary.diameter, "mean_hops": plan.summary.mean_hops,
-            "routes": plan.routes.kind}
+    return {
+        "servers": n,
+        "degree": d,
+        "kind": kind,
+        "model": model,
+        "strategy": strategy,
+        "seconds_median": statistics.median(times),
+        "seconds_max": max(times),
+        "diameter": plan.summary.diameter,
+        "mean_hops": plan.summary.mean_hops,
+        "routes": plan.routes.kind,
+    }
 
 
 def main() -> None:
@@ -53,16 +66,29 @@ def main() -> None:
             for model, strategy in JOBS:
                 r = time_plan(n, kind, model, strategy, args.repeat)
                 rows.append(r)
-                print(f"{n:>7} {kind:9} {model + '/' + strategy:16} {r['seconds_median']:>9.3f} "
-                      f"{r['seconds_max']:>7.3f} {r['diameter']:>4} {r['mean_hops']:>9.3f}", flush=True)
+                print(
+                    f"{n:>7} {kind:9} {model + '/' + strategy:16} {r['seconds_median']:>9.3f} "
+                    f"{r['seconds_max']:>7.3f} {r['diameter']:>4} {r['mean_hops']:>9.3f}",
+                    flush=True,
+                )
     target = [r for r in rows if r["servers"] == 1024 and r["kind"] == "topoopt"]
     worst = max(r["seconds_max"] for r in target)
     verdict = "PASS" if worst < 2.0 else "FAIL"
     print(f"1024-server TopoOpt plan, slowest run: {worst:.3f} s (target < 2 s): {verdict}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"machine": platform.node(), "cpus": __import__("os").cpu_count(),
-                                          "repeat": args.repeat, "rows": rows,
-                                          "topoopt_1024_worst_s": worst, "target_s": 2.0}, indent=1))
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "machine": platform.node(),
+                "cpus": __import__("os").cpu_count(),
+                "repeat": args.repeat,
+                "rows": rows,
+                "topoopt_1024_worst_s": worst,
+                "target_s": 2.0,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {args.out}")
 
 

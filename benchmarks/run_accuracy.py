@@ -20,8 +20,14 @@ from planner import load_scenario
 from topolab.run import execute
 
 REPO = Path(__file__).resolve().parents[1]
-SCENARIOS = ("topoopt-12", "switch-12", "expander-12", "resnet50-topoopt-12", "resnet50-switch-12",
-             "resnet50-expander-12")
+SCENARIOS = (
+    "topoopt-12",
+    "switch-12",
+    "expander-12",
+    "resnet50-topoopt-12",
+    "resnet50-switch-12",
+    "resnet50-expander-12",
+)
 
 
 def main() -> None:
@@ -36,19 +42,31 @@ def main() -> None:
             s = load_scenario(REPO / "scenarios" / f"{name}.toml")
             res = execute(s, Path(tmp) / name, args.iterations, lock_wait_s=args.wait, log=lambda m: None)
             summ = res["summary"]
-            rows.append({"scenario": name, "topology": s.topology.kind, "model": s.workload.model,
-                         "measured_ms": summ["median_real_ms"], "predicted_ms": res["predicted"]["real_ms"],
-                         "error": summ["error"], "verified": summ["verified"],
-                         "op_overhead_us": res["calibration"]["op_overhead_s"] * 1e6,
-                         "time_scale": res["emulation"]["time_scale"]})
+            rows.append(
+                {
+                    "scenario": name,
+                    "topology": s.topology.kind,
+                    "model": s.workload.model,
+                    "measured_ms": summ["median_real_ms"],
+                    "predicted_ms": res["predicted"]["real_ms"],
+                    "error": summ["error"],
+                    "verified": summ["verified"],
+                    "op_overhead_us": res["calibration"]["op_overhead_s"] * 1e6,
+                    "time_scale": res["emulation"]["time_scale"],
+                }
+            )
             r = rows[-1]
-            print(f"{name:22} measured {r['measured_ms']:8.3f} ms  predicted {r['predicted_ms']:8.3f} ms  "
-                  f"error {100 * r['error']:5.1f}%  verified {r['verified']}", flush=True)
+            print(
+                f"{name:22} measured {r['measured_ms']:8.3f} ms  predicted {r['predicted_ms']:8.3f} ms  "
+                f"error {100 * r['error']:5.1f}%  verified {r['verified']}",
+                flush=True,
+            )
     med = statistics.median(r["error"] for r in rows)
     worst = max(r["error"] for r in rows)
     print(f"median error {100 * med:.1f}%, worst {100 * worst:.1f}% (target: under 10%)")
-    Path(args.out).write_text(json.dumps({"iterations": args.iterations, "rows": rows,
-                                          "median_error": med, "worst_error": worst}, indent=1))
+    Path(args.out).write_text(
+        json.dumps({"iterations": args.iterations, "rows": rows, "median_error": med, "worst_error": worst}, indent=1)
+    )
     print(f"wrote {args.out}")
 
 

@@ -22,21 +22,25 @@ import time
 from pathlib import Path
 
 from planner import parse_scenario
+from planner.build import build_plan
 from planner.costmodel import CostConfig, Simulator
 from planner.fusion import FusionConfig, fuse
 from planner.search import SearchConfig, data_parallel, model_graph, search, strategy_demand
 from planner.search.mcmc import _propose
-from planner.build import build_plan
 from planner.zoo import MODELS
 
 TARGET_S = 60.0
 
 
 def scenario(model: str, n: int, d: int, gbps: float, steps: int):
-    return parse_scenario({"cluster": {"servers": n, "degree": d, "link_gbps": gbps, "latency_us": 1},
-                           "workload": {"model": model, "batch_per_server": 128},
-                           "parallelism": {"strategy": "search", "search_steps": steps, "seed": 1},
-                           "topology": {"kind": "topoopt", "degree_split": "paper"}})
+    return parse_scenario(
+        {
+            "cluster": {"servers": n, "degree": d, "link_gbps": gbps, "latency_us": 1},
+            "workload": {"model": model, "batch_per_server": 128},
+            "parallelism": {"strategy": "search", "search_steps": steps, "seed": 1},
+            "topology": {"kind": "topoopt", "degree_split": "paper"},
+        }
+    )
 
 
 def simulator_throughput(model: str, n: int, d: int, gbps: float, seconds: float = 3.0) -> dict:
@@ -69,27 +73,47 @@ def main() -> None:
     models = args.models.split(",")
     degrees = [int(x) for x in args.degrees.split(",")]
     rows = []
-    print(f"search: {args.servers} servers, B = {args.link_gbps:g} Gbps, {args.steps} MCMC steps, TopoOpt (paper split)")
-    print(f"{'model':9} {'d':>2} {'search s':>9} {'cpu s':>6} {'evals':>6} {'evals/min':>9} {'topo builds':>11} {'changes':>7} "
-          f"{'best ms':>9} {'DP ms':>9} {'speedup':>7} {'d_AR+d_MP':>9}")
+    print(
+        f"search: {args.servers} servers, B = {args.link_gbps:g} Gbps, {args.steps} MCMC steps, TopoOpt (paper split)"
+    )
+    print(
+        f"{'model':9} {'d':>2} {'search s':>9} {'cpu s':>6} {'evals':>6} {'evals/min':>9} {'topo builds':>11} {'changes':>7} "
+        f"{'best ms':>9} {'DP ms':>9} {'speedup':>7} {'d_AR+d_MP':>9}"
+    )
     for model in models:
         for d in degrees:
             cpu0 = time.process_time()
-            r = search(scenario(model, args.servers, d, args.link_gbps, args.steps),
-                       SearchConfig(steps=args.steps, seed=1))
+            r = search(
+                scenario(model, args.servers, d, args.link_gbps, args.steps), SearchConfig(steps=args.steps, seed=1)
+            )
             cpu = time.process_time() - cpu0
-            row = {"model": model, "servers": args.servers, "degree": d, "link_gbps": args.link_gbps,
-                   "steps": args.steps, "seconds": r.seconds, "cpu_seconds": cpu, "evaluations": r.evaluations,
-                   "evaluations_per_minute": r.evaluations / r.seconds * 60, "topology_builds": r.topology_builds,
-                   "topology_changes": r.topology_changes, "accepted": r.accepted,
-                   "best_iteration_s": r.cost.iteration_s, "data_parallel_iteration_s": r.data_parallel.iteration_s,
-                   "d_allreduce": r.plan.extra.get("d_allreduce"), "d_mp": r.plan.extra.get("d_mp"),
-                   "strategy": r.choices()}
+            row = {
+                "model": model,
+                "servers": args.servers,
+                "degree": d,
+                "link_gbps": args.link_gbps,
+                "steps": args.steps,
+                "seconds": r.seconds,
+                "cpu_seconds": cpu,
+                "evaluations": r.evaluations,
+                "evaluations_per_minute": r.evaluations / r.seconds * 60,
+                "topology_builds": r.topology_builds,
+                "topology_changes": r.topology_changes,
+                "accepted": r.accepted,
+                "best_iteration_s": r.cost.iteration_s,
+                "data_parallel_iteration_s": r.data_parallel.iteration_s,
+                "d_allreduce": r.plan.extra.get("d_allreduce"),
+                "d_mp": r.plan.extra.get("d_mp"),
+                "strategy": r.choices(),
+            }
             rows.append(row)
-            print(f"{model:9} {d:>2} {r.seconds:>9.1f} {cpu:>6.1f} {r.evaluations:>6} {row['evaluations_per_minute']:>9.0f} "
-                  f"{r.topology_builds:>11} {r.topology_changes:>7} {r.cost.iteration_s * 1e3:>9.3f} "
-                  f"{r.data_parallel.iteration_s * 1e3:>9.3f} {r.speedup_over_data_parallel:>6.2f}x "
-                  f"{row['d_allreduce']:>4}+{row['d_mp']}", flush=True)
+            print(
+                f"{model:9} {d:>2} {r.seconds:>9.1f} {cpu:>6.1f} {r.evaluations:>6} {row['evaluations_per_minute']:>9.0f} "
+                f"{r.topology_builds:>11} {r.topology_changes:>7} {r.cost.iteration_s * 1e3:>9.3f} "
+                f"{r.data_parallel.iteration_s * 1e3:>9.3f} {r.speedup_over_data_parallel:>6.2f}x "
+                f"{row['d_allreduce']:>4}+{row['d_mp']}",
+                flush=True,
+            )
     print("\nsimulator alone (fixed plan, random one-operator changes, d = 8):")
     sim_rows = []
     for model in models:
@@ -101,16 +125,32 @@ def main() -> None:
     worst_cpu = max(r["cpu_seconds"] for r in rows)
     load = os.getloadavg()[0]
     slowest_sim = min(t["per_minute"] for t in sim_rows)
-    print(f"\nslowest search: {worst:.1f} s wall, {worst_cpu:.1f} s CPU (target < {TARGET_S:g} s; "
-          f"load average {load:.1f} on {os.cpu_count()} CPUs): {'PASS' if worst < TARGET_S else 'FAIL'}")
-    print(f"slowest simulator: {slowest_sim:.0f} evaluations/min (target: thousands): "
-          f"{'PASS' if slowest_sim >= 1000 else 'FAIL'}")
+    print(
+        f"\nslowest search: {worst:.1f} s wall, {worst_cpu:.1f} s CPU (target < {TARGET_S:g} s; "
+        f"load average {load:.1f} on {os.cpu_count()} CPUs): {'PASS' if worst < TARGET_S else 'FAIL'}"
+    )
+    print(
+        f"slowest simulator: {slowest_sim:.0f} evaluations/min (target: thousands): "
+        f"{'PASS' if slowest_sim >= 1000 else 'FAIL'}"
+    )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({
-        "machine": platform.node(), "cpus": os.cpu_count(), "steps": args.steps, "rows": rows,
-        "simulator": sim_rows, "slowest_search_s": worst, "slowest_search_cpu_s": worst_cpu,
-        "load_average_1min": load, "target_s": TARGET_S,
-        "slowest_simulator_per_minute": slowest_sim}, indent=1))
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "machine": platform.node(),
+                "cpus": os.cpu_count(),
+                "steps": args.steps,
+                "rows": rows,
+                "simulator": sim_rows,
+                "slowest_search_s": worst,
+                "slowest_search_cpu_s": worst_cpu,
+                "load_average_1min": load,
+                "target_s": TARGET_S,
+                "slowest_simulator_per_minute": slowest_sim,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {args.out}")
 
 

@@ -27,11 +27,25 @@ def main() -> int:
     parser.add_argument("--device-tflops", type=float, default=500.0)
     parser.add_argument("--out", default=str(HERE / "results" / "search_sweep"))
     args = parser.parse_args()
-    return sweep_main([str(HERE.parent / "scenarios" / "dlrm-128.toml"), "--models", "all",
-                       "--topologies", "topoopt,switch,fattree,expander", "--degrees", "4,8",
-                       "--link-gbps", "25,100" if args.with_25g else "100", "--steps", str(args.steps),
-                       "--device-tflops", str(args.device_tflops),
-                       "--out", args.out])
+    return sweep_main(
+        [
+            str(HERE.parent / "scenarios" / "dlrm-128.toml"),
+            "--models",
+            "all",
+            "--topologies",
+            "topoopt,switch,fattree,expander",
+            "--degrees",
+            "4,8",
+            "--link-gbps",
+            "25,100" if args.with_25g else "100",
+            "--steps",
+            str(args.steps),
+            "--device-tflops",
+            str(args.device_tflops),
+            "--out",
+            args.out,
+        ]
+    )
 
 
 if __name__ == "__main__":

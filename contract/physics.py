@@ -33,8 +33,9 @@ def time_scale(planned_gbps: float, emulated_mbps: float) -> float:
     return planned_gbps * 1000.0 / emulated_mbps
 
 
-def compute_seconds(flops: float, batch: int, device_tflops: float, *, split: int = 1,
-                    time_scale: float = 1.0) -> float:
+def compute_seconds(
+    flops: float, batch: int, device_tflops: float, *, split: int = 1, time_scale: float = 1.0
+) -> float:
     """Seconds one server spends on ``flops`` per sample for ``batch`` samples at
     ``device_tflops``, its share ``1 / split`` of a sharded layer, dilated by ``time_scale``."""
     return flops * batch / (device_tflops * 1e12) / split * time_scale

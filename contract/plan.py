@@ -159,7 +159,7 @@ class Plan:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
         d = dict(d)
         fmt = d.pop("format", PLAN_FORMAT)
         if fmt != PLAN_FORMAT:
@@ -179,8 +179,9 @@ class Plan:
             ),
             demand=TrafficDemand(
                 allreduce=tuple(
-                    AllReduceGroup(tuple(int(m) for m in g["members"]), int(g["bytes"]),
-                                   tuple(int(r) for r in g.get("rings", ())))
+                    AllReduceGroup(
+                        tuple(int(m) for m in g["members"]), int(g["bytes"]), tuple(int(r) for r in g.get("rings", ()))
+                    )
                     for g in demand["allreduce"]
                 ),
                 mp=tuple(MPFlow(int(f["src"]), int(f["dst"]), int(f["bytes"])) for f in demand["mp"]),
@@ -196,7 +197,7 @@ class Plan:
         )
 
     @classmethod
-    def from_json(cls, text: str) -> "Plan":
+    def from_json(cls, text: str) -> Plan:
         return cls.from_dict(json.loads(text))
 
     def __eq__(self, other: object) -> bool:  # cached_property must not affect equality

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -60,8 +61,7 @@ class Op:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"id": self.id, "op": self.kind}
         if self.kind in ("send", "recv"):
-            d.update(peer=self.peer, buffer=self.buffer, offset=self.offset,
-                     length=self.length, tag=self.tag)
+            d.update(peer=self.peer, buffer=self.buffer, offset=self.offset, length=self.length, tag=self.tag)
             if self.kind == "recv":
                 d["mode"] = self.mode
         else:
@@ -71,12 +71,19 @@ class Op:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Op":
-        return cls(id=int(d["id"]), kind=str(d["op"]), peer=int(d.get("peer", -1)),
-                   buffer=str(d.get("buffer", "")), offset=int(d.get("offset", 0)),
-                   length=int(d.get("length", 0)), tag=int(d.get("tag", 0)),
-                   mode=str(d.get("mode", "")), seconds=float(d.get("seconds", 0.0)),
-                   after=[int(a) for a in d.get("after", ())])
+    def from_dict(cls, d: dict[str, Any]) -> Op:
+        return cls(
+            id=int(d["id"]),
+            kind=str(d["op"]),
+            peer=int(d.get("peer", -1)),
+            buffer=str(d.get("buffer", "")),
+            offset=int(d.get("offset", 0)),
+            length=int(d.get("length", 0)),
+            tag=int(d.get("tag", 0)),
+            mode=str(d.get("mode", "")),
+            seconds=float(d.get("seconds", 0.0)),
+            after=[int(a) for a in d.get("after", ())],
+        )
 
 
 @dataclass
@@ -110,8 +117,7 @@ class Check:
     dst: int = -1
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"kind": self.kind, "buffer": self.buffer,
-                             "offset": self.offset, "length": self.length}
+        d: dict[str, Any] = {"kind": self.kind, "buffer": self.buffer, "offset": self.offset, "length": self.length}
         if self.kind == "allreduce":
             d["groups"] = [list(g) for g in self.groups]
         else:
@@ -119,11 +125,16 @@ class Check:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Check":
-        return cls(kind=d["kind"], buffer=d["buffer"], offset=int(d["offset"]),
-                   length=int(d["length"]),
-                   groups=[[int(m) for m in g] for g in d.get("groups", ())],
-                   src=int(d.get("src", -1)), dst=int(d.get("dst", -1)))
+    def from_dict(cls, d: dict[str, Any]) -> Check:
+        return cls(
+            kind=d["kind"],
+            buffer=d["buffer"],
+            offset=int(d["offset"]),
+            length=int(d["length"]),
+            groups=[[int(m) for m in g] for g in d.get("groups", ())],
+            src=int(d.get("src", -1)),
+            dst=int(d.get("dst", -1)),
+        )
 
     def ranks(self) -> set[int]:
         """Ranks whose buffer this check constrains."""
@@ -155,13 +166,11 @@ class Schedule:
                 for op in ops:
                     if op.kind == "send":
                         acc[(stream, rank, op.peer)] += op.length
-        return [{"stream": s, "src": a, "dst": b, "bytes": n}
-                for (s, a, b), n in sorted(acc.items())]
+        return [{"stream": s, "src": a, "dst": b, "bytes": n} for (s, a, b), n in sorted(acc.items())]
 
     def bytes_sent(self) -> list[int]:
         """Total bytes each rank sends (all streams)."""
-        return [sum(op.length for ops in prog.values() for op in ops if op.kind == "send")
-                for prog in self.programs]
+        return [sum(op.length for ops in prog.values() for op in ops if op.kind == "send") for prog in self.programs]
 
     def op_count(self) -> int:
         return sum(len(ops) for prog in self.programs for ops in prog.values())
@@ -172,11 +181,9 @@ class Schedule:
             "format": SCHEDULE_FORMAT,
             "algorithm": self.algorithm,
             "ranks": self.ranks,
-            "buffers": [{"name": b.name, "bytes": b.bytes, "dtype": b.dtype}
-                        for b in self.buffers.values()],
+            "buffers": [{"name": b.name, "bytes": b.bytes, "dtype": b.dtype} for b in self.buffers.values()],
             "checks": [c.to_dict() for c in self.checks],
-            "programs": [{s: [op.to_dict() for op in ops] for s, ops in prog.items()}
-                         for prog in self.programs],
+            "programs": [{s: [op.to_dict() for op in ops] for s, ops in prog.items()} for prog in self.programs],
             "edges": self.edge_bytes(),
             "params": dict(self.params),
         }
@@ -185,32 +192,40 @@ class Schedule:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Schedule":
+    def from_dict(cls, d: dict[str, Any]) -> Schedule:
         if d.get("format", SCHEDULE_FORMAT) != SCHEDULE_FORMAT:
             raise ValueError(f"schedule format {d.get('format')!r} is not {SCHEDULE_FORMAT!r}")
-        buffers = {b["name"]: Buffer(b["name"], int(b["bytes"]), b.get("dtype", "float32"))
-                   for b in d["buffers"]}
-        programs = [{s: [Op.from_dict(o) for o in ops] for s, ops in prog.items()}
-                    for prog in d["programs"]]
-        return cls(ranks=int(d["ranks"]), algorithm=d.get("algorithm", ""), buffers=buffers,
-                   programs=programs, checks=[Check.from_dict(c) for c in d.get("checks", ())],
-                   params=dict(d.get("params", {})))
+        buffers = {b["name"]: Buffer(b["name"], int(b["bytes"]), b.get("dtype", "float32")) for b in d["buffers"]}
+        programs = [{s: [Op.from_dict(o) for o in ops] for s, ops in prog.items()} for prog in d["programs"]]
+        return cls(
+            ranks=int(d["ranks"]),
+            algorithm=d.get("algorithm", ""),
+            buffers=buffers,
+            programs=programs,
+            checks=[Check.from_dict(c) for c in d.get("checks", ())],
+            params=dict(d.get("params", {})),
+        )
 
     @classmethod
-    def from_json(cls, text: str) -> "Schedule":
+    def from_json(cls, text: str) -> Schedule:
         return cls.from_dict(json.loads(text))
 
     def rank_dict(self, rank: int) -> dict[str, Any]:
         """The part of the schedule one worker needs: its program, buffers and checks."""
         full = self.to_dict()
-        return {"format": SCHEDULE_FORMAT, "algorithm": self.algorithm, "ranks": self.ranks,
-                "rank": rank, "buffers": full["buffers"], "checks": full["checks"],
-                "streams": full["programs"][rank]}
+        return {
+            "format": SCHEDULE_FORMAT,
+            "algorithm": self.algorithm,
+            "ranks": self.ranks,
+            "rank": rank,
+            "buffers": full["buffers"],
+            "checks": full["checks"],
+            "streams": full["programs"][rank],
+        }
 
     def peers_of(self, rank: int) -> list[int]:
         """Ranks that ``rank`` sends to or receives from."""
-        return sorted({op.peer for ops in self.programs[rank].values() for op in ops
-                       if op.kind in ("send", "recv")})
+        return sorted({op.peer for ops in self.programs[rank].values() for op in ops if op.kind in ("send", "recv")})
 
     # ---- validation ------------------------------------------------------------------
     def validate(self) -> None:
@@ -240,8 +255,10 @@ class Schedule:
                     if op.offset % buf.itemsize or op.length % buf.itemsize:
                         raise ValueError(f"{where}: offset/length not aligned to {buf.dtype}")
                     if op.offset < 0 or op.length <= 0 or op.offset + op.length > buf.bytes:
-                        raise ValueError(f"{where}: region [{op.offset}, +{op.length}) "
-                                         f"outside buffer {buf.name!r} of {buf.bytes} bytes")
+                        raise ValueError(
+                            f"{where}: region [{op.offset}, +{op.length}) "
+                            f"outside buffer {buf.name!r} of {buf.bytes} bytes"
+                        )
                     if op.kind == "recv" and op.mode not in RECV_MODES:
                         raise ValueError(f"{where}: recv mode {op.mode!r} not in {RECV_MODES}")
             for ops in program.values():
@@ -292,19 +309,35 @@ class ScheduleBuilder:
         self.programs[rank].setdefault(stream, []).append(op)
         return op.id
 
-    def send(self, rank: int, stream: str, peer: int, buffer: str, offset: int, length: int,
-             tag: int, after: Iterable[int] = ()) -> int:
-        return self._add(rank, stream, Op(0, "send", peer, buffer, offset, length, tag,
-                                          after=list(after)))
+    def send(
+        self,
+        rank: int,
+        stream: str,
+        peer: int,
+        buffer: str,
+        offset: int,
+        length: int,
+        tag: int,
+        after: Iterable[int] = (),
+    ) -> int:
+        return self._add(rank, stream, Op(0, "send", peer, buffer, offset, length, tag, after=list(after)))
 
-    def recv(self, rank: int, stream: str, peer: int, buffer: str, offset: int, length: int,
-             tag: int, mode: str = "reduce", after: Iterable[int] = ()) -> int:
-        return self._add(rank, stream, Op(0, "recv", peer, buffer, offset, length, tag, mode,
-                                          after=list(after)))
+    def recv(
+        self,
+        rank: int,
+        stream: str,
+        peer: int,
+        buffer: str,
+        offset: int,
+        length: int,
+        tag: int,
+        mode: str = "reduce",
+        after: Iterable[int] = (),
+    ) -> int:
+        return self._add(rank, stream, Op(0, "recv", peer, buffer, offset, length, tag, mode, after=list(after)))
 
     def compute(self, rank: int, stream: str, seconds: float, after: Iterable[int] = ()) -> int:
-        return self._add(rank, stream, Op(0, "compute", seconds=float(seconds),
-                                          after=list(after)))
+        return self._add(rank, stream, Op(0, "compute", seconds=float(seconds), after=list(after)))
 
     def last_op(self, rank: int, stream: str) -> int | None:
         ops = self.programs[rank].get(stream)
@@ -314,8 +347,14 @@ class ScheduleBuilder:
         self.checks.append(check)
 
     def build(self) -> Schedule:
-        sched = Schedule(self.ranks, self.algorithm, dict(self.buffers),
-                         [dict(p) for p in self.programs], list(self.checks), dict(self.params))
+        sched = Schedule(
+            self.ranks,
+            self.algorithm,
+            dict(self.buffers),
+            [dict(p) for p in self.programs],
+            list(self.checks),
+            dict(self.params),
+        )
         sched.validate()
         return sched
 

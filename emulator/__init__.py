@@ -13,11 +13,18 @@ from .addressing import identity, link_addresses, node_of_identity
 from .config import EmulationConfig
 from .errors import EmulationBusyError, EmulationError, EmulationInputError, ShapingError
 from .network import EmulatedNetwork, netem_present
-from contract.physics import tcp_goodput_fraction
 from .state import clean_dead_runs
 
 __all__ = [
-    "EmulatedNetwork", "EmulationConfig", "EmulationError", "EmulationInputError", "EmulationBusyError",
-    "ShapingError", "identity", "link_addresses", "node_of_identity", "netem_present",
+    "EmulatedNetwork",
+    "EmulationConfig",
+    "EmulationError",
+    "EmulationInputError",
+    "EmulationBusyError",
+    "ShapingError",
+    "identity",
+    "link_addresses",
+    "node_of_identity",
+    "netem_present",
     "clean_dead_runs",
 ]

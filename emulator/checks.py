@@ -21,8 +21,9 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from .addressing import node_of_identity
 from contract.physics import tcp_goodput_fraction
+
+from .addressing import node_of_identity
 
 _HOP = re.compile(r"^\s*(\d+)\s+(.*)$")
 _ADDR = re.compile(r"(\d+\.\d+\.\d+\.\d+)")
@@ -86,8 +87,9 @@ def parse_traceroute(text: str, src: int) -> list[int | None]:
     return path
 
 
-def check_paths(net, pairs: list[tuple[int, int]] | None = None, timeout_s: float = 60.0,
-                retries: int = 2) -> list[PathResult]:
+def check_paths(
+    net, pairs: list[tuple[int, int]] | None = None, timeout_s: float = 60.0, retries: int = 2
+) -> list[PathResult]:
     """Traceroute every ordered pair of servers (or ``pairs``), all sources in parallel.
     Pairs with a silent hop are traced again (up to ``retries`` times): a lost probe or
     reply is not a wrong path, a wrong node answering is."""
@@ -112,8 +114,10 @@ def _trace(net, pairs: list[tuple[int, int]], timeout_s: float) -> list[PathResu
     procs = {}
     for s, dsts in by_src.items():
         # probe a little beyond the planned length: a longer path shows as a mismatch
-        script = "; ".join(f"echo '## {d}'; traceroute -n -q 1 -w 1 -N 8 -m {len(plan.path(s, d)) + 1} "
-                           f"{net.host_address(d)} 2>&1" for d in dsts)
+        script = "; ".join(
+            f"echo '## {d}'; traceroute -n -q 1 -w 1 -N 8 -m {len(plan.path(s, d)) + 1} {net.host_address(d)} 2>&1"
+            for d in dsts
+        )
         procs[s] = net.popen(s, ["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     results = []
     for s, proc in procs.items():
@@ -133,9 +137,16 @@ def _iperf_mbps(doc: dict, key: str) -> float | None:
         return None
 
 
-def check_goodput(net, links: list[int] | None = None, seconds: float = 3.0, omit_s: int = 1,
-                  budget_gbps: float = 8.0, tolerance: float = 0.05, progress=None,
-                  retries_max: int = 8) -> GoodputReport:
+def check_goodput(
+    net,
+    links: list[int] | None = None,
+    seconds: float = 3.0,
+    omit_s: int = 1,
+    budget_gbps: float = 8.0,
+    tolerance: float = 0.05,
+    progress=None,
+    retries_max: int = 8,
+) -> GoodputReport:
     """Measure every cable in ``links`` (default: all) both ways at once with iperf3; up to
     ``retries_max`` cables that miss the tolerance are measured once more, alone."""
     plan = net.plan
@@ -169,7 +180,9 @@ def check_goodput(net, links: list[int] | None = None, seconds: float = 3.0, omi
     retry = [i for i, r in enumerate(report.links) if not r.ok]
     for n, i in enumerate(retry[:retries_max]):
         if progress:
-            progress(f"goodput: re-measuring cable {report.links[i].link} alone ({n + 1}/{min(len(retry), retries_max)})")
+            progress(
+                f"goodput: re-measuring cable {report.links[i].link} alone ({n + 1}/{min(len(retry), retries_max)})"
+            )
         again = _measure_batch(net, [report.links[i].link], seconds, omit_s, frac, tolerance)[0]
         again.first_try = (report.links[i].a_to_b_mbps, report.links[i].b_to_a_mbps)
         report.links[i] = again
@@ -179,22 +192,50 @@ def check_goodput(net, links: list[int] | None = None, seconds: float = 3.0, omi
     return report
 
 
-def _measure_batch(net, batch: list[int], seconds: float, omit_s: int, frac: float, tolerance: float) -> list[LinkResult]:
+def _measure_batch(
+    net, batch: list[int], seconds: float, omit_s: int, frac: float, tolerance: float
+) -> list[LinkResult]:
     plan = net.plan
     servers, clients = [], []
     for k in batch:
         link = plan.links[k]
         pa = next(p for p in net.ports[link.a] if p.link == k)
         port = 20000 + k
-        servers.append(net.popen(link.b, ["iperf3", "-s", "-1", "-B", pa.peer_address, "-p", str(port)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        servers.append(
+            net.popen(
+                link.b,
+                ["iperf3", "-s", "-1", "-B", pa.peer_address, "-p", str(port)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     time.sleep(0.4)  # let the servers listen
     for k in batch:
         link = plan.links[k]
         pa = next(p for p in net.ports[link.a] if p.link == k)
-        clients.append(net.popen(link.a, ["iperf3", "-c", pa.peer_address, "-B", pa.address, "-p", str(20000 + k),
-                                          "-t", f"{seconds:g}", "-O", str(omit_s), "--bidir", "-J"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        clients.append(
+            net.popen(
+                link.a,
+                [
+                    "iperf3",
+                    "-c",
+                    pa.peer_address,
+                    "-B",
+                    pa.address,
+                    "-p",
+                    str(20000 + k),
+                    "-t",
+                    f"{seconds:g}",
+                    "-O",
+                    str(omit_s),
+                    "--bidir",
+                    "-J",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     results = []
     for k, client in zip(batch, clients):
         link = plan.links[k]
@@ -206,8 +247,19 @@ def _measure_batch(net, batch: list[int], seconds: float, omit_s: int, frac: flo
         except (subprocess.TimeoutExpired, ValueError) as exc:
             client.kill()
             doc, error = {}, f"iperf3: {exc}"
-        results.append(LinkResult(k, link.a, link.b, rate, rate * frac, _iperf_mbps(doc, "sum_received"),
-                                  _iperf_mbps(doc, "sum_received_bidir_reverse"), error, tolerance))
+        results.append(
+            LinkResult(
+                k,
+                link.a,
+                link.b,
+                rate,
+                rate * frac,
+                _iperf_mbps(doc, "sum_received"),
+                _iperf_mbps(doc, "sum_received_bidir_reverse"),
+                error,
+                tolerance,
+            )
+        )
     for s in servers:
         try:
             s.wait(timeout=5)

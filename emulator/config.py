@@ -49,7 +49,7 @@ class EmulationConfig:
     up-front check that the plan fits in this machine's memory."""
 
     @classmethod
-    def from_any(cls, obj: Any | None) -> "EmulationConfig":
+    def from_any(cls, obj: Any | None) -> EmulationConfig:
         """Accept an `EmulationConfig`, the scenario loader's dataclass, a dict or None."""
         if obj is None:
             return cls()

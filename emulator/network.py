@@ -34,7 +34,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pyroute2  # noqa: F401  (imported up front: it takes 0.15 s)
 from mininet.net import Mininet
@@ -76,12 +77,12 @@ class _PortIntf:
     def __init__(self, name: str, ip: str):
         self.name, self.ip = name, ip
 
-    def IP(self) -> str:  # noqa: N802 (Mininet's API)
+    def IP(self) -> str:
         return self.ip
 
-    updateIP = IP  # noqa: N815
+    updateIP = IP
 
-    def MAC(self) -> None:  # noqa: N802
+    def MAC(self) -> None:
         return None
 
     def __str__(self) -> str:
@@ -94,15 +95,15 @@ class _IdentityIntf:
 
     link = None
 
-    def __init__(self, host: "EmulatedHost"):
+    def __init__(self, host: EmulatedHost):
         self.host, self.name = host, "lo"
 
-    def IP(self) -> str:  # noqa: N802 (Mininet's API)
+    def IP(self) -> str:
         return self.host.identity
 
-    updateIP = IP  # noqa: N815
+    updateIP = IP
 
-    def MAC(self) -> None:  # noqa: N802
+    def MAC(self) -> None:
         return None
 
     def __str__(self) -> str:
@@ -118,7 +119,7 @@ class EmulatedHost(Host):
     identity: str = ""
     netns: int | None = None  # inode of its own network namespace, once started
 
-    def startShell(self, mnopts=None):  # noqa: N802 (Mininet's API): Node.startShell minus the wait
+    def startShell(self, mnopts=None):
         if self.shell:
             return
         opts = ("-cd" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
@@ -143,7 +144,7 @@ class EmulatedHost(Host):
         self.readbuf = ""
         self.waiting = True
 
-    def finishShell(self, deadline: float) -> None:  # noqa: N802
+    def finishShell(self, deadline: float) -> None:
         """Wait until the shell is started: its prompt has arrived and it lives in a network
         namespace of its own (not the one of the process that created it). Bounded by
         ``deadline`` (``time.monotonic()``); past it, or if the shell exits, one error naming
@@ -157,8 +158,10 @@ class EmulatedHost(Host):
                 break
             self._fail_if_exited("enter its own network namespace")
             if time.monotonic() > deadline:
-                raise EmulationError(f"host {self.name}: its shell (pid {self.pid}) is still in the creating "
-                                     f"process's network namespace after {HOST_START_TIMEOUT_S:g} s")
+                raise EmulationError(
+                    f"host {self.name}: its shell (pid {self.pid}) is still in the creating "
+                    f"process's network namespace after {HOST_START_TIMEOUT_S:g} s"
+                )
             select.select([], [], [], 0.005)
         self.waiting = False
         self.write("unset HISTFILE; stty -echo; set +m\n")
@@ -169,8 +172,9 @@ class EmulatedHost(Host):
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise EmulationError(f"host {self.name}: its shell (pid {self.pid}) did not {what} "
-                                     f"within {HOST_START_TIMEOUT_S:g} s")
+                raise EmulationError(
+                    f"host {self.name}: its shell (pid {self.pid}) did not {what} within {HOST_START_TIMEOUT_S:g} s"
+                )
             events = self.pollOut.poll(remaining * 1000)
             if not events:
                 continue
@@ -187,10 +191,10 @@ class EmulatedHost(Host):
         if code is not None:
             raise EmulationError(f"host {self.name}: its shell exited (status {code}) before it could {what}")
 
-    def defaultIntf(self):  # noqa: N802 (Mininet's API)
+    def defaultIntf(self):
         return _IdentityIntf(self)
 
-    def IP(self, intf=None):  # noqa: N802
+    def IP(self, intf=None):
         return self.identity if intf is None else super().IP(intf)
 
 
@@ -254,7 +258,7 @@ class EmulatedNetwork:
         return proc
 
     # ---- life cycle ------------------------------------------------------------------
-    def __enter__(self) -> "EmulatedNetwork":
+    def __enter__(self) -> EmulatedNetwork:
         self.start()
         return self
 
@@ -281,17 +285,28 @@ class EmulatedNetwork:
         except BaseException:
             self.stop()
             raise
-        self.facts.update({
-            "servers": self.servers, "switch_nodes": self.nodes - self.servers, "cables": len(self.plan.links),
-            "link_mbps": self.link_mbps, "reference_gbps": self.reference_gbps, "time_scale": self.time_scale, "mtu": self.mtu,
-            "rates_mbps": sorted({r / 1e6 for r in self.link_rate_bps}),
-            "tcp_max_fraction": tcp_goodput_fraction(self.mtu),
-            "netem": self.netem, "delay_us": self.delay_us if self.netem else 0.0,
-            "plan_latency_us": float(self.plan.latency_us),
-            "latency_note": ("plan latency applied with netem (dilated)" if self.netem else
-                             "netem absent or off: links add no latency; model it per hop in the workers"),
-            "build_s": time.perf_counter() - t0,
-        })
+        self.facts.update(
+            {
+                "servers": self.servers,
+                "switch_nodes": self.nodes - self.servers,
+                "cables": len(self.plan.links),
+                "link_mbps": self.link_mbps,
+                "reference_gbps": self.reference_gbps,
+                "time_scale": self.time_scale,
+                "mtu": self.mtu,
+                "rates_mbps": sorted({r / 1e6 for r in self.link_rate_bps}),
+                "tcp_max_fraction": tcp_goodput_fraction(self.mtu),
+                "netem": self.netem,
+                "delay_us": self.delay_us if self.netem else 0.0,
+                "plan_latency_us": float(self.plan.latency_us),
+                "latency_note": (
+                    "plan latency applied with netem (dilated)"
+                    if self.netem
+                    else "netem absent or off: links add no latency; model it per hop in the workers"
+                ),
+                "build_s": time.perf_counter() - t0,
+            }
+        )
 
     def stop(self) -> None:
         """Tear down everything this network created. Safe to call twice."""
@@ -324,8 +339,10 @@ class EmulatedNetwork:
         self.netem = present
         if not present and not _netem_warned:
             _netem_warned = True
-            self.log("emulator: this kernel has no netem: links add no latency "
-                     f"(plan {self.plan.latency_us:g} us per hop, {self.delay_us:g} us dilated); recorded in facts")
+            self.log(
+                "emulator: this kernel has no netem: links add no latency "
+                f"(plan {self.plan.latency_us:g} us per hop, {self.delay_us:g} us dilated); recorded in facts"
+            )
 
     def _build(self) -> None:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -370,8 +387,14 @@ class EmulatedNetwork:
         for k, link in enumerate(self.plan.links):
             a = next(p for p in self.ports[link.a] if p.link == k)
             b = next(p for p in self.ports[link.b] if p.link == k)
-            batch.link("add", ifname=a.ifname, kind="veth", mtu=self.mtu, net_ns_pid=self.hosts[link.a].pid,
-                       peer={"ifname": b.ifname, "mtu": self.mtu, "net_ns_pid": self.hosts[link.b].pid})
+            batch.link(
+                "add",
+                ifname=a.ifname,
+                kind="veth",
+                mtu=self.mtu,
+                net_ns_pid=self.hosts[link.a].pid,
+                peer={"ifname": b.ifname, "mtu": self.mtu, "net_ns_pid": self.hosts[link.b].pid},
+            )
             what.append(f"veth {a.ifname} -- {b.ifname} (plan.links[{k}])")
         nlbatch.send(batch.batch, what)
 
@@ -393,20 +416,28 @@ class EmulatedNetwork:
             _write_sysctls([p.ifname for p in self.ports[u]])
             lo = socket.if_nametoindex("lo")
             index = {p.ifname: socket.if_nametoindex(p.ifname) for p in self.ports[u]}
-            seq += 1; add(nlbatch.link_up(seq, lo), f"{host.name}: lo up")  # noqa: E702
-            seq += 1; add(nlbatch.addr_add(seq, lo, host.identity, 32), f"{host.name}: identity {host.identity}/32")  # noqa: E702
+            seq += 1
+            add(nlbatch.link_up(seq, lo), f"{host.name}: lo up")
+            seq += 1
+            add(nlbatch.addr_add(seq, lo, host.identity, 32), f"{host.name}: identity {host.identity}/32")
             for p in self.ports[u]:
                 idx = index[p.ifname]
-                seq += 1; add(nlbatch.addr_add(seq, idx, p.address, 31), f"{host.name}: {p.address}/31 on {p.ifname}")  # noqa: E702
-                seq += 1; add(nlbatch.link_up(seq, idx), f"{host.name}: {p.ifname} up")  # noqa: E702
+                seq += 1
+                add(nlbatch.addr_add(seq, idx, p.address, 31), f"{host.name}: {p.address}/31 on {p.ifname}")
+                seq += 1
+                add(nlbatch.link_up(seq, idx), f"{host.name}: {p.ifname} up")
             nlbatch.send(bytes(data), labels=labels)
             data.clear()
             labels.clear()
             for p in self.ports[u]:
                 # the kernel's connected /31 again, now with cubic (see CUBIC above)
                 seq += 1
-                add(nlbatch.connected_route(seq, _subnet31(p.address), 31, index[p.ifname], p.address, CUBIC["cc_algo"]),
-                    f"{host.name}: connected route of {p.ifname}")
+                add(
+                    nlbatch.connected_route(
+                        seq, _subnet31(p.address), 31, index[p.ifname], p.address, CUBIC["cc_algo"]
+                    ),
+                    f"{host.name}: connected route of {p.ifname}",
+                )
             by_peer: dict[int, list[Port]] = {}
             for p in self.ports[u]:
                 by_peer.setdefault(p.peer, []).append(p)
@@ -418,11 +449,13 @@ class EmulatedNetwork:
                 cables = by_peer[int(nh[u, v])]
                 spec = dict(dst=identity(v), dst_len=32, prefsrc=host.identity, metrics=CUBIC)
                 if len(cables) == 1:
-                    data += encode_route(100000 + v, identity(v), cables[0].peer_address, index[cables[0].ifname],
-                                         host.identity)
+                    data += encode_route(
+                        100000 + v, identity(v), cables[0].peer_address, index[cables[0].ifname], host.identity
+                    )
                 else:  # parallel cables: spread flows over all of them (L4 hash)
-                    batch.route("add", multipath=[{"gateway": c.peer_address, "oif": index[c.ifname]}
-                                                  for c in cables], **spec)
+                    batch.route(
+                        "add", multipath=[{"gateway": c.peer_address, "oif": index[c.ifname]} for c in cables], **spec
+                    )
                     mp_what.append(f"{host.name}: multipath route to {self.host_name(v)}")
                 labels[100000 + v] = f"{host.name}: route to {self.host_name(v)} via {self.host_name(int(nh[u, v]))}"
             nlbatch.send(bytes(data), labels=labels)
@@ -430,16 +463,23 @@ class EmulatedNetwork:
                 nlbatch.send(bytes(batch.batch), mp_what)
 
     def _shaping_of(self, u: int) -> list[shaping.Shaping]:
-        return [shaping.Shaping(p.ifname, self.link_rate_bps[p.link], self.delay_us if self.netem else 0.0)
-                for p in self.ports[u]]
+        return [
+            shaping.Shaping(p.ifname, self.link_rate_bps[p.link], self.delay_us if self.netem else 0.0)
+            for p in self.ports[u]
+        ]
 
     def _shape(self) -> None:
         procs = []
         for u, host in enumerate(self.hosts):
             if not self.ports[u]:
                 continue
-            proc = subprocess.Popen(["mnexec", "-a", str(host.pid), "tc", "-batch", "-"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(
+                ["mnexec", "-a", str(host.pid), "tc", "-batch", "-"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             proc.stdin.write(shaping.tc_batch(self._shaping_of(u), self.netem))
             proc.stdin.close()
             procs.append((host, proc))
@@ -558,7 +598,12 @@ def _write_sysctls(ifnames: list[str]) -> None:
     }
     for name in ifnames:
         values[f"net/ipv4/conf/{name}/rp_filter"] = "0"
-    optional = {"net/ipv4/icmp_msgs_per_sec", "net/ipv4/icmp_msgs_burst", "net/ipv4/fib_multipath_hash_policy", "net/ipv4/tcp_congestion_control"}
+    optional = {
+        "net/ipv4/icmp_msgs_per_sec",
+        "net/ipv4/icmp_msgs_burst",
+        "net/ipv4/fib_multipath_hash_policy",
+        "net/ipv4/tcp_congestion_control",
+    }
     for key, value in values.items():
         try:
             with open(f"/proc/sys/{key}", "w") as f:

@@ -24,7 +24,7 @@ def _messages(data: bytes):
     off = 0
     while off < len(data):
         length, _typ, _flags, seq, _pid = _HDR.unpack_from(data, off)
-        yield seq, data[off:off + length]
+        yield seq, data[off : off + length]
         off += (length + 3) & ~3
 
 
@@ -36,7 +36,7 @@ def send(data: bytes, what: list[str] | None = None, labels: dict[int, str] | No
         return
     labels = dict(labels or {})
     if what:  # the IPBatch part of data: its requests in order
-        labels.update(zip((seq for seq, _ in msgs[:len(what)]), what))
+        labels.update(zip((seq for seq, _ in msgs[: len(what)]), what))
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
     try:
         sock.bind((0, 0))
@@ -62,8 +62,10 @@ def send(data: bytes, what: list[str] | None = None, labels: dict[int, str] | No
         if failures:
             seq, err = failures[0]
             label = labels.get(seq, f"request {seq}")
-            raise EmulationError(f"netlink refused {label}: {os.strerror(err)} ({errno.errorcode.get(err, err)})"
-                                 + (f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""))
+            raise EmulationError(
+                f"netlink refused {label}: {os.strerror(err)} ({errno.errorcode.get(err, err)})"
+                + (f" (and {len(failures) - 1} more)" if len(failures) > 1 else "")
+            )
     finally:
         sock.close()
 
@@ -77,8 +79,13 @@ def route_add(seq: int, dst: str, gateway: str, oif: int, prefsrc: str, cc_algo:
 
     m = rtmsg()
     m["family"], m["dst_len"], m["table"], m["proto"], m["scope"], m["type"] = socket.AF_INET, 32, 254, 4, 0, 1
-    m["attrs"] = [("RTA_DST", dst), ("RTA_GATEWAY", gateway), ("RTA_OIF", oif), ("RTA_PREFSRC", prefsrc),
-                  ("RTA_METRICS", {"attrs": [("RTAX_CC_ALGO", cc_algo)]})]
+    m["attrs"] = [
+        ("RTA_DST", dst),
+        ("RTA_GATEWAY", gateway),
+        ("RTA_OIF", oif),
+        ("RTA_PREFSRC", prefsrc),
+        ("RTA_METRICS", {"attrs": [("RTAX_CC_ALGO", cc_algo)]}),
+    ]
     m["header"]["type"] = RTM_NEWROUTE
     m["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
     m["header"]["sequence_number"] = seq
@@ -126,8 +133,12 @@ def connected_route(seq: int, subnet: str, prefixlen: int, oif: int, prefsrc: st
 
     m = rtmsg()
     m["family"], m["dst_len"], m["table"], m["proto"], m["scope"], m["type"] = socket.AF_INET, prefixlen, 254, 2, 253, 1
-    m["attrs"] = [("RTA_DST", subnet), ("RTA_OIF", oif), ("RTA_PREFSRC", prefsrc),
-                  ("RTA_METRICS", {"attrs": [("RTAX_CC_ALGO", cc_algo)]})]
+    m["attrs"] = [
+        ("RTA_DST", subnet),
+        ("RTA_OIF", oif),
+        ("RTA_PREFSRC", prefsrc),
+        ("RTA_METRICS", {"attrs": [("RTAX_CC_ALGO", cc_algo)]}),
+    ]
     return _finish(m, RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, seq)
 
 

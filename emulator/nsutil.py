@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -62,7 +62,7 @@ def start_time(pid: int) -> int | None:
             data = f.read()
     except OSError:
         return None
-    rest = data[data.rindex(b")") + 2:].split()
+    rest = data[data.rindex(b")") + 2 :].split()
     return int(rest[19])
 
 

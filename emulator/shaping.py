@@ -32,8 +32,10 @@ def tc_batch(items: list[Shaping], use_netem: bool) -> str:
         # quantum: one class per qdisc, so it only silences the "quantum is big" warning.
         lines.append(f"qdisc replace dev {s.ifname} root handle 1: htb default 1")
         burst = max(BURST_FLOOR, s.rate_bps // 8 // 1000)  # 1 ms of the rate, at least one GSO packet
-        lines.append(f"class add dev {s.ifname} parent 1: classid 1:1 htb rate {s.rate_bps}bit "
-                     f"ceil {s.rate_bps}bit burst {burst}b cburst {burst}b quantum 200000")
+        lines.append(
+            f"class add dev {s.ifname} parent 1: classid 1:1 htb rate {s.rate_bps}bit "
+            f"ceil {s.rate_bps}bit burst {burst}b cburst {burst}b quantum 200000"
+        )
         if use_netem and s.delay_us > 0:
             lines.append(f"qdisc add dev {s.ifname} parent 1:1 handle 10: netem delay {s.delay_us:.1f}us limit 100000")
     return "\n".join(lines) + "\n"
@@ -43,8 +45,11 @@ def netem_available() -> bool:
     """Try a netem qdisc on the loopback of a throw-away namespace (``unshare -n``): the
     namespace and the qdisc vanish with the tc process, nothing of the host is touched."""
     try:
-        proc = subprocess.run(["unshare", "--net", "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
-                              capture_output=True, timeout=10)
+        proc = subprocess.run(
+            ["unshare", "--net", "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
+            capture_output=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
@@ -58,8 +63,9 @@ def _attr(msg, name, default=None):
 def read_back(ipr, index_to_name: dict[int, str]) -> dict[str, dict]:
     """What the kernel actually does on each interface: ``{ifname: {"root": kind,
     "rate_bps": int|None, "leaf": kind|None, "delay_us": float|None}}``."""
-    out: dict[str, dict] = {name: {"root": None, "rate_bps": None, "leaf": None, "delay_us": None}
-                            for name in index_to_name.values()}
+    out: dict[str, dict] = {
+        name: {"root": None, "rate_bps": None, "leaf": None, "delay_us": None} for name in index_to_name.values()
+    }
     for q in ipr.get_qdiscs():
         name = index_to_name.get(q["index"])
         if name is None:

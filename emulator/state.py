@@ -54,8 +54,8 @@ class RunLock:
                     holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown process"
                     os.close(fd)
                     raise EmulationBusyError(
-                        f"another topolab network is up ({holder}); wait for it to finish "
-                        f"(lock {self.path})") from None
+                        f"another topolab network is up ({holder}); wait for it to finish (lock {self.path})"
+                    ) from None
                 time.sleep(0.2)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:200]}".encode(), 0)
@@ -81,15 +81,21 @@ class RunState:
     procs: list[dict] = field(default_factory=list)  # {pid, start, argv0}
 
     @classmethod
-    def new(cls, run_dir: str) -> "RunState":
+    def new(cls, run_dir: str) -> RunState:
         pid = os.getpid()
         start = nsutil.start_time(pid)
         run_id = f"{pid}-{start}"
         return cls(os.path.join(run_dir, f"run-{pid}.json"), run_id, pid, start)
 
     def save(self) -> None:
-        data = {"run_id": self.run_id, "owner_pid": self.owner_pid, "owner_start": self.owner_start,
-                "argv": sys.argv[:8], "hosts": self.hosts, "procs": self.procs}
+        data = {
+            "run_id": self.run_id,
+            "owner_pid": self.owner_pid,
+            "owner_start": self.owner_start,
+            "argv": sys.argv[:8],
+            "hosts": self.hosts,
+            "procs": self.procs,
+        }
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(data, f)
@@ -183,6 +189,8 @@ def clean_dead_runs(run_dir: str, log=print) -> CleanReport:
                 pass
         report.runs_cleaned.append(state["run_id"])
         report.killed.extend(killed)
-        log(f"clean: run {state['run_id']} (pid {owner}, dead): ended {len(killed)} process(es)"
-            f"{' ' + str(sorted(killed)) if killed else ''}; its namespaces and cables go with them")
+        log(
+            f"clean: run {state['run_id']} (pid {owner}, dead): ended {len(killed)} process(es)"
+            f"{' ' + str(sorted(killed)) if killed else ''}; its namespaces and cables go with them"
+        )
     return report

@@ -38,7 +38,9 @@ def validate(plan, config: EmulationConfig, available_mib: float | None = None) 
     if not (plan.latency_us >= 0 and math.isfinite(plan.latency_us)):
         raise EmulationInputError(f"plan.latency_us = {plan.latency_us!r}: must be >= 0")
     if len(plan.links) > MAX_LINKS:
-        raise EmulationInputError(f"plan has {len(plan.links)} links: the emulator's address plan holds at most {MAX_LINKS}")
+        raise EmulationInputError(
+            f"plan has {len(plan.links)} links: the emulator's address plan holds at most {MAX_LINKS}"
+        )
     adjacency = np.zeros((nodes, nodes), dtype=bool)
     for k, link in enumerate(plan.links):
         for end in ("a", "b"):
@@ -46,7 +48,8 @@ def validate(plan, config: EmulationConfig, available_mib: float | None = None) 
             if not isinstance(node, (int, np.integer)) or not 0 <= node < nodes:
                 what = f"{servers} servers" + (f" + {switches} switches" if switches else "")
                 raise EmulationInputError(
-                    f"plan.links[{k}].{end} = {node!r}: no such node (the plan has {what}, ids 0..{nodes - 1})")
+                    f"plan.links[{k}].{end} = {node!r}: no such node (the plan has {what}, ids 0..{nodes - 1})"
+                )
         if link.a == link.b:
             raise EmulationInputError(f"plan.links[{k}]: cable from node {link.a} to itself")
         if not (link.gbps > 0 and math.isfinite(link.gbps)):
@@ -76,7 +79,8 @@ def _check_routes(plan, nodes: int, adjacency: np.ndarray) -> None:
     if not_cabled.any():
         u, v = map(int, np.argwhere(not_cabled)[0])
         raise EmulationInputError(
-            f"plan.routes: {u} forwards to {int(nh[u, v])} on the way to {v}, but no cable joins {u} and {int(nh[u, v])}")
+            f"plan.routes: {u} forwards to {int(nh[u, v])} on the way to {v}, but no cable joins {u} and {int(nh[u, v])}"
+        )
     # follow all routes at once; after `nodes` hops every packet must have arrived
     dst = np.broadcast_to(np.arange(nodes)[None, :], (nodes, nodes))
     cur = rows.copy()
@@ -97,4 +101,5 @@ def _check_memory(nodes: int, config: EmulationConfig, available_mib: float | No
         fit = int(budget // config.host_memory_mib)
         raise EmulationInputError(
             f"plan.servers = {nodes} hosts need about {need:.0f} MiB; this machine has {available:.0f} MiB "
-            f"available and the emulator uses at most half of it: at most {fit} hosts fit")
+            f"available and the emulator uses at most half of it: at most {fit} hosts fit"
+        )

@@ -10,8 +10,9 @@ import dataclasses
 
 import numpy as np
 
-from .baselines import expander_cables, ring_cables, ring_order, switch_cables, torus_cables
 from contract.plan import AllReduceGroup, Link, Plan, Routes, TrafficDemand
+
+from .baselines import expander_cables, ring_cables, ring_order, switch_cables, torus_cables
 from .routing import circulant_hop_counts, coin_change_first_strides, hop_counts, next_hop_table
 from .scenario import Scenario, _torus_shape
 from .summary import summarize
@@ -28,8 +29,9 @@ def scenario_demand(s: Scenario) -> tuple[TrafficDemand, dict]:
         from .search import search_strategy  # optional module: the MCMC search
 
         return search_strategy(s)
-    demand, placement = strategy_demand(model, n, s.parallelism.strategy, s.workload.batch_per_server,
-                                        s.parallelism.mp_degree)
+    demand, placement = strategy_demand(
+        model, n, s.parallelism.strategy, s.workload.batch_per_server, s.parallelism.mp_degree
+    )
     return demand, {"tables": placement.tables, "sharded": list(placement.sharded), "mp_degree": placement.mp_degree}
 
 
@@ -62,13 +64,19 @@ def build_plan(s: Scenario, demand: TrafficDemand | None = None) -> Plan:
         demand = TrafficDemand(tuple(groups), demand.mp)
         if strides:
             rings = _ring_orders(n, list(strides))
-        extra.update(d_allreduce=topo.d_allreduce, d_mp=topo.d_mp,
-                     class_strides={str(k): v for k, v in topo.class_strides.items()})
+        extra.update(
+            d_allreduce=topo.d_allreduce,
+            d_mp=topo.d_mp,
+            class_strides={str(k): v for k, v in topo.class_strides.items()},
+        )
         if topo.swaps:
             notes.append(f"{topo.swaps} degree-preserving swap(s) made the topology connected")
         if topo.unmatched_ports:
-            why = (f"{n} servers x {d} ports is odd, so no graph can use every port" if (n * d) % 2
-                   else "no model-parallel cable could be rewired to take them")
+            why = (
+                f"{n} servers x {d} ports is odd, so no graph can use every port"
+                if (n * d) % 2
+                else "no model-parallel cable could be rewired to take them"
+            )
             notes.append(f"{topo.unmatched_ports} port(s) left unused: {why}")
         circulant = topo.ring_cables == len(cables) and bool(topo.class_strides)
         all_strides = [p for ps in topo.class_strides.values() for p in ps]
@@ -109,11 +117,24 @@ def build_plan(s: Scenario, demand: TrafficDemand | None = None) -> Plan:
         raise ValueError(f"unknown topology kind {kind!r}")
 
     links = tuple(Link(a, b, float(link_rate)) for a, b in cables)
-    plan = Plan(servers=n, degree=degree, link_gbps=float(link_rate), latency_us=s.cluster.latency_us,
-                topology=kind, links=links, routes=routes, demand=demand,
-                summary=summarize(np.zeros((1, 1)), 1, []), model=s.workload.model,
-                strategy=s.parallelism.strategy, switches=switches, strides=strides, rings=rings,
-                notes=tuple(notes), extra=extra)
+    plan = Plan(
+        servers=n,
+        degree=degree,
+        link_gbps=float(link_rate),
+        latency_us=s.cluster.latency_us,
+        topology=kind,
+        links=links,
+        routes=routes,
+        demand=demand,
+        summary=summarize(np.zeros((1, 1)), 1, []),
+        model=s.workload.model,
+        strategy=s.parallelism.strategy,
+        switches=switches,
+        strides=strides,
+        rings=rings,
+        notes=tuple(notes),
+        extra=extra,
+    )
     if routes.kind == "circulant":
         hops = circulant_hop_counts(routes.first_stride)
     else:

@@ -86,7 +86,7 @@ class _Groups:
         """Would merging groups a and b (edge a -> b) create a cycle? (another a ~> b path)"""
         edges = self.edges()
         succ: dict[int, list[int]] = {}
-        for (u, v) in edges:
+        for u, v in edges:
             succ.setdefault(u, []).append(v)
         stack = [v for v in succ.get(a, []) if v != b]
         seen = set(stack)
@@ -111,9 +111,15 @@ class _Groups:
     def op(self, root: int) -> Operator:
         ops = [self.graph.ops[i] for i in sorted(self.members[root])]
         name = ops[0].name if len(ops) == 1 else f"{ops[0].name}+{len(ops) - 1}"
-        return Operator(name, ops[0].kind if len(ops) == 1 else _kind(ops),
-                        sum(o.params for o in ops), sum(o.flops for o in ops), 0, (),
-                        tuple(m for o in ops for m in o.members))
+        return Operator(
+            name,
+            ops[0].kind if len(ops) == 1 else _kind(ops),
+            sum(o.params for o in ops),
+            sum(o.flops for o in ops),
+            0,
+            (),
+            tuple(m for o in ops for m in o.members),
+        )
 
 
 def _kind(ops: list[Operator]) -> str:
@@ -140,10 +146,10 @@ def fuse(graph: OpGraph, cfg: FusionConfig | None = None) -> OpGraph:
         edges = groups.edges()
         out_deg: dict[int, int] = {}
         in_deg: dict[int, int] = {}
-        for (u, v) in edges:
+        for u, v in edges:
             out_deg[u] = out_deg.get(u, 0) + 1
             in_deg[v] = in_deg.get(v, 0) + 1
-        for (u, v) in sorted(edges):
+        for u, v in sorted(edges):
             if not mergeable(u, v):
                 continue
             ou, ov = group_op(u), group_op(v)
@@ -195,7 +201,7 @@ def _rebuild(graph: OpGraph, groups: _Groups) -> OpGraph:
         # Output: the largest activation leaving the group (its sink's for a chain); a group
         # with no successor keeps its last member's output.
         out = succ_bytes.get(r, graph.ops[member_ids[-1]].out_bytes)
-        inputs = tuple(sorted({name[u] for (u, v) in edges if v == r}, key=lambda n: graph.index[n.split('+')[0]]))
+        inputs = tuple(sorted({name[u] for (u, v) in edges if v == r}, key=lambda n: graph.index[n.split("+")[0]]))
         ops[r] = Operator(base.name, base.kind, base.params, base.flops, out, inputs, base.members)
     order: list[int] = []
     placed: set[int] = set()

@@ -24,12 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
-from .collectives.p2p import add_p2p_transfers
-from .collectives.from_plan import plan_rings
-from .collectives.rings import add_multiring_allreduce, coset_rings
 from contract.physics import compute_seconds
-from contract.schedule import Check, Schedule, ScheduleBuilder
 from contract.plan import Plan
+from contract.schedule import Check, Schedule, ScheduleBuilder
+
+from .collectives.from_plan import plan_rings
+from .collectives.p2p import add_p2p_transfers
+from .collectives.rings import add_multiring_allreduce, coset_rings
 from .zoo import Layer, Model
 
 DDP_BUCKET_BYTES = 25 * 2**20
@@ -45,7 +46,7 @@ class IterationOptions:
     min_transfer_bytes: int = 4  # floor of every scaled transfer (a zero-payload twin keeps every op)
 
 
-def _scaled(nbytes: float, opts: "IterationOptions") -> int:
+def _scaled(nbytes: float, opts: IterationOptions) -> int:
     return max(opts.min_transfer_bytes // 4 * 4, 4, int(nbytes * opts.payload_scale) // 4 * 4)
 
 
@@ -77,8 +78,9 @@ def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Sche
 
     def seconds(layer: Layer, factor: float) -> float:
         split = m if layer.name in sharded else 1
-        return factor * compute_seconds(layer.flops, opts.batch, opts.device_tflops, split=split,
-                                        time_scale=opts.time_scale)
+        return factor * compute_seconds(
+            layer.flops, opts.batch, opts.device_tflops, split=split, time_scale=opts.time_scale
+        )
 
     layers = [l for l in model.layers if l.kind != "embedding" or l.name in tables]
     embeddings = [l for l in layers if l.kind == "embedding"]
@@ -93,8 +95,14 @@ def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Sche
     mp_recv: dict[int, list[int]] = {r: [] for r in range(n)}
     if embeddings:
         fwd = _table_transfers(embeddings, tables, n, opts, forward=True)
-        mp_recv = add_p2p_transfers(b, fwd, "act", b.buffers["act"].bytes if "act" in b.buffers else 0,
-                                    "mp", after={r: lookup_done[r][-1:] for r in range(n)})
+        mp_recv = add_p2p_transfers(
+            b,
+            fwd,
+            "act",
+            b.buffers["act"].bytes if "act" in b.buffers else 0,
+            "mp",
+            after={r: lookup_done[r][-1:] for r in range(n)},
+        )
     interaction_seen = False
     for layer in dense:
         if layer.kind == "interaction" and embeddings:
@@ -122,8 +130,9 @@ def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Sche
             return
         nbytes = _scaled(bucket_bytes, opts)
         b.buffer("grad", grad_offset + nbytes)
-        add_multiring_allreduce(b, full_rings, "grad", grad_offset, nbytes, "ar",
-                                after={r: [op] for r, op in after_ops.items()})
+        add_multiring_allreduce(
+            b, full_rings, "grad", grad_offset, nbytes, "ar", after={r: [op] for r, op in after_ops.items()}
+        )
         allreduce_checks.append(Check("allreduce", "grad", grad_offset, nbytes, groups=[list(range(n))]))
         grad_offset += nbytes
         bucket, bucket_bytes = [], 0
@@ -134,8 +143,9 @@ def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Sche
         if layer.kind == "interaction" and embeddings:
             ops = {r: b.compute(r, "compute", seconds(layer, 2.0)) for r in range(n)}
             back = _table_transfers(embeddings, tables, n, opts, forward=False)
-            done = add_p2p_transfers(b, back, "act", b.buffers["act"].bytes, "mp",
-                                     after={r: [ops[r]] for r in range(n)})
+            done = add_p2p_transfers(
+                b, back, "act", b.buffers["act"].bytes, "mp", after={r: [ops[r]] for r in range(n)}
+            )
             for table in embeddings:  # owners apply the returned gradients
                 owner = tables[table.name]
                 b.compute(owner, "compute", seconds(table, 2.0), after=done.get(owner, []))
@@ -161,22 +171,30 @@ def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Sche
         b.buffer("grad", grad_offset + nbytes)
         groups = _group_rings(plan, tuple(range(0, n, m)))
         for rings in groups:
-            add_multiring_allreduce(b, rings, "grad", grad_offset, nbytes, "shard",
-                                    after={r: [sharded_done[r]] for r in rings[0]})
-        allreduce_checks.append(Check("allreduce", "grad", grad_offset, nbytes,
-                                      groups=[sorted(rings[0]) for rings in groups]))
+            add_multiring_allreduce(
+                b, rings, "grad", grad_offset, nbytes, "shard", after={r: [sharded_done[r]] for r in rings[0]}
+            )
+        allreduce_checks.append(
+            Check("allreduce", "grad", grad_offset, nbytes, groups=[sorted(rings[0]) for rings in groups])
+        )
         grad_offset += nbytes
     for check in allreduce_checks:
         b.check(check)
     if "grad" not in b.buffers:
         b.buffer("grad", 4)
-    b.params.update(model=model.name, batch=opts.batch, time_scale=opts.time_scale,
-                    payload_scale=opts.payload_scale, buckets=len(allreduce_checks))
+    b.params.update(
+        model=model.name,
+        batch=opts.batch,
+        time_scale=opts.time_scale,
+        payload_scale=opts.payload_scale,
+        buckets=len(allreduce_checks),
+    )
     return b.build()
 
 
-def _table_transfers(embeddings: list[Layer], tables: dict[str, int], n: int, opts: IterationOptions,
-                     forward: bool) -> list[tuple[int, int, int]]:
+def _table_transfers(
+    embeddings: list[Layer], tables: dict[str, int], n: int, opts: IterationOptions, forward: bool
+) -> list[tuple[int, int, int]]:
     """One transfer per (owner, other server): all of the owner's lookups for that server."""
     per_pair: dict[tuple[int, int], float] = {}
     for table in embeddings:
@@ -188,13 +206,25 @@ def _table_transfers(embeddings: list[Layer], tables: dict[str, int], n: int, op
     return [(s, d, _scaled(v, opts)) for (s, d), v in sorted(per_pair.items())]
 
 
-def _block_exchange(b: ScheduleBuilder, plan: Plan, layer: Layer, m: int, opts: IterationOptions,
-                    after: dict[int, int]) -> None:
+def _block_exchange(
+    b: ScheduleBuilder, plan: Plan, layer: Layer, m: int, opts: IterationOptions, after: dict[int, int]
+) -> None:
     """Tensor-parallel activation exchange inside each block of m consecutive servers."""
     nbytes = _scaled(layer.out_bytes * opts.batch / m, opts)
-    transfers = [(a, c, nbytes) for blk in range(0, plan.servers, m)
-                 for a in range(blk, blk + m) for c in range(blk, blk + m) if a != c]
-    done = add_p2p_transfers(b, transfers, "act", b.buffers["act"].bytes if "act" in b.buffers else 0, "tp",
-                             after={r: [op] for r, op in after.items()})
+    transfers = [
+        (a, c, nbytes)
+        for blk in range(0, plan.servers, m)
+        for a in range(blk, blk + m)
+        for c in range(blk, blk + m)
+        if a != c
+    ]
+    done = add_p2p_transfers(
+        b,
+        transfers,
+        "act",
+        b.buffers["act"].bytes if "act" in b.buffers else 0,
+        "tp",
+        after={r: [op] for r, op in after.items()},
+    )
     for r, ops in done.items():  # the next layer needs the gathered activations
         b.compute(r, "compute", 0.0, after=ops)

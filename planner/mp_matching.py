@@ -44,8 +44,9 @@ def mp_matching_cables(flows: tuple[MPFlow, ...], rounds: int) -> list[tuple[int
     return out
 
 
-def fill_free_ports(n: int, d: int, cables: list[tuple[int, int]],
-                    demand: dict[tuple[int, int], float] | None = None) -> list[tuple[int, int]]:
+def fill_free_ports(
+    n: int, d: int, cables: list[tuple[int, int]], demand: dict[tuple[int, int], float] | None = None
+) -> list[tuple[int, int]]:
     """Extra cables that use interfaces the matching rounds left free.
 
     When MP demand touches only a few servers (e.g. a handful of embedding-table owners),
@@ -67,7 +68,7 @@ def fill_free_ports(n: int, d: int, cables: list[tuple[int, int]],
             return extra
         graph = nx.Graph()
         for i, a in enumerate(free):
-            for b in free[i + 1:]:
+            for b in free[i + 1 :]:
                 graph.add_edge(a, b, weight=1.0 + demand.get((a, b), 0.0) + (0.5 if (a, b) not in cabled else 0.0))
         matching = nx.max_weight_matching(graph, maxcardinality=True)
         if not matching:

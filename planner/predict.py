@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict, deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from contract.physics import REDUCE_BYTES_PER_S, tcp_goodput_fraction
 
@@ -56,9 +56,15 @@ class Network:
         return self._paths[key]
 
 
-def plan_network(plan, link_bps: float | None = None, mtu: int = 9000, alpha_s: float | None = None,
-                 reduce_bytes_per_s: float = REDUCE_BYTES_PER_S, op_overhead_s: float = 0.0,
-                 reduce_cap_bytes: float = float("inf")) -> Network:
+def plan_network(
+    plan,
+    link_bps: float | None = None,
+    mtu: int = 9000,
+    alpha_s: float | None = None,
+    reduce_bytes_per_s: float = REDUCE_BYTES_PER_S,
+    op_overhead_s: float = 0.0,
+    reduce_cap_bytes: float = float("inf"),
+) -> Network:
     """A `Network` for ``plan``: each cable gives both directions its rate (parallel cables
     add up). ``link_bps`` rescales every link so that a plan link of ``plan.link_gbps``
     runs at ``link_bps`` (the emulated rate); by default the plan's own rates are used."""
@@ -70,8 +76,9 @@ def plan_network(plan, link_bps: float | None = None, mtu: int = 9000, alpha_s: 
         cap[(link.a, link.b)] += bps
         cap[(link.b, link.a)] += bps
     alpha = plan.latency_us * 1e-6 if alpha_s is None else alpha_s
-    return Network(dict(cap), plan.path, alpha, reduce_bytes_per_s, op_overhead_s, reduce_cap_bytes,
-                   servers=plan.servers)
+    return Network(
+        dict(cap), plan.path, alpha, reduce_bytes_per_s, op_overhead_s, reduce_cap_bytes, servers=plan.servers
+    )
 
 
 @dataclass
@@ -215,8 +222,7 @@ def predict(schedule, network: Network) -> Prediction:
                 links = network.links(src, dst)
                 relays = [b for _, b in links[:-1]]
                 limit = network.servers if network.servers is not None else float("inf")
-                active[key] = _Flow(src, dst, tag, length, float(length), links,
-                                    relayed=any(v < limit for v in relays))
+                active[key] = _Flow(src, dst, tag, length, float(length), links, relayed=any(v < limit for v in relays))
                 changed = True
         return changed
 
@@ -276,8 +282,11 @@ def predict(schedule, network: Network) -> Prediction:
     unfinished = [(r, s) for r in range(ranks) for s, ops in schedule.programs[r].items() if cursor[r][s] < len(ops)]
     if unfinished:
         r, s = unfinished[0]
-        raise RuntimeError(f"schedule deadlocks in the model: rank {r} stream {s!r} stops at op "
-                           f"{schedule.programs[r][s][cursor[r][s]].id}")
+        raise RuntimeError(
+            f"schedule deadlocks in the model: rank {r} stream {s!r} stops at op "
+            f"{schedule.programs[r][s][cursor[r][s]].id}"
+        )
     rank_seconds = [max((done[r][i] for i in done[r]), default=0.0) for r in range(ranks)]
-    return Prediction(max(rank_seconds, default=0.0), rank_seconds, op_times, dict(link_bytes),
-                      dict(relayed_bytes), dict(stream_free))
+    return Prediction(
+        max(rank_seconds, default=0.0), rank_seconds, op_times, dict(link_bytes), dict(relayed_bytes), dict(stream_free)
+    )

@@ -59,9 +59,7 @@ def next_hop_table(nodes: int, cables: list[tuple[int, int]], preferred: int | N
         if r != c and w < best.get((r, c), np.inf):
             best[(r, c)] = w
     keys = list(best)
-    graph = csr_matrix(
-        ([best[k] for k in keys], ([k[0] for k in keys], [k[1] for k in keys])), shape=(nodes, nodes)
-    )
+    graph = csr_matrix(([best[k] for k in keys], ([k[0] for k in keys], [k[1] for k in keys])), shape=(nodes, nodes))
     dist, pred = shortest_path(graph, method="D", directed=False, return_predecessors=True)
     if np.isinf(dist).any():
         raise ValueError("the topology is not connected")

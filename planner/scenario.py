@@ -166,11 +166,14 @@ def _check_cross_fields(s: Scenario) -> None:
     src, c, t, p = s.source, s.cluster, s.topology, s.parallelism
     n, d = c.servers, c.degree
     if d >= n and t.kind != "switch":
-        raise ScenarioError(src, "cluster.degree", f"must be below cluster.servers ({n}) for a direct-connect topology, got {d}")
+        raise ScenarioError(
+            src, "cluster.degree", f"must be below cluster.servers ({n}) for a direct-connect topology, got {d}"
+        )
     has_tables = bool(get_model(s.workload.model).embeddings)
     if t.kind == "topoopt" and d % 2 and p.strategy == "data":
-        raise ScenarioError(src, "cluster.degree",
-                            f"TopoOpt's bidirectional rings need an even degree for this job, got {d}")
+        raise ScenarioError(
+            src, "cluster.degree", f"TopoOpt's bidirectional rings need an even degree for this job, got {d}"
+        )
     if t.kind == "ring" and d % 2:
         raise ScenarioError(src, "cluster.degree", f"a ring uses interfaces in pairs; degree must be even, got {d}")
     if t.kind == "torus":
@@ -181,8 +184,9 @@ def _check_cross_fields(s: Scenario) -> None:
     if t.kind == "expander" and (n * d) % 2:
         raise ScenarioError(src, "cluster.degree", f"a {d}-regular graph on {n} servers needs servers x degree even")
     if p.strategy == "hybrid" and not has_tables and n % p.mp_degree:
-        raise ScenarioError(src, "parallelism.mp_degree",
-                            f"sub-group size must divide cluster.servers ({n}), got {p.mp_degree}")
+        raise ScenarioError(
+            src, "parallelism.mp_degree", f"sub-group size must divide cluster.servers ({n}), got {p.mp_degree}"
+        )
 
 
 def _torus_shape(n: int) -> tuple[int, int] | None:
@@ -229,4 +233,3 @@ def with_overrides(s: Scenario, **sections: dict[str, Any]) -> Scenario:
     for sec, overrides in sections.items():
         data[sec].update(overrides)
     return parse_scenario(data, s.source, s.name)
-

@@ -25,8 +25,9 @@ def bisection_estimate(servers: int, links: list[Link], switches: int = 0) -> fl
     return min(cut_gbps(links, c) for c in candidates)
 
 
-def summarize(hops: np.ndarray, servers: int, links: list[Link], switches: int = 0,
-              direct: np.ndarray | None = None) -> Summary:
+def summarize(
+    hops: np.ndarray, servers: int, links: list[Link], switches: int = 0, direct: np.ndarray | None = None
+) -> Summary:
     off_diag = hops[~np.eye(servers, dtype=bool)]
     if direct is None:
         relayed = float((off_diag > 1).mean()) if servers > 1 else 0.0

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contract.plan import TrafficDemand
+
 from .connectivity import connect
 from .mp_matching import absorb_free_ports, fill_free_ports, mp_matching_cables, symmetric_demand
-from contract.plan import TrafficDemand
 from .totient import circulant_cables, select_permutations, totient_strides
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contract.plan import AllReduceGroup, MPFlow, TrafficDemand
+
 from .zoo import Layer, Model
 
 
@@ -95,7 +96,9 @@ def _sharded_demand(model: Model, n: int, batch: int, m: int) -> tuple[TrafficDe
     return TrafficDemand(tuple(groups), tuple(flows)), Placement({}, tuple(l.name for l in sharded), m)
 
 
-def strategy_demand(model: Model, n: int, strategy: str, batch: int, mp_degree: int = 2) -> tuple[TrafficDemand, Placement]:
+def strategy_demand(
+    model: Model, n: int, strategy: str, batch: int, mp_degree: int = 2
+) -> tuple[TrafficDemand, Placement]:
     """Traffic of ``strategy`` ("data" or "hybrid") for ``model`` on ``n`` servers."""
     if strategy == "data":
         return data_parallel_demand(model, n), Placement({}, (), 1)

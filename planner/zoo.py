@@ -94,7 +94,9 @@ def _dlrm() -> Model:
     tables = [_embedding(f"emb{i}", 4_000_000, 128) for i in range(16)]
     bottom = _mlp("bot", [13, 512, 256, 128])
     n_feat = 16 + 1
-    inter = Layer("interaction", "interaction", 0, 2.0 * n_feat * n_feat * 128, (128 + n_feat * (n_feat - 1) // 2) * FLOAT_BYTES)
+    inter = Layer(
+        "interaction", "interaction", 0, 2.0 * n_feat * n_feat * 128, (128 + n_feat * (n_feat - 1) // 2) * FLOAT_BYTES
+    )
     top = _mlp("top", [128 + n_feat * (n_feat - 1) // 2, 1024, 1024, 512, 256, 1])
     return Model("dlrm", tuple(tables + bottom + [inter] + top), "Naumov et al. 2019; TopoOpt section 6")
 
@@ -130,7 +132,9 @@ def _ncf() -> Model:
 
 
 def _conv_stack(name: str, spec: list[tuple[str, int, float, int]], source: str) -> Model:
-    return Model(name, tuple(Layer(n, "conv" if not n.startswith("fc") else "dense", p, f, o) for n, p, f, o in spec), source)
+    return Model(
+        name, tuple(Layer(n, "conv" if not n.startswith("fc") else "dense", p, f, o) for n, p, f, o in spec), source
+    )
 
 
 def _resnet50() -> Model:
@@ -157,7 +161,9 @@ def _vgg16() -> Model:
         ("fc7", 16_781_312, 0.017e9, 4096 * 4),
         ("fc8", 4_097_000, 0.004e9, 1000 * 4),
     ]
-    return _conv_stack("vgg16", [(n, p, 2 * f, o) for n, p, f, o in spec], "Simonyan and Zisserman 2015 (MACs x 2 = FLOPs)")
+    return _conv_stack(
+        "vgg16", [(n, p, 2 * f, o) for n, p, f, o in spec], "Simonyan and Zisserman 2015 (MACs x 2 = FLOPs)"
+    )
 
 
 _BUILDERS = {"dlrm": _dlrm, "candle": _candle, "bert": _bert, "ncf": _ncf, "resnet50": _resnet50, "vgg16": _vgg16}

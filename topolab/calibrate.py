@@ -13,8 +13,8 @@ rank's ops on its processor), so op_overhead = measured twin time / K.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from planner.iteration import IterationOptions, iteration_schedule
 from planner.predict import Network, predict
@@ -23,14 +23,14 @@ from planner.predict import Network, predict
 def zero_payload_twin(plan, model, opts: IterationOptions):
     # every AllReduce region must still give each ring a non-empty chunk per member
     floor = 4 * plan.servers * 2 * max(1, len(plan.strides))
-    return iteration_schedule(plan, model, replace(opts, payload_scale=1e-12, time_scale=0.0,
-                                                   min_transfer_bytes=floor))
+    return iteration_schedule(plan, model, replace(opts, payload_scale=1e-12, time_scale=0.0, min_transfer_bytes=floor))
 
 
 def critical_op_count(schedule, path) -> float:
     """K: the twin's predicted time with a unit op cost and infinitely fast links."""
-    net = Network(capacity=_InfiniteCapacity(), path=path, alpha_s=0.0,
-                  reduce_bytes_per_s=float("inf"), op_overhead_s=1.0)
+    net = Network(
+        capacity=_InfiniteCapacity(), path=path, alpha_s=0.0, reduce_bytes_per_s=float("inf"), op_overhead_s=1.0
+    )
     return predict(schedule, net).seconds
 
 
@@ -41,8 +41,9 @@ class _InfiniteCapacity(dict):
         return 1e30
 
 
-def measure_op_overhead(twin, hosts: list[str], spawn: Callable, path, repeats: int = 3,
-                        timeout_s: float = 30.0) -> dict:
+def measure_op_overhead(
+    twin, hosts: list[str], spawn: Callable, path, repeats: int = 3, timeout_s: float = 30.0
+) -> dict:
     """Run ``twin`` on the given hosts and return the per-op cost and what it came from."""
     from workers.coordinator import Coordinator
 
@@ -53,5 +54,9 @@ def measure_op_overhead(twin, hosts: list[str], spawn: Callable, path, repeats: 
         raise RuntimeError("calibration twin failed verification")
     measured = statistics.median(times)
     k = critical_op_count(twin, path)
-    return {"op_overhead_s": measured / k if k > 0 else 0.0, "twin_seconds": measured,
-            "critical_ops": k, "twin_ops": twin.op_count()}
+    return {
+        "op_overhead_s": measured / k if k > 0 else 0.0,
+        "twin_seconds": measured,
+        "critical_ops": k,
+        "twin_ops": twin.op_count(),
+    }

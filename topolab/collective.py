@@ -24,8 +24,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan
 from planner.collectives.trees import DEFAULT_SEGMENT_BYTES
@@ -46,8 +47,7 @@ def parse_size(text: str, option: str = "--bytes") -> int:
         raise CollectiveInputError(f"{option} {text!r}: expected a size such as 4096, 256K, 64M or 1G")
     size = int(m.group(1)) * _UNITS[m.group(2).upper()]
     if size <= 0 or size % 4:
-        raise CollectiveInputError(f"{option} {text!r}: must be a positive multiple of 4 bytes "
-                                   f"(float32 gradients)")
+        raise CollectiveInputError(f"{option} {text!r}: must be a positive multiple of 4 bytes (float32 gradients)")
     return size
 
 
@@ -69,8 +69,9 @@ def parse_algorithms(text: str) -> list[str]:
     algs = [a.strip() for a in text.split(",") if a.strip()]
     bad = [a for a in algs if a not in ALGORITHMS]
     if bad or not algs:
-        raise CollectiveInputError(f"--algorithm {text!r}: expected one or more of "
-                                   f"{', '.join(ALGORITHMS)} (comma separated)")
+        raise CollectiveInputError(
+            f"--algorithm {text!r}: expected one or more of {', '.join(ALGORITHMS)} (comma separated)"
+        )
     return algs
 
 
@@ -94,8 +95,9 @@ def ideal_allreduce_s(n: int, nbytes: int, egress_goodput_bps: float) -> float:
 
 def server_egress_bps(plan: Any, link_rate_bps: Sequence[float], server: int = 0) -> float:
     """Sum of the emulated rates of the cables at ``server`` (its d interfaces)."""
-    return float(sum(rate for link, rate in zip(plan.links, link_rate_bps)
-                     if server in (link.a, link.b) and link.a != link.b))
+    return float(
+        sum(rate for link, rate in zip(plan.links, link_rate_bps) if server in (link.a, link.b) and link.a != link.b)
+    )
 
 
 @dataclass
@@ -129,23 +131,35 @@ class SizeResult:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(size=format_size(self.bytes), time_s=self.time_s,
-                 min_s=min(self.times_s, default=float("nan")),
-                 max_s=max(self.times_s, default=float("nan")),
-                 algbw_MBps=self.algbw / 1e6, busbw_MBps=self.busbw / 1e6,
-                 measured_over_ideal=self.ratio,
-                 time_real_ms=self.time_s / self.time_scale * 1e3,
-                 # share of the machine's cores the workers used (kernel TCP work included)
-                 worker_cpu_cores=(statistics.median(self.cpu_s) / self.time_s
-                                   if self.cpu_s else None),
-                 ideal_real_ms=self.ideal_s / self.time_scale * 1e3)
+        d.update(
+            size=format_size(self.bytes),
+            time_s=self.time_s,
+            min_s=min(self.times_s, default=float("nan")),
+            max_s=max(self.times_s, default=float("nan")),
+            algbw_MBps=self.algbw / 1e6,
+            busbw_MBps=self.busbw / 1e6,
+            measured_over_ideal=self.ratio,
+            time_real_ms=self.time_s / self.time_scale * 1e3,
+            # share of the machine's cores the workers used (kernel TCP work included)
+            worker_cpu_cores=(statistics.median(self.cpu_s) / self.time_s if self.cpu_s else None),
+            ideal_real_ms=self.ideal_s / self.time_scale * 1e3,
+        )
         return d
 
 
-def measure(net: Any, plan: Any, algorithms: Sequence[str], sizes: Sequence[int], *,
-            repeat: int = 5, warmup: int = 1, chunk_bytes: int = 1 << 20,
-            segment_bytes: int | None = None, timeout_s: float = 30.0,
-            log: Callable[[str], None] | None = None) -> list[SizeResult]:
+def measure(
+    net: Any,
+    plan: Any,
+    algorithms: Sequence[str],
+    sizes: Sequence[int],
+    *,
+    repeat: int = 5,
+    warmup: int = 1,
+    chunk_bytes: int = 1 << 20,
+    segment_bytes: int | None = None,
+    timeout_s: float = 30.0,
+    log: Callable[[str], None] | None = None,
+) -> list[SizeResult]:
     """Run every (size, algorithm) on the emulated network ``net``; sizes outer, so the
     algorithms of one size are measured side by side in time (the machine is noisy)."""
     from contract.physics import tcp_goodput_fraction
@@ -165,8 +179,9 @@ def measure(net: Any, plan: Any, algorithms: Sequence[str], sizes: Sequence[int]
             sched = allreduce_for_plan(plan, alg, size, segment_bytes or auto_segment(size))
             ideal = ideal_allreduce_s(n, size, goodput)
             label = f"{alg} {format_size(size)}"
-            with Coordinator(sched.to_dict(), hosts, spawn=spawn, chunk_bytes=chunk_bytes,
-                             timeout_s=timeout_s) as coord:
+            with Coordinator(
+                sched.to_dict(), hosts, spawn=spawn, chunk_bytes=chunk_bytes, timeout_s=timeout_s
+            ) as coord:
                 times, ok, mismatches, cpu = [], True, [], []
                 for i in range(warmup + repeat):
                     res = coord.run_iteration(i)
@@ -175,57 +190,95 @@ def measure(net: Any, plan: Any, algorithms: Sequence[str], sizes: Sequence[int]
                     if i >= warmup:
                         times.append(res.time_s)
                         cpu.append(sum(r.get("cpu_s", 0.0) for r in res.ranks))
-                    log(f"  {label}: {'warm-up' if i < warmup else f'{i - warmup + 1}/{repeat}'} "
+                    log(
+                        f"  {label}: {'warm-up' if i < warmup else f'{i - warmup + 1}/{repeat}'} "
                         f"{res.time_s:.3f} s ({res.time_s / ideal:.3f}x ideal) "
-                        f"{'verified' if res.ok else 'VERIFY FAILED'}")
-            results.append(SizeResult(alg, size, n, times, ideal, ok, net.time_scale,
-                                      mismatches[:5], cpu))
+                        f"{'verified' if res.ok else 'VERIFY FAILED'}"
+                    )
+            results.append(SizeResult(alg, size, n, times, ideal, ok, net.time_scale, mismatches[:5], cpu))
     return results
 
 
 def format_table(results: Sequence[SizeResult]) -> str:
-    head = (f"{'algorithm':<9} {'size':>6} {'time(ms)':>10} {'algbw(MB/s)':>12} "
-            f"{'busbw(MB/s)':>12} {'ideal(ms)':>10} {'meas/ideal':>10} {'real(ms)':>9} "
-            f"{'verified':>8} {'cpu':>5}")
+    head = (
+        f"{'algorithm':<9} {'size':>6} {'time(ms)':>10} {'algbw(MB/s)':>12} "
+        f"{'busbw(MB/s)':>12} {'ideal(ms)':>10} {'meas/ideal':>10} {'real(ms)':>9} "
+        f"{'verified':>8} {'cpu':>5}"
+    )
     lines = [head]
     for r in results:
-        lines.append(f"{r.algorithm:<9} {format_size(r.bytes):>6} {r.time_s * 1e3:>10.1f} "
-                     f"{r.algbw / 1e6:>12.2f} {r.busbw / 1e6:>12.2f} {r.ideal_s * 1e3:>10.1f} "
-                     f"{r.ratio:>10.3f} {r.time_s / r.time_scale * 1e3:>9.3f} "
-                     f"{'yes' if r.verified else 'NO':>8} "
-                     f"{(statistics.median(r.cpu_s) / r.time_s) if r.cpu_s else float('nan'):>5.2f}")
+        lines.append(
+            f"{r.algorithm:<9} {format_size(r.bytes):>6} {r.time_s * 1e3:>10.1f} "
+            f"{r.algbw / 1e6:>12.2f} {r.busbw / 1e6:>12.2f} {r.ideal_s * 1e3:>10.1f} "
+            f"{r.ratio:>10.3f} {r.time_s / r.time_scale * 1e3:>9.3f} "
+            f"{'yes' if r.verified else 'NO':>8} "
+            f"{(statistics.median(r.cpu_s) / r.time_s) if r.cpu_s else float('nan'):>5.2f}"
+        )
     return "\n".join(lines)
 
 
 def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", help="scenario TOML file (its plan's topology is emulated)")
-    parser.add_argument("--algorithm", default="topoopt", metavar="ALG[,ALG...]",
-                        help=f"AllReduce algorithm(s): {', '.join(ALGORITHMS)}; ring = the "
-                             "plan's first ring, topoopt = all the plan's rings in both directions "
-                             "at once, tree = binary tree, dbtree = NCCL double binary tree "
-                             "(default: topoopt)")
-    parser.add_argument("--bytes", default="64M", metavar="SIZE",
-                        help="buffer size such as 64M, or a range 1M..256M doubling each step "
-                             "(K/M/G = 1024-based; default: 64M)")
-    parser.add_argument("--repeat", type=int, default=5, metavar="K",
-                        help="timed iterations per size and algorithm, after one warm-up "
-                             "(default: 5); the median is reported")
-    parser.add_argument("--json", action="store_true",
-                        help="print the results as JSON on stdout instead of a table")
-    parser.add_argument("--link-mbps", type=float, metavar="MBPS",
-                        help="override the scenario's emulated rate per link ([emulation] link_mbps)")
-    parser.add_argument("--chunk", default="1M", metavar="SIZE",
-                        help="wire chunk of the pipelined sends (default: 1M; 64K-4M all reach the TCP floor, larger costs less CPU)")
-    parser.add_argument("--segment", default="auto", metavar="SIZE",
-                        help="pipelining segment of the tree algorithms; auto = S/16 clamped "
-                             "to 64K..1M, so even small buffers pipeline over the tree's depth "
-                             "(default: auto)")
-    parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                        help="a worker fails when a peer sends nothing for this long (default: 30)")
-    parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                        help="wait this long for another emulation run to finish (default: 0)")
-    parser.add_argument("--run-dir", default=None, metavar="DIR",
-                        help="where the run lock and state file live (default: /run/topolab)")
+    parser.add_argument(
+        "--algorithm",
+        default="topoopt",
+        metavar="ALG[,ALG...]",
+        help=f"AllReduce algorithm(s): {', '.join(ALGORITHMS)}; ring = the "
+        "plan's first ring, topoopt = all the plan's rings in both directions "
+        "at once, tree = binary tree, dbtree = NCCL double binary tree "
+        "(default: topoopt)",
+    )
+    parser.add_argument(
+        "--bytes",
+        default="64M",
+        metavar="SIZE",
+        help="buffer size such as 64M, or a range 1M..256M doubling each step (K/M/G = 1024-based; default: 64M)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        metavar="K",
+        help="timed iterations per size and algorithm, after one warm-up (default: 5); the median is reported",
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout instead of a table")
+    parser.add_argument(
+        "--link-mbps",
+        type=float,
+        metavar="MBPS",
+        help="override the scenario's emulated rate per link ([emulation] link_mbps)",
+    )
+    parser.add_argument(
+        "--chunk",
+        default="1M",
+        metavar="SIZE",
+        help="wire chunk of the pipelined sends (default: 1M; 64K-4M all reach the TCP floor, larger costs less CPU)",
+    )
+    parser.add_argument(
+        "--segment",
+        default="auto",
+        metavar="SIZE",
+        help="pipelining segment of the tree algorithms; auto = S/16 clamped "
+        "to 64K..1M, so even small buffers pipeline over the tree's depth "
+        "(default: auto)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a worker fails when a peer sends nothing for this long (default: 30)",
+    )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for another emulation run to finish (default: 0)",
+    )
+    parser.add_argument(
+        "--run-dir", default=None, metavar="DIR", help="where the run lock and state file live (default: /run/topolab)"
+    )
 
 
 def run_collective(args: argparse.Namespace) -> int:
@@ -255,13 +308,23 @@ def _run_collective(args: argparse.Namespace) -> int:
         raise CollectiveInputError(f"--chunk {args.chunk}: must be between 4K and 64M")
     scenario = load_scenario(args.scenario)
     if os.geteuid() != 0:
-        raise CollectiveInputError("the emulated network needs root (network namespaces, tc); "
-                                   "run as root, e.g. in the Vagrant VM")
+        raise CollectiveInputError(
+            "the emulated network needs root (network namespaces, tc); run as root, e.g. in the Vagrant VM"
+        )
     plan = build_plan(scenario)
-    doc, results = run_on_emulator(scenario, plan, algorithms, sizes, repeat=args.repeat,
-                                   chunk_bytes=chunk, segment_bytes=segment,
-                                   timeout_s=args.timeout, link_mbps=args.link_mbps,
-                                   lock_wait_s=args.wait, run_dir=args.run_dir)
+    doc, results = run_on_emulator(
+        scenario,
+        plan,
+        algorithms,
+        sizes,
+        repeat=args.repeat,
+        chunk_bytes=chunk,
+        segment_bytes=segment,
+        timeout_s=args.timeout,
+        link_mbps=args.link_mbps,
+        lock_wait_s=args.wait,
+        run_dir=args.run_dir,
+    )
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -270,12 +333,21 @@ def _run_collective(args: argparse.Namespace) -> int:
     return 0 if all(r.verified for r in results) else 1
 
 
-def run_on_emulator(scenario: Any, plan: Any, algorithms: Sequence[str], sizes: Sequence[int],
-                    *, repeat: int = 5, chunk_bytes: int = 1 << 20,
-                    segment_bytes: int | None = None, timeout_s: float = 30.0,
-                    link_mbps: float | None = None, lock_wait_s: float = 0.0,
-                    log: Callable[[str], None] | None = None, run_dir: str | None = None
-                    ) -> tuple[dict[str, Any], list[SizeResult]]:
+def run_on_emulator(
+    scenario: Any,
+    plan: Any,
+    algorithms: Sequence[str],
+    sizes: Sequence[int],
+    *,
+    repeat: int = 5,
+    chunk_bytes: int = 1 << 20,
+    segment_bytes: int | None = None,
+    timeout_s: float = 30.0,
+    link_mbps: float | None = None,
+    lock_wait_s: float = 0.0,
+    log: Callable[[str], None] | None = None,
+    run_dir: str | None = None,
+) -> tuple[dict[str, Any], list[SizeResult]]:
     """Build the plan's emulated network once and `measure` on it; returns (JSON document,
     results). Used by the command and by benchmarks/collective_compare.py."""
     from contract.physics import tcp_goodput_fraction
@@ -289,26 +361,54 @@ def run_on_emulator(scenario: Any, plan: Any, algorithms: Sequence[str], sizes: 
         config["run_dir"] = run_dir
     t0 = time.time()
     with EmulatedNetwork(plan, config, log=log) as net:
-        log(f"emulated {plan.topology} network up: {plan.servers} servers, {len(plan.links)} "
-            f"cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}, time scale x{net.time_scale:g}")
-        results = measure(net, plan, algorithms, sizes, repeat=repeat, chunk_bytes=chunk_bytes,
-                          segment_bytes=segment_bytes, timeout_s=timeout_s, log=log)
+        log(
+            f"emulated {plan.topology} network up: {plan.servers} servers, {len(plan.links)} "
+            f"cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}, time scale x{net.time_scale:g}"
+        )
+        results = measure(
+            net,
+            plan,
+            algorithms,
+            sizes,
+            repeat=repeat,
+            chunk_bytes=chunk_bytes,
+            segment_bytes=segment_bytes,
+            timeout_s=timeout_s,
+            log=log,
+        )
         frac = tcp_goodput_fraction(net.mtu)
         egress = server_egress_bps(plan, net.link_rate_bps)
-        emulation = {"link_mbps": net.link_mbps, "mtu": net.mtu, "time_scale": net.time_scale,
-                     "tcp_max_fraction": frac, "egress_bps": egress,
-                     "egress_goodput_bps": egress * frac, "netem": net.netem}
-    header = (f"# {getattr(scenario, 'name', '')}: {plan.topology}, {plan.servers} servers x "
-              f"{plan.degree} links, {emulation['link_mbps']:g} Mbit/s per link emulated "
-              f"(time scale x{emulation['time_scale']:g}), MTU {emulation['mtu']}\n"
-              f"# ideal = 2(n-1)S/(n*D), D = {emulation['egress_goodput_bps'] / 1e6:.1f} Mbit/s "
-              f"egress goodput per server (TCP maximum {emulation['tcp_max_fraction']:.4f} of "
-              f"the shaped rate); median of {repeat}; real = time / time scale;\n"
-              f"# cpu = cores the {plan.servers} workers kept busy (their user + system time; "
-              f"softirq work may be charged elsewhere), of {os.cpu_count()}")
-    doc = {"format": COLLECTIVE_FORMAT, "scenario": getattr(scenario, "name", ""),
-           "topology": plan.topology, "servers": plan.servers, "degree": plan.degree,
-           "emulation": emulation, "repeat": repeat, "chunk_bytes": chunk_bytes,
-           "segment_bytes": segment_bytes or "auto", "elapsed_s": time.time() - t0, "header": header,
-           "results": [r.to_dict() for r in results]}
+        emulation = {
+            "link_mbps": net.link_mbps,
+            "mtu": net.mtu,
+            "time_scale": net.time_scale,
+            "tcp_max_fraction": frac,
+            "egress_bps": egress,
+            "egress_goodput_bps": egress * frac,
+            "netem": net.netem,
+        }
+    header = (
+        f"# {getattr(scenario, 'name', '')}: {plan.topology}, {plan.servers} servers x "
+        f"{plan.degree} links, {emulation['link_mbps']:g} Mbit/s per link emulated "
+        f"(time scale x{emulation['time_scale']:g}), MTU {emulation['mtu']}\n"
+        f"# ideal = 2(n-1)S/(n*D), D = {emulation['egress_goodput_bps'] / 1e6:.1f} Mbit/s "
+        f"egress goodput per server (TCP maximum {emulation['tcp_max_fraction']:.4f} of "
+        f"the shaped rate); median of {repeat}; real = time / time scale;\n"
+        f"# cpu = cores the {plan.servers} workers kept busy (their user + system time; "
+        f"softirq work may be charged elsewhere), of {os.cpu_count()}"
+    )
+    doc = {
+        "format": COLLECTIVE_FORMAT,
+        "scenario": getattr(scenario, "name", ""),
+        "topology": plan.topology,
+        "servers": plan.servers,
+        "degree": plan.degree,
+        "emulation": emulation,
+        "repeat": repeat,
+        "chunk_bytes": chunk_bytes,
+        "segment_bytes": segment_bytes or "auto",
+        "elapsed_s": time.time() - t0,
+        "header": header,
+        "results": [r.to_dict() for r in results],
+    }
     return doc, results

@@ -19,23 +19,31 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from planner import load_scenario  # noqa: E402
-from planner.scenario import TOPOLOGIES, with_overrides  # noqa: E402
+from planner import load_scenario
+from planner.scenario import TOPOLOGIES, with_overrides
 
-from .run import execute  # noqa: E402
+from .run import execute
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", help="scenario TOML file; its [topology] kind is replaced in turn")
-    parser.add_argument("--topologies", default="topoopt,switch,expander",
-                        help=f"comma-separated kinds among {', '.join(TOPOLOGIES)} (default: topoopt,switch,expander)")
+    parser.add_argument(
+        "--topologies",
+        default="topoopt,switch,expander",
+        help=f"comma-separated kinds among {', '.join(TOPOLOGIES)} (default: topoopt,switch,expander)",
+    )
     parser.add_argument("--out", metavar="DIR", help="output folder (default: results/compare-<scenario name>)")
     parser.add_argument("--iterations", type=int, metavar="N", help="timed iterations per topology")
     parser.add_argument("--payload-scale", type=float, metavar="F", help="multiply every transfer size")
-    parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                        help="wait up to SECONDS for another topolab network to finish")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for another topolab network to finish",
+    )
 
 
 def traffic_facts(results: dict[str, Any]) -> dict[str, Any]:
@@ -46,24 +54,34 @@ def traffic_facts(results: dict[str, Any]) -> dict[str, Any]:
     top = max(links, key=lambda r: r["bytes"], default={"src": -1, "dst": -1, "bytes": 0.0})
     plan = results["plan"]
     name = lambda v: "switch" if v >= plan["servers"] else f"h{v}"  # noqa: E731
-    return {"relayed_share": relayed / total, "link_bytes_total": total,
-            "bottleneck": f"{name(top['src'])}->{name(top['dst'])}", "bottleneck_mb": top["bytes"] / 1e6}
+    return {
+        "relayed_share": relayed / total,
+        "link_bytes_total": total,
+        "bottleneck": f"{name(top['src'])}->{name(top['dst'])}",
+        "bottleneck_mb": top["bytes"] / 1e6,
+    }
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| topology | per-server bandwidth | measured ms | predicted ms | error | relayed bytes | busiest link (MB/iter) | verified |",
-             "|---|---|---:|---:|---:|---:|---|---|"]
+    lines = [
+        "| topology | per-server bandwidth | measured ms | predicted ms | error | relayed bytes | busiest link (MB/iter) | verified |",
+        "|---|---|---:|---:|---:|---:|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['topology']} | {r['bandwidth']} | {r['measured_ms']:.3f} | {r['predicted_ms']:.3f} | "
-                     f"{100 * r['error']:.1f}% | {100 * r['relayed_share']:.0f}% | {r['bottleneck']} ({r['bottleneck_mb']:.1f}) | "
-                     f"{'yes' if r['verified'] else 'NO'} |")
+        lines.append(
+            f"| {r['topology']} | {r['bandwidth']} | {r['measured_ms']:.3f} | {r['predicted_ms']:.3f} | "
+            f"{100 * r['error']:.1f}% | {100 * r['relayed_share']:.0f}% | {r['bottleneck']} ({r['bottleneck_mb']:.1f}) | "
+            f"{'yes' if r['verified'] else 'NO'} |"
+        )
     return "\n".join(lines)
 
 
 def plot_compare(rows: list[dict[str, Any]], title: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.8, 4.0))
     xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], [r["measured_ms"] for r in rows], width=0.4, label="measured (emulated)", color="#4c78a8")
+    ax.bar(
+        [x - 0.2 for x in xs], [r["measured_ms"] for r in rows], width=0.4, label="measured (emulated)", color="#4c78a8"
+    )
     ax.bar([x + 0.2 for x in xs], [r["predicted_ms"] for r in rows], width=0.4, label="predicted", color="#f2a541")
     ax.set_xticks(list(xs), [r["topology"] for r in rows])
     ax.set_ylabel("iteration time (real cluster ms)")
@@ -89,10 +107,22 @@ def run_compare(args: argparse.Namespace) -> int:
         print(f"== {k}", flush=True)
         res = execute(s, out / k, args.iterations, args.payload_scale, lock_wait_s=args.wait)
         plan = res["plan"]
-        bw = (f"1 x {plan['link_gbps']:g} Gbps" if plan.get("switches") else f"{plan['degree']} x {plan['link_gbps']:g} Gbps")
-        rows.append({"topology": k, "bandwidth": bw, "measured_ms": res["summary"]["median_real_ms"],
-                     "predicted_ms": res["predicted"]["real_ms"], "error": res["summary"]["error"],
-                     "verified": res["summary"]["verified"], **traffic_facts(res)})
+        bw = (
+            f"1 x {plan['link_gbps']:g} Gbps"
+            if plan.get("switches")
+            else f"{plan['degree']} x {plan['link_gbps']:g} Gbps"
+        )
+        rows.append(
+            {
+                "topology": k,
+                "bandwidth": bw,
+                "measured_ms": res["summary"]["median_real_ms"],
+                "predicted_ms": res["predicted"]["real_ms"],
+                "error": res["summary"]["error"],
+                "verified": res["summary"]["verified"],
+                **traffic_facts(res),
+            }
+        )
     table = render_table(rows)
     title = f"{base.workload.model} on {base.cluster.servers} servers"
     plot_compare(rows, title, out / "compare.png")

@@ -32,9 +32,13 @@ def describe(plan: Plan) -> str:
         lines.append(f"strides         {', '.join(f'±{p}' for p in plan.strides)}  (full-ring AllReduce, TotientPerms)")
     cls = plan.extra.get("class_strides")
     if cls and set(cls) != {str(plan.servers)}:
-        lines.append("group strides   " + "; ".join(f"groups of {k}: {', '.join(f'±{p}' for p in v)}" for k, v in cls.items()))
+        lines.append(
+            "group strides   " + "; ".join(f"groups of {k}: {', '.join(f'±{p}' for p in v)}" for k, v in cls.items())
+        )
     if "d_allreduce" in plan.extra:
-        lines.append(f"degree split    {plan.extra['d_allreduce']} AllReduce + {plan.extra['d_mp']} model-parallel interfaces")
+        lines.append(
+            f"degree split    {plan.extra['d_allreduce']} AllReduce + {plan.extra['d_mp']} model-parallel interfaces"
+        )
     lines += [
         f"diameter        {s.diameter} hops",
         f"mean hops       {s.mean_hops:.3f}",

@@ -18,8 +18,8 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 
 def _positions(servers: int, switches: int) -> dict[int, tuple[float, float]]:
@@ -54,14 +54,23 @@ def plot_topology(plan: dict, link_bytes: list[dict], relayed_bytes: dict[tuple[
         ax.plot([x0 + bend, x1 + bend], [y0, y1], color=cmap(0.15 + 0.75 * share), lw=width, alpha=0.85, zorder=1)
     for node, (x, y) in pos.items():
         is_switch = node >= servers
-        ax.scatter([x], [y], s=500 if not is_switch else 900, c="#d9ecff" if not is_switch else "#ffe0b3",
-                   edgecolors="black", zorder=2, marker="o" if not is_switch else "s")
+        ax.scatter(
+            [x],
+            [y],
+            s=500 if not is_switch else 900,
+            c="#d9ecff" if not is_switch else "#ffe0b3",
+            edgecolors="black",
+            zorder=2,
+            marker="o" if not is_switch else "s",
+        )
         ax.text(x, y, "sw" if is_switch else str(node), ha="center", va="center", fontsize=9, zorder=3)
     sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, 1))
     cbar = fig.colorbar(sm, ax=ax, shrink=0.7, pad=0.02)
     cbar.set_label("share of the cable's bytes relayed for other servers")
     strides = plan.get("strides") or []
-    title = f"{plan['topology']}: {servers} servers" + (f", strides ±{', ±'.join(map(str, strides))}" if strides else "")
+    title = f"{plan['topology']}: {servers} servers" + (
+        f", strides ±{', ±'.join(map(str, strides))}" if strides else ""
+    )
     ax.set_title(title + "\nline width = bytes per iteration")
     ax.set_aspect("equal")
     ax.axis("off")
@@ -142,8 +151,12 @@ def render_markdown(results: dict) -> str:
         "",
         f"- each {emu['plan_link_gbps']:g} Gbps link emulated at {emu['link_mbps']:g} Mbit/s: time scale x{emu['time_scale']:g} "
         "(every time below in real-cluster units is the emulated time divided by it)",
-        f"- MTU {emu['mtu']}, latency " + ("emulated with netem" if emu.get("netem") else
-                                           "NOT emulated (this kernel has no netem); modelled as alpha per hop in the prediction"),
+        f"- MTU {emu['mtu']}, latency "
+        + (
+            "emulated with netem"
+            if emu.get("netem")
+            else "NOT emulated (this kernel has no netem); modelled as alpha per hop in the prediction"
+        ),
         f"- payload scale {results['schedule']['payload_scale']:g}, {results['schedule']['ops']} ops per iteration,"
         f" {results['schedule']['allreduce_buckets']} AllReduce bucket(s)",
         "",
@@ -164,10 +177,21 @@ def render_markdown(results: dict) -> str:
     for it in results["iterations"]:
         m = it.get("measured_real_ms")
         c = it.get("compute_real_ms")
-        lines.append(f"| {it['index']} | {_fmt(m, 3)} | {_fmt(c, 3)} | {_fmt(None if m is None or c is None else max(0.0, m - c), 3)} | "
-                     f"{'yes' if it.get('verified') else 'NO: ' + '; '.join(it.get('errors', [])[:2])} |")
-    lines += ["", "## Plots", "", "![topology](topology.png)", "", "![iterations](iterations.png)", "",
-              "![link bytes](link_bytes.png)", ""]
+        lines.append(
+            f"| {it['index']} | {_fmt(m, 3)} | {_fmt(c, 3)} | {_fmt(None if m is None or c is None else max(0.0, m - c), 3)} | "
+            f"{'yes' if it.get('verified') else 'NO: ' + '; '.join(it.get('errors', [])[:2])} |"
+        )
+    lines += [
+        "",
+        "## Plots",
+        "",
+        "![topology](topology.png)",
+        "",
+        "![iterations](iterations.png)",
+        "",
+        "![link bytes](link_bytes.png)",
+        "",
+    ]
     if results.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
     return "\n".join(lines)
@@ -181,8 +205,12 @@ def write_report(results: dict, out_dir: Path) -> Path:
     relayed = {(r["src"], r["dst"]): r["bytes"] for r in results.get("predicted", {}).get("relayed_link_bytes", [])}
     plot_topology(plan, link_bytes, relayed, out_dir / "topology.png")
     plot_iterations(results, out_dir / "iterations.png")
-    plot_link_bytes(plan, link_bytes, out_dir / "link_bytes.png",
-                    "bytes per directed link per iteration (predicted from the schedule)")
+    plot_link_bytes(
+        plan,
+        link_bytes,
+        out_dir / "link_bytes.png",
+        "bytes per directed link per iteration (predicted from the schedule)",
+    )
     report = out_dir / "report.md"
     report.write_text(render_markdown(results))
     return report

@@ -25,9 +25,10 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from contract import physics
 from planner import Plan, Scenario, build_plan, load_scenario
@@ -51,17 +52,29 @@ EXPOSED_REDUCE_BYTES = 256 << 10
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("scenario", nargs="?", default="scenarios/topoopt-12.toml",
-                        help="scenario TOML file (default: scenarios/topoopt-12.toml)")
-    parser.add_argument("--out", metavar="DIR", help="where results.json, report.md and plots go "
-                        "(default: results/<scenario name>)")
+    parser.add_argument(
+        "scenario",
+        nargs="?",
+        default="scenarios/topoopt-12.toml",
+        help="scenario TOML file (default: scenarios/topoopt-12.toml)",
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", help="where results.json, report.md and plots go (default: results/<scenario name>)"
+    )
     parser.add_argument("--iterations", type=int, metavar="N", help="timed iterations (default: [run] iterations)")
-    parser.add_argument("--payload-scale", type=float, metavar="F",
-                        help="multiply every transfer size (default: [run] payload_scale)")
-    parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                        help="wait up to SECONDS for another topolab network to finish (default: fail at once)")
-    parser.add_argument("--run-dir", default=None, metavar="DIR",
-                        help="where the run lock and state file live (default: /run/topolab)")
+    parser.add_argument(
+        "--payload-scale", type=float, metavar="F", help="multiply every transfer size (default: [run] payload_scale)"
+    )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for another topolab network to finish (default: fail at once)",
+    )
+    parser.add_argument(
+        "--run-dir", default=None, metavar="DIR", help="where the run lock and state file live (default: /run/topolab)"
+    )
 
 
 def _positive(value: Any, name: str) -> None:
@@ -75,8 +88,12 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
     """What the report needs of the plan (links, summary), without the routes table."""
     d = plan.to_dict()
     d.pop("routes", None)
-    d["demand"] = {"allreduce_bytes": plan.demand.allreduce_bytes, "mp_bytes": plan.demand.mp_bytes,
-                   "allreduce_groups": len(plan.demand.allreduce), "mp_flows": len(plan.demand.mp)}
+    d["demand"] = {
+        "allreduce_bytes": plan.demand.allreduce_bytes,
+        "mp_bytes": plan.demand.mp_bytes,
+        "allreduce_groups": len(plan.demand.allreduce),
+        "mp_flows": len(plan.demand.mp),
+    }
     return d
 
 
@@ -91,25 +108,46 @@ def prepare(s: Scenario, payload_scale: float | None = None) -> tuple[Plan, Any,
     link_mbps = s.emulation.link_mbps
     time_scale = physics.time_scale(plan.link_gbps, link_mbps)
     scale = s.run.payload_scale if payload_scale is None else payload_scale
-    opts = IterationOptions(batch=s.workload.batch_per_server, device_tflops=s.workload.device_tflops,
-                            time_scale=time_scale, payload_scale=scale)
+    opts = IterationOptions(
+        batch=s.workload.batch_per_server,
+        device_tflops=s.workload.device_tflops,
+        time_scale=time_scale,
+        payload_scale=scale,
+    )
     schedule = iteration_schedule(plan, get_model(s.workload.model), opts)
-    emulated = {"time_scale": time_scale, "link_mbps": link_mbps, "plan_link_gbps": plan.link_gbps,
-                "mtu": s.emulation.mtu, "payload_scale": scale}
+    emulated = {
+        "time_scale": time_scale,
+        "link_mbps": link_mbps,
+        "plan_link_gbps": plan.link_gbps,
+        "mtu": s.emulation.mtu,
+        "payload_scale": scale,
+    }
     return plan, schedule, opts, emulated
 
 
-def predict_run(plan: Plan, schedule, emulated: dict[str, Any], netem: bool,
-                op_overhead_s: float = 0.0) -> dict[str, Any]:
+def predict_run(
+    plan: Plan, schedule, emulated: dict[str, Any], netem: bool, op_overhead_s: float = 0.0
+) -> dict[str, Any]:
     alpha = SOFTWARE_HOP_S + (plan.latency_us * 1e-6 * emulated["time_scale"] if netem else 0.0)
-    net = plan_network(plan, link_bps=emulated["link_mbps"] * 1e6, mtu=emulated["mtu"], alpha_s=alpha,
-                       op_overhead_s=op_overhead_s,
-                       reduce_cap_bytes=EXPOSED_REDUCE_BYTES)
+    net = plan_network(
+        plan,
+        link_bps=emulated["link_mbps"] * 1e6,
+        mtu=emulated["mtu"],
+        alpha_s=alpha,
+        op_overhead_s=op_overhead_s,
+        reduce_cap_bytes=EXPOSED_REDUCE_BYTES,
+    )
     t0 = time.perf_counter()
     pred = predict(schedule, net)
-    return {"emulated_s": pred.seconds, "real_ms": pred.seconds / emulated["time_scale"] * 1e3,
-            "alpha_s": alpha, "op_overhead_s": op_overhead_s, "model_seconds": time.perf_counter() - t0,
-            "link_bytes": pred.link_bytes_list(), "relayed_link_bytes": pred.relayed_bytes_list()}
+    return {
+        "emulated_s": pred.seconds,
+        "real_ms": pred.seconds / emulated["time_scale"] * 1e3,
+        "alpha_s": alpha,
+        "op_overhead_s": op_overhead_s,
+        "model_seconds": time.perf_counter() - t0,
+        "link_bytes": pred.link_bytes_list(),
+        "relayed_link_bytes": pred.relayed_bytes_list(),
+    }
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
@@ -132,9 +170,15 @@ def write_results(results: dict[str, Any], out_dir: Path) -> Path:
     return write_report(results, out_dir)
 
 
-def execute(s: Scenario, out_dir: Path, iterations: int | None = None, payload_scale: float | None = None,
-            log: Callable[[str], None] | None = None, lock_wait_s: float = 0.0,
-            run_dir: str | None = None) -> dict[str, Any]:
+def execute(
+    s: Scenario,
+    out_dir: Path,
+    iterations: int | None = None,
+    payload_scale: float | None = None,
+    log: Callable[[str], None] | None = None,
+    lock_wait_s: float = 0.0,
+    run_dir: str | None = None,
+) -> dict[str, Any]:
     """Run a scenario end to end; always writes results (also partial ones) to ``out_dir``."""
     from emulator import EmulatedNetwork, netem_present
     from workers.coordinator import Coordinator
@@ -143,19 +187,32 @@ def execute(s: Scenario, out_dir: Path, iterations: int | None = None, payload_s
     iterations = s.run.iterations if iterations is None else iterations
     plan, schedule, opts, emulated = prepare(s, payload_scale)
     want_netem = s.emulation.netem == "on" or (s.emulation.netem == "auto" and netem_present())
-    log(f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
-        f"{schedule.op_count()} ops; time scale x{emulated['time_scale']:g}")
+    log(
+        f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
+        f"{schedule.op_count()} ops; time scale x{emulated['time_scale']:g}"
+    )
     results: dict[str, Any] = {
-        "format": RESULTS_FORMAT, "status": "running", "scenario": asdict(s), "plan": plan_dict(plan),
-        "emulation": dict(emulated), "iterations": [], "notes": list(plan.notes),
-        "schedule": {"ops": schedule.op_count(), "streams_per_rank": len(schedule.programs[0]),
-                     "allreduce_buckets": schedule.params.get("buckets", 0),
-                     "payload_scale": opts.payload_scale, "bytes_sent_per_rank": schedule.bytes_sent()},
+        "format": RESULTS_FORMAT,
+        "status": "running",
+        "scenario": asdict(s),
+        "plan": plan_dict(plan),
+        "emulation": dict(emulated),
+        "iterations": [],
+        "notes": list(plan.notes),
+        "schedule": {
+            "ops": schedule.op_count(),
+            "streams_per_rank": len(schedule.programs[0]),
+            "allreduce_buckets": schedule.params.get("buckets", 0),
+            "payload_scale": opts.payload_scale,
+            "bytes_sent_per_rank": schedule.bytes_sent(),
+        },
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     results["predicted"] = predict_run(plan, schedule, emulated, want_netem)
-    log(f"[2/4] predicted {results['predicted']['real_ms']:.3f} ms per iteration "
-        f"({results['predicted']['emulated_s']:.3f} s emulated)")
+    log(
+        f"[2/4] predicted {results['predicted']['real_ms']:.3f} ms per iteration "
+        f"({results['predicted']['emulated_s']:.3f} s emulated)"
+    )
     compute = compute_seconds(schedule)
     try:
         config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
@@ -165,34 +222,47 @@ def execute(s: Scenario, out_dir: Path, iterations: int | None = None, payload_s
             results["emulation"].update({k: v for k, v in net.facts.items() if k not in results["emulation"]})
             results["emulation"]["netem"] = net.netem
             if not net.netem:
-                results["notes"].append("link latency not emulated (no netem in this kernel): "
-                                        "the prediction models it as a per-hop software cost")
-            log(f"[3/4] emulated network up in {net.facts.get('build_s', 0):.2f} s "
-                f"({len(plan.links)} cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}); starting workers")
+                results["notes"].append(
+                    "link latency not emulated (no netem in this kernel): "
+                    "the prediction models it as a per-hop software cost"
+                )
+            log(
+                f"[3/4] emulated network up in {net.facts.get('build_s', 0):.2f} s "
+                f"({len(plan.links)} cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}); starting workers"
+            )
             hosts = [net.host_address(i) for i in range(plan.servers)]
             spawn = lambda rank, argv: net.popen(rank, argv)  # noqa: E731
             twin = zero_payload_twin(plan, get_model(s.workload.model), opts)
             cal = measure_op_overhead(twin, hosts, spawn, plan.path, timeout_s=s.run.timeout_s)
             results["calibration"] = cal
             results["predicted"] = predict_run(plan, schedule, emulated, net.netem, cal["op_overhead_s"])
-            log(f"      measured worker cost {cal['op_overhead_s'] * 1e6:.0f} us per op (zero-payload twin: "
-                f"{cal['twin_seconds'] * 1e3:.1f} ms); prediction now {results['predicted']['real_ms']:.3f} ms")
+            log(
+                f"      measured worker cost {cal['op_overhead_s'] * 1e6:.0f} us per op (zero-payload twin: "
+                f"{cal['twin_seconds'] * 1e3:.1f} ms); prediction now {results['predicted']['real_ms']:.3f} ms"
+            )
             with Coordinator(schedule.to_dict(), hosts, spawn=spawn, timeout_s=s.run.timeout_s) as coord:
                 bar = Progress(s.run.warmup + iterations, "iterations")
                 for i in range(s.run.warmup + iterations):
                     res = coord.run_iteration(i)
                     warm = i < s.run.warmup
-                    progress = (f"{'warm-up' if warm else 'timed'} {res.time_s:.3f} s "
-                                f"{'verified' if res.ok else 'VERIFY FAILED'}")
+                    progress = (
+                        f"{'warm-up' if warm else 'timed'} {res.time_s:.3f} s "
+                        f"{'verified' if res.ok else 'VERIFY FAILED'}"
+                    )
                     if warm and res.ok:
                         bar.step(progress)
                         continue
-                    results["iterations"].append({
-                        "index": i - s.run.warmup, "warmup": warm, "measured_s": res.time_s,
-                        "measured_real_ms": res.time_s / emulated["time_scale"] * 1e3,
-                        "compute_real_ms": max(compute) / emulated["time_scale"] * 1e3,
-                        "verified": res.ok, "errors": res.mismatches[:10],
-                    })
+                    results["iterations"].append(
+                        {
+                            "index": i - s.run.warmup,
+                            "warmup": warm,
+                            "measured_s": res.time_s,
+                            "measured_real_ms": res.time_s / emulated["time_scale"] * 1e3,
+                            "compute_real_ms": max(compute) / emulated["time_scale"] * 1e3,
+                            "verified": res.ok,
+                            "errors": res.mismatches[:10],
+                        }
+                    )
                     bar.step(progress)  # after recording it: an interrupt now keeps this iteration
                     if not res.ok:
                         raise RuntimeError(f"iteration {i} failed verification: {res.mismatches[:1]}")
@@ -228,9 +298,11 @@ def run_run(args: argparse.Namespace) -> int:
         raise UsageError("emulation needs root (network namespaces, tc); run as root, e.g. in the Vagrant VM")
     results = execute(s, out, args.iterations, args.payload_scale, lock_wait_s=args.wait, run_dir=args.run_dir)
     summ = results["summary"]
-    print(f"{s.name}: measured {summ.get('median_real_ms', float('nan')):.3f} ms per iteration "
-          f"(median of {summ['iterations']}), predicted {results['predicted']['real_ms']:.3f} ms, "
-          f"error {100 * summ.get('error', float('nan')):.1f}%, "
-          f"verification {'passed' if summ['verified'] else 'FAILED'}")
+    print(
+        f"{s.name}: measured {summ.get('median_real_ms', float('nan')):.3f} ms per iteration "
+        f"(median of {summ['iterations']}), predicted {results['predicted']['real_ms']:.3f} ms, "
+        f"error {100 * summ.get('error', float('nan')):.1f}%, "
+        f"verification {'passed' if summ['verified'] else 'FAILED'}"
+    )
     print(f"report: {out / 'report.md'}")
     return 0 if summ["verified"] else 1

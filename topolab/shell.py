@@ -30,13 +30,17 @@ def run_shell(args) -> int:
     try:
         with EmulatedNetwork(plan, config) as net:
             f = net.facts
-            print(f"topolab shell: {plan.topology}, {net.nodes} hosts, {len(plan.links)} cables at "
-                  f"{', '.join(f'{r:g}' for r in f['rates_mbps'])} Mbit/s (time scale {net.time_scale:g}x), "
-                  f"MTU {net.mtu}, netem {'on' if net.netem else 'absent'}; up in {f['build_s']:.2f} s")
+            print(
+                f"topolab shell: {plan.topology}, {net.nodes} hosts, {len(plan.links)} cables at "
+                f"{', '.join(f'{r:g}' for r in f['rates_mbps'])} Mbit/s (time scale {net.time_scale:g}x), "
+                f"MTU {net.mtu}, netem {'on' if net.netem else 'absent'}; up in {f['build_s']:.2f} s"
+            )
             names = ", ".join(f"{net.host_name(i)}={net.host_address(i)}" for i in range(min(net.nodes, 6)))
             print(f"hosts by identity address: {names}{', ...' if net.nodes > 6 else ''}")
-            print(f"try: h0 ping -c3 h{min(6, plan.servers - 1)}   h0 traceroute -n h{min(4, plan.servers - 1)}   "
-                  "h0 ip route   h1 tc -s class show dev h1-eth0   (exit or Ctrl-D tears the network down)")
+            print(
+                f"try: h0 ping -c3 h{min(6, plan.servers - 1)}   h0 traceroute -n h{min(4, plan.servers - 1)}   "
+                "h0 ip route   h1 tc -s class show dev h1-eth0   (exit or Ctrl-D tears the network down)"
+            )
             CLI(net.mininet)
     except EmulationInputError:
         raise

@@ -31,19 +31,43 @@ DEFAULT_NETWORKS = ("topoopt", "switch", "fattree", "expander")
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", help="base scenario TOML (cluster size, batch, latency, search steps and seed)")
-    parser.add_argument("--models", default=None, metavar="LIST",
-                        help=f"comma-separated models, or 'all' ({', '.join(MODELS)}); default: the scenario's")
-    parser.add_argument("--topologies", default=",".join(DEFAULT_NETWORKS), metavar="LIST",
-                        help=f"comma-separated networks from {', '.join(NETWORKS)} (fattree = similar-cost "
-                             f"Fat-tree, switch = ideal switch); default: %(default)s")
-    parser.add_argument("--degrees", default=None, metavar="LIST", help="comma-separated interface counts d; default: the scenario's")
-    parser.add_argument("--link-gbps", default=None, metavar="LIST", help="comma-separated link rates B in Gbps; default: the scenario's")
-    parser.add_argument("--device-tflops", type=float, default=None, metavar="X",
-                        help="effective compute per server in TFLOPS (the paper's server is 4 A100s: about 4 x 125); "
-                             "default: the scenario's")
-    parser.add_argument("--steps", type=int, default=None, help="MCMC steps per search; default: the scenario's search_steps")
+    parser.add_argument(
+        "--models",
+        default=None,
+        metavar="LIST",
+        help=f"comma-separated models, or 'all' ({', '.join(MODELS)}); default: the scenario's",
+    )
+    parser.add_argument(
+        "--topologies",
+        default=",".join(DEFAULT_NETWORKS),
+        metavar="LIST",
+        help=f"comma-separated networks from {', '.join(NETWORKS)} (fattree = similar-cost "
+        f"Fat-tree, switch = ideal switch); default: %(default)s",
+    )
+    parser.add_argument(
+        "--degrees", default=None, metavar="LIST", help="comma-separated interface counts d; default: the scenario's"
+    )
+    parser.add_argument(
+        "--link-gbps",
+        default=None,
+        metavar="LIST",
+        help="comma-separated link rates B in Gbps; default: the scenario's",
+    )
+    parser.add_argument(
+        "--device-tflops",
+        type=float,
+        default=None,
+        metavar="X",
+        help="effective compute per server in TFLOPS (the paper's server is 4 A100s: about 4 x 125); "
+        "default: the scenario's",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="MCMC steps per search; default: the scenario's search_steps"
+    )
     parser.add_argument("--seed", type=int, default=None, help="search seed; default: the scenario's")
-    parser.add_argument("--prices", metavar="FILE", help="JSON price table overriding the defaults (see docs/search.md)")
+    parser.add_argument(
+        "--prices", metavar="FILE", help="JSON price table overriding the defaults (see docs/search.md)"
+    )
     parser.add_argument("--out", metavar="DIR", help="output directory; default: sweep-<scenario name>")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
 
@@ -102,29 +126,58 @@ def run_sweep(args: argparse.Namespace) -> int:
     for k, (model, d, b, net) in enumerate(cells, 1):
         scenario = with_overrides(base, workload={"model": model}, cluster={"degree": d, "link_gbps": b})
         network = network_scenario(scenario, net, prices)
-        print(f"[{k}/{len(cells)}] {model} d={d} B={b:g} {net}: searching {steps} steps ...",
-              end="", file=sys.stderr, flush=True)
+        print(
+            f"[{k}/{len(cells)}] {model} d={d} B={b:g} {net}: searching {steps} steps ...",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
         result = search(network.scenario, SearchConfig(steps=steps, seed=seed))
         print(f" {result.cost.iteration_s * 1e3:.3f} ms ({result.seconds:.1f} s)", file=sys.stderr, flush=True)
-        rows.append({
-            "model": model, "degree": d, "link_gbps": b, "network": net, "servers": base.cluster.servers,
-            "per_server_gbps": network.per_server_gbps, "cost_usd": round(network.cost_usd, 2), "note": network.note,
-            "iteration_s": result.cost.iteration_s, "data_parallel_s": result.data_parallel.iteration_s,
-            "compute_s": result.cost.compute_s, "allreduce_s": result.cost.allreduce_s, "mp_s": result.cost.mp_s,
-            "strategy": result.choices(), "search_seconds": round(result.seconds, 3),
-            "evaluations": result.evaluations, "topology_changes": result.topology_changes,
-            "d_allreduce": result.plan.extra.get("d_allreduce"), "d_mp": result.plan.extra.get("d_mp"),
-        })
+        rows.append(
+            {
+                "model": model,
+                "degree": d,
+                "link_gbps": b,
+                "network": net,
+                "servers": base.cluster.servers,
+                "per_server_gbps": network.per_server_gbps,
+                "cost_usd": round(network.cost_usd, 2),
+                "note": network.note,
+                "iteration_s": result.cost.iteration_s,
+                "data_parallel_s": result.data_parallel.iteration_s,
+                "compute_s": result.cost.compute_s,
+                "allreduce_s": result.cost.allreduce_s,
+                "mp_s": result.cost.mp_s,
+                "strategy": result.choices(),
+                "search_seconds": round(result.seconds, 3),
+                "evaluations": result.evaluations,
+                "topology_changes": result.topology_changes,
+                "d_allreduce": result.plan.extra.get("d_allreduce"),
+                "d_mp": result.plan.extra.get("d_mp"),
+            }
+        )
     _relative(rows)
     table = format_table(rows)
     print(table)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "sweep.txt").write_text(table + "\n")
-    (out_dir / "sweep.json").write_text(json.dumps({
-        "scenario": base.source, "servers": base.cluster.servers, "batch_per_server": base.workload.batch_per_server,
-        "device_tflops": base.workload.device_tflops,
-        "steps": steps, "seed": seed, "prices": prices.to_dict(), "seconds": round(time.perf_counter() - t_start, 2),
-        "rows": rows}, indent=1))
+    (out_dir / "sweep.json").write_text(
+        json.dumps(
+            {
+                "scenario": base.source,
+                "servers": base.cluster.servers,
+                "batch_per_server": base.workload.batch_per_server,
+                "device_tflops": base.workload.device_tflops,
+                "steps": steps,
+                "seed": seed,
+                "prices": prices.to_dict(),
+                "seconds": round(time.perf_counter() - t_start, 2),
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     written = [out_dir / "sweep.json", out_dir / "sweep.txt"]
     if not args.no_plot:
         written.append(plot(rows, out_dir / "sweep.png"))
@@ -151,8 +204,10 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         vs = f"{r['vs_topoopt']:.2f}x" if r["vs_topoopt"] else "-"
         strat = _strategy_text(r["strategy"])
-        lines.append(f"{r['model']:9} {r['degree']:>2} {r['link_gbps']:>5g} {r['network']:{w}} {r['per_server_gbps']:>8g} "
-                     f"{r['cost_usd'] / 1e3:>8.0f} {_ms(r['iteration_s']):>9} {vs:>10} {_ms(r['data_parallel_s']):>9} {strat}")
+        lines.append(
+            f"{r['model']:9} {r['degree']:>2} {r['link_gbps']:>5g} {r['network']:{w}} {r['per_server_gbps']:>8g} "
+            f"{r['cost_usd'] / 1e3:>8.0f} {_ms(r['iteration_s']):>9} {vs:>10} {_ms(r['data_parallel_s']):>9} {strat}"
+        )
     return "\n".join(lines)
 
 
@@ -184,8 +239,10 @@ def plot(rows: list[dict], path: Path) -> Path:
             rel = [cell[(m, net)]["vs_topoopt"] or 0 if (m, net) in cell else 0 for m in models]
             row_axes[0].bar(xs, abs_ms, width, label=net)
             row_axes[1].bar(xs, rel, width, label=net)
-        for ax, title, ylabel in ((row_axes[0], "iteration time", "ms (log)"),
-                                  (row_axes[1], "relative to TopoOpt", "x TopoOpt's time")):
+        for ax, title, ylabel in (
+            (row_axes[0], "iteration time", "ms (log)"),
+            (row_axes[1], "relative to TopoOpt", "x TopoOpt's time"),
+        ):
             ax.set_xticks(range(len(models)), models)
             ax.set_title(f"{title}: {rows[0]['servers']} servers, d={d}, B={b:g} Gbps")
             ax.set_ylabel(ylabel)

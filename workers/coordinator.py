@@ -28,9 +28,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import zmq
 
@@ -45,8 +46,7 @@ SILENT_S = 1.2  # workers beat every 0.5 s during an iteration (workers/worker.p
 class WorkerFailure(RuntimeError):
     """A worker died, failed or went silent; ``rank`` names the culprit when known."""
 
-    def __init__(self, message: str, rank: int | None = None,
-                 errors: dict[int, str] | None = None) -> None:
+    def __init__(self, message: str, rank: int | None = None, errors: dict[int, str] | None = None) -> None:
         super().__init__(message)
         self.rank = rank
         self.errors = errors or {}
@@ -55,14 +55,19 @@ class WorkerFailure(RuntimeError):
 @dataclass
 class IterationResult:
     iteration: int
-    ok: bool                  # every rank verified its buffers
-    time_s: float             # max(t_end) - min(t_start) over ranks
+    ok: bool  # every rank verified its buffers
+    time_s: float  # max(t_end) - min(t_start) over ranks
     ranks: list[dict[str, Any]] = field(default_factory=list)  # each worker's report
     mismatches: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"iteration": self.iteration, "ok": self.ok, "time_s": self.time_s,
-                "mismatches": self.mismatches, "ranks": self.ranks}
+        return {
+            "iteration": self.iteration,
+            "ok": self.ok,
+            "time_s": self.time_s,
+            "mismatches": self.mismatches,
+            "ranks": self.ranks,
+        }
 
 
 def loopback_spawn(log_dir: str | None = None) -> Spawn:
@@ -71,21 +76,37 @@ def loopback_spawn(log_dir: str | None = None) -> Spawn:
     def spawn(rank: int, argv: list[str]) -> subprocess.Popen:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        return subprocess.Popen(argv, cwd=str(REPO_ROOT), env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            argv,
+            cwd=str(REPO_ROOT),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
     return spawn
 
 
 class Coordinator:
     """Run one schedule on one worker per rank. Use as a context manager."""
 
-    def __init__(self, schedule: dict[str, Any], hosts: Sequence[str], *,
-                 spawn: Spawn | None = None, chunk_bytes: int = 1 << 20,
-                 timeout_s: float = 10.0, timestamps: str = "streams",
-                 start_timeout_s: float = 60.0, python: str = sys.executable,
-                 workdir: str | None = None, keep_workdir: bool = False,
-                 relay_failures: bool = True,
-                 progress: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        schedule: dict[str, Any],
+        hosts: Sequence[str],
+        *,
+        spawn: Spawn | None = None,
+        chunk_bytes: int = 1 << 20,
+        timeout_s: float = 10.0,
+        timestamps: str = "streams",
+        start_timeout_s: float = 60.0,
+        python: str = sys.executable,
+        workdir: str | None = None,
+        keep_workdir: bool = False,
+        relay_failures: bool = True,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
         self.schedule = schedule
         self.n = int(schedule["ranks"])
         self.hosts = list(hosts)
@@ -100,9 +121,15 @@ class Coordinator:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="topolab-coll-"))
         self.control_endpoint = f"ipc://{self.workdir}/control.ipc"
         self.specs: list[WorkerSpec] = specs_for_schedule(
-            schedule, self.hosts, self.control_endpoint, chunk_bytes=chunk_bytes,
-            timeout_s=timeout_s, timestamps=timestamps, log_dir=str(self.workdir),
-            idle_timeout_s=max(120.0, 4 * timeout_s))
+            schedule,
+            self.hosts,
+            self.control_endpoint,
+            chunk_bytes=chunk_bytes,
+            timeout_s=timeout_s,
+            timestamps=timestamps,
+            log_dir=str(self.workdir),
+            idle_timeout_s=max(120.0, 4 * timeout_s),
+        )
         self.procs: dict[int, subprocess.Popen] = {}
         self.addresses: dict[int, str] = {}
         self.ctx: zmq.Context | None = None
@@ -112,7 +139,7 @@ class Coordinator:
         self._old_handlers: dict[int, Any] = {}
 
     # ---- life cycle ------------------------------------------------------------------
-    def __enter__(self) -> "Coordinator":
+    def __enter__(self) -> Coordinator:
         self._install_signal_handlers()
         try:
             self.start()
@@ -196,8 +223,7 @@ class Coordinator:
             self.sock.send_multipart([f"rank-{rank}".encode(), json.dumps(msg).encode()])
         except zmq.ZMQError:
             if not quiet:
-                raise WorkerFailure(f"rank {rank} is not connected to the control plane",
-                                    rank) from None
+                raise WorkerFailure(f"rank {rank} is not connected to the control plane", rank) from None
 
     def _log_tail(self, rank: int, lines: int = 5) -> str:
         path = self.workdir / f"rank-{rank}.log"
@@ -230,8 +256,7 @@ class Coordinator:
                     errors.setdefault(int(msg["rank"]), msg["message"])
         raise WorkerFailure(reason, culprit, errors)
 
-    def _culprit(self, reporter: int, msg: dict[str, Any], got: dict, errors: dict
-                 ) -> tuple[int, str]:
+    def _culprit(self, reporter: int, msg: dict[str, Any], got: dict, errors: dict) -> tuple[int, str]:
         """Who to blame for ``reporter``'s error. A rank that times out names the peer it
         waits for, but that peer may itself be blocked behind the real culprit; workers
         send a heartbeat every HEARTBEAT_S during iterations, so a rank not heard from for
@@ -241,23 +266,30 @@ class Coordinator:
         dead = self._dead()
         if dead:
             rank = min(dead)
-            return rank, (f"worker rank {rank} (pid {self.procs[rank].pid}) exited with code "
-                          f"{dead[rank]}; rank {reporter} reported: {msg['message']}")
+            return rank, (
+                f"worker rank {rank} (pid {self.procs[rank].pid}) exited with code "
+                f"{dead[rank]}; rank {reporter} reported: {msg['message']}"
+            )
         t = now()
         if t - self.last_heard.get(named, 0.0) < SILENT_S:
-            silent = sorted((r for r in range(self.n)
-                             if r not in got and r not in errors
-                             and t - self.last_heard.get(r, 0.0) > SILENT_S),
-                            key=lambda r: self.last_heard.get(r, 0.0))
+            silent = sorted(
+                (
+                    r
+                    for r in range(self.n)
+                    if r not in got and r not in errors and t - self.last_heard.get(r, 0.0) > SILENT_S
+                ),
+                key=lambda r: self.last_heard.get(r, 0.0),
+            )
             if silent:
                 r = silent[0]
-                return r, (f"rank {r} went silent (no message for "
-                           f"{t - self.last_heard[r]:.1f} s: hung or stopped?); rank "
-                           f"{reporter} reported: {msg['message']}")
+                return r, (
+                    f"rank {r} went silent (no message for "
+                    f"{t - self.last_heard[r]:.1f} s: hung or stopped?); rank "
+                    f"{reporter} reported: {msg['message']}"
+                )
         return named, msg["message"]
 
-    def _gather(self, kind: str, timeout: float, iteration: int | None = None
-                ) -> dict[int, dict[str, Any]]:
+    def _gather(self, kind: str, timeout: float, iteration: int | None = None) -> dict[int, dict[str, Any]]:
         """Wait for message ``kind`` from every rank; fail fast on deaths, errors, silence."""
         got: dict[int, dict[str, Any]] = {}
         errors: dict[int, str] = {}
@@ -281,21 +313,29 @@ class Coordinator:
             if dead:
                 rank, code = next(iter(dead.items()))
                 tail = self._log_tail(rank)
-                self._fail(rank, f"worker rank {rank} (pid {self.procs[rank].pid}) exited "
-                                 f"with code {code} during {kind if iteration is None else f'iteration {iteration}'}"
-                                 + (f": {tail}" if tail else ""), errors)
+                self._fail(
+                    rank,
+                    f"worker rank {rank} (pid {self.procs[rank].pid}) exited "
+                    f"with code {code} during {kind if iteration is None else f'iteration {iteration}'}"
+                    + (f": {tail}" if tail else ""),
+                    errors,
+                )
             t = now()
             if iteration is None and t - start > timeout:
                 missing = sorted(set(range(self.n)) - set(got))
-                self._fail(missing[0], f"ranks {missing} sent no {kind!r} within {timeout:g} s",
-                           errors)
+                self._fail(missing[0], f"ranks {missing} sent no {kind!r} within {timeout:g} s", errors)
             if iteration is not None:
-                silent = sorted(r for r in range(self.n) if r not in got
-                                and t - self.last_heard[r] > self.timeout_s + 5.0)
+                silent = sorted(
+                    r for r in range(self.n) if r not in got and t - self.last_heard[r] > self.timeout_s + 5.0
+                )
                 if silent:
-                    self._fail(silent[0], f"rank {silent[0]} silent for "
-                                          f"{t - self.last_heard[silent[0]]:.1f} s during "
-                                          f"iteration {iteration} (hung or stopped?)", errors)
+                    self._fail(
+                        silent[0],
+                        f"rank {silent[0]} silent for "
+                        f"{t - self.last_heard[silent[0]]:.1f} s during "
+                        f"iteration {iteration} (hung or stopped?)",
+                        errors,
+                    )
         return got
 
     # ---- iterations --------------------------------------------------------------------
@@ -307,8 +347,7 @@ class Coordinator:
         t0 = min(r["t_start"] for r in ranks)
         t1 = max(r["t_end"] for r in ranks)
         mismatches = [m for r in ranks for m in r["mismatches"]]
-        return IterationResult(iteration, all(r["ok"] for r in ranks), t1 - t0, ranks,
-                               mismatches)
+        return IterationResult(iteration, all(r["ok"] for r in ranks), t1 - t0, ranks, mismatches)
 
     def run(self, iterations: int, warmup: int = 1) -> list[IterationResult]:
         """``warmup`` untimed iterations (connections, page faults), then ``iterations``."""
@@ -319,8 +358,9 @@ class Coordinator:
         return [self.run_iteration(warmup + i) for i in range(iterations)]
 
 
-def run_schedule(schedule: dict[str, Any], iterations: int = 1, warmup: int = 1,
-                 hosts: Sequence[str] | None = None, **kwargs) -> list[IterationResult]:
+def run_schedule(
+    schedule: dict[str, Any], iterations: int = 1, warmup: int = 1, hosts: Sequence[str] | None = None, **kwargs
+) -> list[IterationResult]:
     """Convenience: run ``schedule`` on loopback workers and return the timed iterations."""
     hosts = list(hosts) if hosts is not None else ["127.0.0.1"] * int(schedule["ranks"])
     with Coordinator(schedule, hosts, **kwargs) as coord:

@@ -29,8 +29,9 @@ import json
 import struct
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import zmq
@@ -81,7 +82,7 @@ class _Active:
     """An op in progress: a send being chunked, a posted recv, or a compute wait."""
 
     op: _Op
-    pos: int = 0           # bytes sent / received so far
+    pos: int = 0  # bytes sent / received so far
     deadline: float = 0.0  # compute
 
 
@@ -99,10 +100,18 @@ class IterationReport:
     cpu_s: float = 0.0  # CPU time of this worker process (all threads) during the program
 
     def to_dict(self) -> dict[str, Any]:
-        return {"iteration": self.iteration, "ok": self.ok, "t_start": self.t_start,
-                "t_end": self.t_end, "mismatches": self.mismatches, "streams": self.streams,
-                "ops": self.ops, "bytes_sent": self.bytes_sent,
-                "bytes_received": self.bytes_received, "cpu_s": self.cpu_s}
+        return {
+            "iteration": self.iteration,
+            "ok": self.ok,
+            "t_start": self.t_start,
+            "t_end": self.t_end,
+            "mismatches": self.mismatches,
+            "streams": self.streams,
+            "ops": self.ops,
+            "bytes_sent": self.bytes_sent,
+            "bytes_received": self.bytes_received,
+            "cpu_s": self.cpu_s,
+        }
 
 
 class Executor:
@@ -129,12 +138,20 @@ class Executor:
         for si, name in enumerate(self.stream_names):
             stream_ops = []
             for d in spec.streams[name]:
-                op = _Op(index=len(ops), id=int(d["id"]), kind=_KINDS[d["op"]], stream=si,
-                         peer=int(d.get("peer", -1)), buffer=str(d.get("buffer", "")),
-                         offset=int(d.get("offset", 0)), length=int(d.get("length", 0)),
-                         tag=int(d.get("tag", 0)), reduce=d.get("mode") == "reduce",
-                         seconds=float(d.get("seconds", 0.0)),
-                         after=tuple(int(a) for a in d.get("after", ())))
+                op = _Op(
+                    index=len(ops),
+                    id=int(d["id"]),
+                    kind=_KINDS[d["op"]],
+                    stream=si,
+                    peer=int(d.get("peer", -1)),
+                    buffer=str(d.get("buffer", "")),
+                    offset=int(d.get("offset", 0)),
+                    length=int(d.get("length", 0)),
+                    tag=int(d.get("tag", 0)),
+                    reduce=d.get("mode") == "reduce",
+                    seconds=float(d.get("seconds", 0.0)),
+                    after=tuple(int(a) for a in d.get("after", ())),
+                )
                 index_of[op.id] = op.index
                 ops.append(op)
                 stream_ops.append(op)
@@ -195,8 +212,11 @@ class Executor:
             if not tracker.done:
                 left = deadline - now()
                 if left <= 0:
-                    raise PeerFailure(f"rank {self.rank}: a send to {self.describe(peer)} was "
-                                      f"not taken by the network within {timeout:.1f} s", peer)
+                    raise PeerFailure(
+                        f"rank {self.rank}: a send to {self.describe(peer)} was "
+                        f"not taken by the network within {timeout:.1f} s",
+                        peer,
+                    )
                 try:
                     tracker.wait(min(left, 0.2))
                 except zmq.NotDone:
@@ -220,14 +240,12 @@ class Executor:
                 group = next((g for g in c["groups"] if self.rank in g), None)
                 if group is None:
                     continue
-                vec = patterns.expected_vector("allreduce", group, -1, self.buffer_index[name],
-                                               iteration, lo)
+                vec = patterns.expected_vector("allreduce", group, -1, self.buffer_index[name], iteration, lo)
                 what = f"sum over ranks {group}"
             elif c["kind"] == "copy":
                 if int(c["dst"]) != self.rank:
                     continue
-                vec = patterns.expected_vector("copy", [], int(c["src"]),
-                                               self.buffer_index[name], iteration, lo)
+                vec = patterns.expected_vector("copy", [], int(c["src"]), self.buffer_index[name], iteration, lo)
                 what = f"rank {c['src']}'s input"
             else:
                 problems.append(f"unknown check kind {c['kind']!r}")
@@ -235,13 +253,13 @@ class Executor:
             region = arr[lo:hi]
             if not patterns.region_matches(region, vec):
                 bad, got, exp = patterns.first_mismatch(region, vec)
-                problems.append(f"rank {self.rank}: {name}[{lo + bad}] = {got:g}, expected "
-                                f"{exp:g} ({what})")
+                problems.append(f"rank {self.rank}: {name}[{lo + bad}] = {got:g}, expected {exp:g} ({what})")
         return problems
 
     # ---- one iteration -----------------------------------------------------------------
-    def run_iteration(self, iteration: int, control: zmq.Socket | None = None,
-                      heartbeat: Callable[[int, int], None] | None = None) -> IterationReport:
+    def run_iteration(
+        self, iteration: int, control: zmq.Socket | None = None, heartbeat: Callable[[int, int], None] | None = None
+    ) -> IterationReport:
         """Fill inputs, run the program to completion, verify. Raises PeerFailure/Aborted."""
         self.fill_inputs(iteration)
         run = _Run(self, iteration, control, heartbeat)
@@ -251,9 +269,16 @@ class Executor:
         t_end = now()
         cpu = time.process_time() - cpu0
         mismatches = self.verify(iteration)
-        report = IterationReport(iteration, not mismatches, t_start, t_end, mismatches,
-                                 bytes_sent=run.bytes_sent, bytes_received=run.bytes_received,
-                                 cpu_s=cpu)
+        report = IterationReport(
+            iteration,
+            not mismatches,
+            t_start,
+            t_end,
+            mismatches,
+            bytes_sent=run.bytes_sent,
+            bytes_received=run.bytes_received,
+            cpu_s=cpu,
+        )
         if self.spec.timestamps in ("streams", "ops"):
             for si, name in enumerate(self.stream_names):
                 ops = self.streams[si]
@@ -267,8 +292,9 @@ class Executor:
 class _Run:
     """State of one iteration's execution (kept apart so a new iteration starts clean)."""
 
-    def __init__(self, ex: Executor, iteration: int, control: zmq.Socket | None,
-                 heartbeat: Callable[[int, int], None] | None) -> None:
+    def __init__(
+        self, ex: Executor, iteration: int, control: zmq.Socket | None, heartbeat: Callable[[int, int], None] | None
+    ) -> None:
         self.ex = ex
         self.iteration = iteration
         self.control = control
@@ -350,15 +376,14 @@ class _Run:
             lo = op.offset + act.pos
             n = min(chunk, end - lo)
             try:
-                sock.send(HEADER.pack(self.iteration, ex.rank, op.tag, n),
-                          zmq.SNDMORE | zmq.NOBLOCK)
+                sock.send(HEADER.pack(self.iteration, ex.rank, op.tag, n), zmq.SNDMORE | zmq.NOBLOCK)
             except zmq.Again:
                 self.blocked_push.add(op.peer)
                 return False
             if n < ZERO_COPY_MIN:
-                sock.send(raw[lo:lo + n], copy=True)  # copied now: nothing to track
+                sock.send(raw[lo : lo + n], copy=True)  # copied now: nothing to track
             else:
-                tracker = sock.send(raw[lo:lo + n], copy=False, track=True)
+                tracker = sock.send(raw[lo : lo + n], copy=False, track=True)
                 ex.trackers.append((op.buffer, lo, lo + n, tracker, op.peer))
             act.pos += n
             self.bytes_sent += n
@@ -389,7 +414,7 @@ class _Run:
         ex = self.ex
         lo = op.offset + act.pos
         if data is not None:
-            target = ex.raw[op.buffer][lo:lo + n]
+            target = ex.raw[op.buffer][lo : lo + n]
             dtype = ex.arrays[op.buffer].dtype
             if op.reduce:
                 tv = target.view(dtype)
@@ -406,9 +431,12 @@ class _Run:
 
     def _check_fits(self, act: _Active, n: int, src: int, tag: int) -> None:
         if act.pos + n > act.op.length:
-            raise PeerFailure(f"rank {self.ex.rank}: {self.ex.describe(src)} sent more bytes "
-                              f"on tag {tag} than op {act.op.id} expects ({act.op.length}): "
-                              f"the peers run different schedules", src)
+            raise PeerFailure(
+                f"rank {self.ex.rank}: {self.ex.describe(src)} sent more bytes "
+                f"on tag {tag} than op {act.op.id} expects ({act.op.length}): "
+                f"the peers run different schedules",
+                src,
+            )
 
     def drain_stash(self, key: tuple[int, int]) -> None:
         """Apply early chunks of ``key`` to its posted recvs, in order, where allowed."""
@@ -435,12 +463,14 @@ class _Run:
             except zmq.Again:
                 return
             if len(header) != HEADER.size:
-                raise PeerFailure(f"rank {ex.rank}: malformed message header ({len(header)} "
-                                  f"bytes)")
+                raise PeerFailure(f"rank {ex.rank}: malformed message header ({len(header)} bytes)")
             iteration, src, tag, n = HEADER.unpack(header)
             if iteration != self.iteration:
-                raise PeerFailure(f"rank {ex.rank}: {ex.describe(src)} sent data of iteration "
-                                  f"{iteration} during iteration {self.iteration}", src)
+                raise PeerFailure(
+                    f"rank {ex.rank}: {ex.describe(src)} sent data of iteration "
+                    f"{iteration} during iteration {self.iteration}",
+                    src,
+                )
             key = (src, tag)
             posted = self.posted.get(key)
             if posted and not self.stash.get(key):
@@ -452,11 +482,12 @@ class _Run:
                         got = pull.recv_into(self.ex.scratch[:n])
                         data = self.ex.scratch[:n]
                     else:
-                        got = pull.recv_into(ex.raw[act.op.buffer][lo:lo + n])
+                        got = pull.recv_into(ex.raw[act.op.buffer][lo : lo + n])
                         data = None
                     if got != n:
-                        raise PeerFailure(f"rank {ex.rank}: chunk from {ex.describe(src)} "
-                                          f"has {got} bytes, header said {n}", src)
+                        raise PeerFailure(
+                            f"rank {ex.rank}: chunk from {ex.describe(src)} has {got} bytes, header said {n}", src
+                        )
                     self._apply(act, data, n)
                     continue
             frame = pull.recv(copy=False)
@@ -484,14 +515,17 @@ class _Run:
                 # the culprit: report the abort (already queued) rather than the peer
                 if self.control is not None:
                     self.check_control()
-                raise PeerFailure(f"rank {ex.rank}: peer {ex.describe(peer)} disconnected "
-                                  f"(its process ended?) with {self.remaining_with[peer]} ops "
-                                  f"still to exchange with it", peer)
+                raise PeerFailure(
+                    f"rank {ex.rank}: peer {ex.describe(peer)} disconnected "
+                    f"(its process ended?) with {self.remaining_with[peer]} ops "
+                    f"still to exchange with it",
+                    peer,
+                )
         idle = now() - self.last_progress
         if idle < ex.spec.timeout_s or self.computes:
             return
         waiting = {}
-        for (src, tag), q in self.posted.items():
+        for (src, _tag), q in self.posted.items():
             for act in q:
                 waiting.setdefault(src, 0)
                 waiting[src] += act.op.length - act.pos
@@ -501,13 +535,21 @@ class _Run:
             raise PeerFailure(
                 f"rank {ex.rank}: no data from peer {ex.describe(peer)} for {idle:.1f} s "
                 f"(timeout {ex.spec.timeout_s:g} s; {waiting[peer]} bytes still awaited"
-                + (f"; also waiting on {others}" if others else "") + ")", peer)
+                + (f"; also waiting on {others}" if others else "")
+                + ")",
+                peer,
+            )
         if self.blocked_push:
             peer = min(self.blocked_push)
-            raise PeerFailure(f"rank {ex.rank}: peer {ex.describe(peer)} accepted no data for "
-                              f"{idle:.1f} s (timeout {ex.spec.timeout_s:g} s)", peer)
-        raise PeerFailure(f"rank {ex.rank}: no progress for {idle:.1f} s with "
-                          f"{len(ex.ops) - self.ndone} ops left (schedule deadlock?)")
+            raise PeerFailure(
+                f"rank {ex.rank}: peer {ex.describe(peer)} accepted no data for "
+                f"{idle:.1f} s (timeout {ex.spec.timeout_s:g} s)",
+                peer,
+            )
+        raise PeerFailure(
+            f"rank {ex.rank}: no progress for {idle:.1f} s with "
+            f"{len(ex.ops) - self.ndone} ops left (schedule deadlock?)"
+        )
 
     def check_control(self) -> None:
         while True:
@@ -516,8 +558,7 @@ class _Run:
             except zmq.Again:
                 return
             if msg.get("type") == "abort":
-                raise Aborted(f"rank {self.ex.rank}: aborted by the coordinator: "
-                              f"{msg.get('reason', '')}")
+                raise Aborted(f"rank {self.ex.rank}: aborted by the coordinator: {msg.get('reason', '')}")
 
     # ---- the loop --------------------------------------------------------------------
     def execute(self) -> None:

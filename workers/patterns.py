@@ -15,7 +15,7 @@ every rank's input, which matters with 12 workers x 256 MB buffers on one machin
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -42,12 +42,12 @@ def _apply_periodic(region: np.ndarray, vec: np.ndarray, op: str) -> bool:
     if op == "fill":
         if head is not None:
             head[:] = v
-        tail[:] = v[:len(tail)]
+        tail[:] = v[: len(tail)]
         return True
     ok = True
     if head is not None:
         ok = bool(np.array_equal(head, np.broadcast_to(v, head.shape)))
-    return ok and bool(np.array_equal(tail, v[:len(tail)]))
+    return ok and bool(np.array_equal(tail, v[: len(tail)]))
 
 
 def fill_input(array: np.ndarray, rank: int, buffer_index: int, iteration: int) -> None:
@@ -56,15 +56,15 @@ def fill_input(array: np.ndarray, rank: int, buffer_index: int, iteration: int) 
     _apply_periodic(array, vec, "fill")
 
 
-def expected_vector(kind: str, members: Sequence[int], src: int, buffer_index: int,
-                    iteration: int, first_element: int) -> np.ndarray:
+def expected_vector(
+    kind: str, members: Sequence[int], src: int, buffer_index: int, iteration: int, first_element: int
+) -> np.ndarray:
     """One period of the expected values starting at element ``first_element``."""
     phase = first_element % PERIOD
     if kind == "allreduce":
         vec = np.zeros(PERIOD)
         for m in members:
-            vec += _base_vector(m, buffer_index, phase) + _iteration_term(m, buffer_index,
-                                                                           iteration)
+            vec += _base_vector(m, buffer_index, phase) + _iteration_term(m, buffer_index, iteration)
         return vec
     return _base_vector(src, buffer_index, phase) + _iteration_term(src, buffer_index, iteration)
 
@@ -76,6 +76,6 @@ def region_matches(region: np.ndarray, expected_period: np.ndarray) -> bool:
 def first_mismatch(region: np.ndarray, expected_period: np.ndarray) -> tuple[int, float, float]:
     """(index, got, expected) of the first wrong element (only called after a mismatch)."""
     reps = -(-len(region) // PERIOD)
-    expected = np.tile(expected_period, reps)[:len(region)].astype(region.dtype)
+    expected = np.tile(expected_period, reps)[: len(region)].astype(region.dtype)
     bad = int(np.flatnonzero(region != expected)[0])
     return bad, float(region[bad]), float(expected[bad])

@@ -52,15 +52,26 @@ class WorkerSpec:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": WORKER_FORMAT, "rank": self.rank, "ranks": self.ranks,
-                "listen": self.listen, "peers": {str(k): v for k, v in self.peers.items()},
-                "control": self.control, "buffers": self.buffers, "checks": self.checks,
-                "streams": self.streams, "chunk_bytes": self.chunk_bytes,
-                "timeout_s": self.timeout_s, "idle_timeout_s": self.idle_timeout_s,
-                "timestamps": self.timestamps, "log": self.log, "extra": self.extra}
+        return {
+            "format": WORKER_FORMAT,
+            "rank": self.rank,
+            "ranks": self.ranks,
+            "listen": self.listen,
+            "peers": {str(k): v for k, v in self.peers.items()},
+            "control": self.control,
+            "buffers": self.buffers,
+            "checks": self.checks,
+            "streams": self.streams,
+            "chunk_bytes": self.chunk_bytes,
+            "timeout_s": self.timeout_s,
+            "idle_timeout_s": self.idle_timeout_s,
+            "timestamps": self.timestamps,
+            "log": self.log,
+            "extra": self.extra,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "WorkerSpec":
+    def from_dict(cls, d: dict[str, Any]) -> WorkerSpec:
         def need(key: str) -> Any:
             if key not in d:
                 raise SpecError(f"worker spec: missing field {key!r}")
@@ -69,16 +80,22 @@ class WorkerSpec:
         if d.get("format", WORKER_FORMAT) != WORKER_FORMAT:
             raise SpecError(f"worker spec: format {d.get('format')!r} is not {WORKER_FORMAT!r}")
         try:
-            spec = cls(rank=int(need("rank")), ranks=int(need("ranks")),
-                       listen=str(need("listen")),
-                       peers={int(k): str(v) for k, v in need("peers").items()},
-                       control=str(need("control")), buffers=list(need("buffers")),
-                       checks=list(d.get("checks", [])), streams=dict(need("streams")),
-                       chunk_bytes=int(d.get("chunk_bytes", 1 << 20)),
-                       timeout_s=float(d.get("timeout_s", 10.0)),
-                       idle_timeout_s=float(d.get("idle_timeout_s", 300.0)),
-                       timestamps=str(d.get("timestamps", "streams")), log=str(d.get("log", "")),
-                       extra=dict(d.get("extra", {})))
+            spec = cls(
+                rank=int(need("rank")),
+                ranks=int(need("ranks")),
+                listen=str(need("listen")),
+                peers={int(k): str(v) for k, v in need("peers").items()},
+                control=str(need("control")),
+                buffers=list(need("buffers")),
+                checks=list(d.get("checks", [])),
+                streams=dict(need("streams")),
+                chunk_bytes=int(d.get("chunk_bytes", 1 << 20)),
+                timeout_s=float(d.get("timeout_s", 10.0)),
+                idle_timeout_s=float(d.get("idle_timeout_s", 300.0)),
+                timestamps=str(d.get("timestamps", "streams")),
+                log=str(d.get("log", "")),
+                extra=dict(d.get("extra", {})),
+            )
         except (TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, SpecError):
                 raise
@@ -97,8 +114,7 @@ class WorkerSpec:
         if not self.control.startswith(("ipc://", "tcp://")):
             raise SpecError(f"worker spec: control {self.control!r} is not an ipc:// endpoint")
         if not MIN_CHUNK <= self.chunk_bytes <= MAX_CHUNK:
-            raise SpecError(f"worker spec: chunk_bytes {self.chunk_bytes} outside "
-                            f"{MIN_CHUNK}..{MAX_CHUNK}")
+            raise SpecError(f"worker spec: chunk_bytes {self.chunk_bytes} outside {MIN_CHUNK}..{MAX_CHUNK}")
         if self.timeout_s <= 0:
             raise SpecError(f"worker spec: timeout_s must be > 0, got {self.timeout_s}")
         if self.timestamps not in ("none", "streams", "ops"):
@@ -112,11 +128,14 @@ class WorkerSpec:
             for op in ops:
                 if op.get("op") in ("send", "recv"):
                     if op.get("buffer") not in names:
-                        raise SpecError(f"worker spec: stream {stream!r} op {op.get('id')} "
-                                        f"uses unknown buffer {op.get('buffer')!r}")
+                        raise SpecError(
+                            f"worker spec: stream {stream!r} op {op.get('id')} uses unknown buffer {op.get('buffer')!r}"
+                        )
                     if int(op["peer"]) not in self.peers:
-                        raise SpecError(f"worker spec: stream {stream!r} op {op.get('id')} "
-                                        f"talks to rank {op['peer']}, which is not in peers")
+                        raise SpecError(
+                            f"worker spec: stream {stream!r} op {op.get('id')} "
+                            f"talks to rank {op['peer']}, which is not in peers"
+                        )
                 elif op.get("op") != "compute":
                     raise SpecError(f"worker spec: stream {stream!r} has unknown op {op.get('op')!r}")
 
@@ -139,10 +158,18 @@ def load_spec(path: str) -> WorkerSpec:
     return WorkerSpec.from_dict(data)
 
 
-def specs_for_schedule(schedule: dict[str, Any], hosts: list[str], control: str, *,
-                       port: int = 0, chunk_bytes: int = 1 << 20, timeout_s: float = 10.0,
-                       timestamps: str = "streams", idle_timeout_s: float = 300.0,
-                       log_dir: str = "") -> list[WorkerSpec]:
+def specs_for_schedule(
+    schedule: dict[str, Any],
+    hosts: list[str],
+    control: str,
+    *,
+    port: int = 0,
+    chunk_bytes: int = 1 << 20,
+    timeout_s: float = 10.0,
+    timestamps: str = "streams",
+    idle_timeout_s: float = 300.0,
+    log_dir: str = "",
+) -> list[WorkerSpec]:
     """One spec per rank from a schedule dict (``Schedule.to_dict()``) and each rank's host
     address (e.g. 127.0.0.1 for loopback, the emulated host's IPv4 in the emulator)."""
     n = int(schedule["ranks"])
@@ -151,13 +178,22 @@ def specs_for_schedule(schedule: dict[str, Any], hosts: list[str], control: str,
     specs = []
     for rank in range(n):
         streams = schedule["programs"][rank]
-        peers = sorted({int(op["peer"]) for ops in streams.values() for op in ops
-                        if op["op"] in ("send", "recv")})
-        specs.append(WorkerSpec(
-            rank=rank, ranks=n, listen=f"{hosts[rank]}:{port}",
-            peers={p: f"{hosts[p]}:{port}" for p in peers}, control=control,
-            buffers=schedule["buffers"], checks=schedule.get("checks", []), streams=streams,
-            chunk_bytes=chunk_bytes, timeout_s=timeout_s, idle_timeout_s=idle_timeout_s,
-            timestamps=timestamps,
-            log=f"{log_dir}/rank-{rank}.log" if log_dir else ""))
+        peers = sorted({int(op["peer"]) for ops in streams.values() for op in ops if op["op"] in ("send", "recv")})
+        specs.append(
+            WorkerSpec(
+                rank=rank,
+                ranks=n,
+                listen=f"{hosts[rank]}:{port}",
+                peers={p: f"{hosts[p]}:{port}" for p in peers},
+                control=control,
+                buffers=schedule["buffers"],
+                checks=schedule.get("checks", []),
+                streams=streams,
+                chunk_bytes=chunk_bytes,
+                timeout_s=timeout_s,
+                idle_timeout_s=idle_timeout_s,
+                timestamps=timestamps,
+                log=f"{log_dir}/rank-{rank}.log" if log_dir else "",
+            )
+        )
     return specs

@@ -69,8 +69,9 @@ class Worker:
 
     def recv_control(self) -> dict:
         if not self.control.poll(self.spec.idle_timeout_s * 1000):
-            raise CoordinatorGone(f"rank {self.spec.rank}: no word from the coordinator for "
-                              f"{self.spec.idle_timeout_s:g} s; exiting")
+            raise CoordinatorGone(
+                f"rank {self.spec.rank}: no word from the coordinator for {self.spec.idle_timeout_s:g} s; exiting"
+            )
         return json.loads(self.control.recv())
 
     def run(self) -> int:
@@ -86,16 +87,18 @@ class Worker:
             elif kind == "start":
                 self.iteration = int(msg["iteration"])
                 report = ex.run_iteration(
-                    self.iteration, self.control,
-                    lambda done, total: self.send("progress", iteration=self.iteration,
-                                                  done=done, total=total, t=now()))
+                    self.iteration,
+                    self.control,
+                    lambda done, total: self.send(
+                        "progress", iteration=self.iteration, done=done, total=total, t=now()
+                    ),
+                )
                 self.send("result", **report.to_dict())
             elif kind == "stop":
                 ex.wait_sends(spec.timeout_s)
                 return 0
             elif kind == "abort":
-                raise Aborted(f"rank {spec.rank}: aborted by the coordinator: "
-                              f"{msg.get('reason', '')}")
+                raise Aborted(f"rank {spec.rank}: aborted by the coordinator: {msg.get('reason', '')}")
             else:
                 raise PeerFailure(f"rank {spec.rank}: unknown control message {kind!r}")
 
@@ -134,14 +137,24 @@ def main(argv: list[str] | None = None) -> int:
         code = worker.run()
     except (PeerFailure, Aborted) as exc:
         print(str(exc), file=sys.stderr)
-        worker.send("error", iteration=worker.iteration, message=str(exc),
-                    peer=getattr(exc, "peer", None), aborted=isinstance(exc, Aborted))
+        worker.send(
+            "error",
+            iteration=worker.iteration,
+            message=str(exc),
+            peer=getattr(exc, "peer", None),
+            aborted=isinstance(exc, Aborted),
+        )
         if not isinstance(exc, CoordinatorGone):
             worker.linger_after_failure()
     except Exception as exc:  # report anything unexpected, never hang
         traceback.print_exc()
-        worker.send("error", iteration=worker.iteration, peer=None, aborted=False,
-                    message=f"rank {worker.spec.rank}: {type(exc).__name__}: {exc}")
+        worker.send(
+            "error",
+            iteration=worker.iteration,
+            peer=None,
+            aborted=False,
+            message=f"rank {worker.spec.rank}: {type(exc).__name__}: {exc}",
+        )
     finally:
         worker.close()
     return code

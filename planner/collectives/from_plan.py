@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .rings import multiring_allreduce, ring_allreduce, topoopt_rings
 from contract.schedule import Schedule
+
+from .rings import multiring_allreduce, ring_allreduce, topoopt_rings
 from .trees import DEFAULT_SEGMENT_BYTES, dbtree_allreduce, tree_allreduce
 
 ALGORITHMS = ("ring", "topoopt", "tree", "dbtree")
@@ -31,8 +32,7 @@ def plan_rings(plan: Any) -> list[list[int]]:
     return both
 
 
-def allreduce_for_plan(plan: Any, algorithm: str, nbytes: int,
-                       segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> Schedule:
+def allreduce_for_plan(plan: Any, algorithm: str, nbytes: int, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> Schedule:
     """``ring``: one ring (the plan's first); ``topoopt``: all the plan's rings, both
     directions, concurrently; ``tree``: NCCL's binary tree; ``dbtree``: NCCL's double
     binary tree. Tree edges are logical (relayed by the hosts where not cabled)."""

@@ -9,16 +9,22 @@ between embedding-table owners and the others is a list of such transfers).
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from contract.schedule import Check, Schedule, ScheduleBuilder
 
 Deps = Mapping[int, Iterable[int]]
 
 
-def add_p2p_transfers(b: ScheduleBuilder, transfers: Sequence[tuple[int, int, int]],
-                      buffer: str = "act", base_offset: int = 0, stream_prefix: str = "mp",
-                      after: Deps | None = None, check: bool = True) -> dict[int, list[int]]:
+def add_p2p_transfers(
+    b: ScheduleBuilder,
+    transfers: Sequence[tuple[int, int, int]],
+    buffer: str = "act",
+    base_offset: int = 0,
+    stream_prefix: str = "mp",
+    after: Deps | None = None,
+    check: bool = True,
+) -> dict[int, list[int]]:
     """Append the transfers; grow ``buffer`` to hold them from ``base_offset`` on.
 
     Returns, per rank, the ops that finish its part (sends and recvs)."""
@@ -30,18 +36,19 @@ def add_p2p_transfers(b: ScheduleBuilder, transfers: Sequence[tuple[int, int, in
         if src == dst:
             raise ValueError(f"transfer from rank {src} to itself")
         if nbytes <= 0 or nbytes % itemsize:
-            raise ValueError(f"transfer {src}->{dst}: bytes must be a positive multiple of "
-                             f"{itemsize}, got {nbytes}")
+            raise ValueError(f"transfer {src}->{dst}: bytes must be a positive multiple of {itemsize}, got {nbytes}")
         regions.append((src, dst, offset, nbytes))
         offset += nbytes
     b.buffer(buffer, offset)
     tag = b.new_tag()
     done: dict[int, list[int]] = {}
     for src, dst, off, nbytes in regions:
-        done.setdefault(src, []).append(b.send(src, f"{stream_prefix}>{dst}", dst, buffer, off,
-                                               nbytes, tag, after=after.get(src, ())))
-        done.setdefault(dst, []).append(b.recv(dst, f"{stream_prefix}<{src}", src, buffer, off,
-                                               nbytes, tag, "copy", after=after.get(dst, ())))
+        done.setdefault(src, []).append(
+            b.send(src, f"{stream_prefix}>{dst}", dst, buffer, off, nbytes, tag, after=after.get(src, ()))
+        )
+        done.setdefault(dst, []).append(
+            b.recv(dst, f"{stream_prefix}<{src}", src, buffer, off, nbytes, tag, "copy", after=after.get(dst, ()))
+        )
         if check:
             b.check(Check("copy", buffer, off, nbytes, src=src, dst=dst))
     return done

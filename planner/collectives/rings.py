@@ -19,8 +19,8 @@ forwarding relays the packets along the plan's coin-change route.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from math import gcd
-from typing import Iterable, Mapping, Sequence
 
 from contract.schedule import Check, Schedule, ScheduleBuilder, split_region
 
@@ -68,9 +68,16 @@ def coset_rings(n: int, group_size: int, ks: Sequence[int]) -> list[list[list[in
     return groups
 
 
-def add_ring_allreduce(b: ScheduleBuilder, ring: Sequence[int], buffer: str, offset: int,
-                       length: int, stream: str, after: Deps | None = None,
-                       tag: int | None = None) -> dict[int, int]:
+def add_ring_allreduce(
+    b: ScheduleBuilder,
+    ring: Sequence[int],
+    buffer: str,
+    offset: int,
+    length: int,
+    stream: str,
+    after: Deps | None = None,
+    tag: int | None = None,
+) -> dict[int, int]:
     """Append ring AllReduce of region ``[offset, offset+length)`` over ``ring`` to ``b``.
 
     ``after[rank]`` lists ops the rank's first op of this collective waits on (e.g. the
@@ -89,7 +96,7 @@ def add_ring_allreduce(b: ScheduleBuilder, ring: Sequence[int], buffer: str, off
         deps = list(after.get(rank, ()))
         steps = [(c, "reduce") for c in ((j - s) % k for s in range(k - 1))]
         steps += [(c, "copy") for c in ((j + 1 - s) % k for s in range(k - 1))]
-        for s, (send_chunk, mode) in enumerate(steps):
+        for _s, (send_chunk, mode) in enumerate(steps):
             recv_chunk = (send_chunk - 1) % k
             so, sl = chunks[send_chunk]
             ro, rl = chunks[recv_chunk]
@@ -102,10 +109,16 @@ def add_ring_allreduce(b: ScheduleBuilder, ring: Sequence[int], buffer: str, off
     return last
 
 
-def add_multiring_allreduce(b: ScheduleBuilder, rings: Sequence[Sequence[int]], buffer: str,
-                            offset: int, length: int, stream_prefix: str = "ring",
-                            weights: Sequence[float] | None = None,
-                            after: Deps | None = None) -> dict[int, list[int]]:
+def add_multiring_allreduce(
+    b: ScheduleBuilder,
+    rings: Sequence[Sequence[int]],
+    buffer: str,
+    offset: int,
+    length: int,
+    stream_prefix: str = "ring",
+    weights: Sequence[float] | None = None,
+    after: Deps | None = None,
+) -> dict[int, list[int]]:
     """Split the region across ``rings`` (by ``weights``, equal by default) and run one ring
     AllReduce per ring in its own stream ``{stream_prefix}{i}``, all concurrently.
 
@@ -119,14 +132,12 @@ def add_multiring_allreduce(b: ScheduleBuilder, rings: Sequence[Sequence[int]], 
     for i, (ring, (po, pl)) in enumerate(zip(rings, parts)):
         if pl == 0:
             continue
-        for rank, op in add_ring_allreduce(b, ring, buffer, po, pl, f"{stream_prefix}{i}",
-                                           after).items():
+        for rank, op in add_ring_allreduce(b, ring, buffer, po, pl, f"{stream_prefix}{i}", after).items():
             lasts.setdefault(rank, []).append(op)
     return lasts
 
 
-def weighted_split(offset: int, length: int, weights: Sequence[float],
-                   itemsize: int = 4) -> list[tuple[int, int]]:
+def weighted_split(offset: int, length: int, weights: Sequence[float], itemsize: int = 4) -> list[tuple[int, int]]:
     """Consecutive item-aligned pieces of the region in proportion to ``weights``."""
     if any(w < 0 for w in weights) or sum(weights) <= 0:
         raise ValueError(f"bad weights {list(weights)}")
@@ -137,12 +148,10 @@ def weighted_split(offset: int, length: int, weights: Sequence[float],
     for w in weights:
         cum += w
         bounds.append(round(items * cum / total))
-    return [(offset + bounds[i] * itemsize, (bounds[i + 1] - bounds[i]) * itemsize)
-            for i in range(len(weights))]
+    return [(offset + bounds[i] * itemsize, (bounds[i + 1] - bounds[i]) * itemsize) for i in range(len(weights))]
 
 
-def _allreduce_schedule(n: int, nbytes: int, algorithm: str, groups: list[list[int]],
-                        add) -> Schedule:
+def _allreduce_schedule(n: int, nbytes: int, algorithm: str, groups: list[list[int]], add) -> Schedule:
     if nbytes <= 0 or nbytes % 4:
         raise ValueError(f"nbytes must be a positive multiple of 4, got {nbytes}")
     b = ScheduleBuilder(n, algorithm)
@@ -158,28 +167,29 @@ def ring_allreduce(n: int, nbytes: int, order: Sequence[int] | None = None) -> S
     ring = list(order) if order is not None else list(range(n))
     if sorted(ring) != list(range(n)):
         raise ValueError(f"ring order {ring} is not a permutation of 0..{n - 1}")
-    sched = _allreduce_schedule(n, nbytes, "ring", [list(range(n))],
-                                lambda b: add_ring_allreduce(b, ring, "grad", 0, nbytes, "ring0"))
+    sched = _allreduce_schedule(
+        n, nbytes, "ring", [list(range(n))], lambda b: add_ring_allreduce(b, ring, "grad", 0, nbytes, "ring0")
+    )
     sched.params.update(rings=[ring], nbytes=nbytes)
     return sched
 
 
-def multiring_allreduce(n: int, nbytes: int, rings: Sequence[Sequence[int]],
-                        algorithm: str = "topoopt") -> Schedule:
+def multiring_allreduce(n: int, nbytes: int, rings: Sequence[Sequence[int]], algorithm: str = "topoopt") -> Schedule:
     """TopoOpt multi-ring AllReduce: the buffer split equally across ``rings`` (server
     orders, e.g. `topoopt_rings(n, strides)`), one concurrent stream per ring."""
     for ring in rings:
         if sorted(ring) != list(range(n)):
             raise ValueError(f"ring {list(ring)} is not a permutation of 0..{n - 1}")
     sched = _allreduce_schedule(
-        n, nbytes, algorithm, [list(range(n))],
-        lambda b: add_multiring_allreduce(b, rings, "grad", 0, nbytes))
+        n, nbytes, algorithm, [list(range(n))], lambda b: add_multiring_allreduce(b, rings, "grad", 0, nbytes)
+    )
     sched.params.update(rings=[list(r) for r in rings], nbytes=nbytes)
     return sched
 
 
-def grouped_allreduce(n: int, nbytes: int, groups: Sequence[Sequence[Sequence[int]]],
-                      algorithm: str = "subgroup") -> Schedule:
+def grouped_allreduce(
+    n: int, nbytes: int, groups: Sequence[Sequence[Sequence[int]]], algorithm: str = "subgroup"
+) -> Schedule:
     """Several disjoint groups AllReduce the same-sized region at once, each over its own
     rings (``groups[i]`` is a list of ring orders over the group's members)."""
     seen: set[int] = set()
@@ -203,8 +213,7 @@ def grouped_allreduce(n: int, nbytes: int, groups: Sequence[Sequence[Sequence[in
     return sched
 
 
-def subgroup_allreduce(n: int, nbytes: int, group_size: int,
-                       ks: Sequence[int] = (1,)) -> Schedule:
+def subgroup_allreduce(n: int, nbytes: int, group_size: int, ks: Sequence[int] = (1,)) -> Schedule:
     """Every coset group of size ``group_size`` AllReduces over its coset rings of strides
     (n/g) * k, k in ``ks`` (both directions). Edges between members that are not cabled
     are logical: the emulated hosts relay them."""

@@ -42,18 +42,15 @@ def make_inputs(schedule: Schedule, seed: int = 0, high: int = 16) -> dict[str, 
     return out
 
 
-def run_schedule(schedule: Schedule, inputs: dict[str, np.ndarray] | None = None,
-                 seed: int = 0) -> SimResult:
+def run_schedule(schedule: Schedule, inputs: dict[str, np.ndarray] | None = None, seed: int = 0) -> SimResult:
     """Execute ``schedule`` on copies of ``inputs`` (default `make_inputs`)."""
     schedule.validate()
     inputs = inputs if inputs is not None else make_inputs(schedule, seed)
-    bufs = {name: np.array(inputs[name], dtype=buf.dtype, copy=True)
-            for name, buf in schedule.buffers.items()}
+    bufs = {name: np.array(inputs[name], dtype=buf.dtype, copy=True) for name, buf in schedule.buffers.items()}
     views = {name: bufs[name].view(np.uint8).reshape(schedule.ranks, -1) for name in bufs}
     rng = random.Random(seed)
 
-    streams = [(rank, name, ops) for rank, prog in enumerate(schedule.programs)
-               for name, ops in prog.items()]
+    streams = [(rank, name, ops) for rank, prog in enumerate(schedule.programs) for name, ops in prog.items()]
     cursor = [0] * len(streams)
     done: list[set[int]] = [set() for _ in range(schedule.ranks)]
     channels: dict[tuple[int, int, int], deque] = defaultdict(deque)
@@ -75,7 +72,7 @@ def run_schedule(schedule: Schedule, inputs: dict[str, np.ndarray] | None = None
                     break
                 if op.kind == "send":
                     itemsize = schedule.buffers[op.buffer].itemsize
-                    data = views[op.buffer][rank, op.offset:op.offset + op.length].copy()
+                    data = views[op.buffer][rank, op.offset : op.offset + op.length].copy()
                     channels[(rank, op.peer, op.tag)].append((data, itemsize, op.id))
                     messages += 1
                 elif op.kind == "recv":
@@ -86,9 +83,10 @@ def run_schedule(schedule: Schedule, inputs: dict[str, np.ndarray] | None = None
                     if len(data) != op.length:
                         raise ScheduleError(
                             f"rank {rank} op {op.id} expects {op.length} bytes from rank "
-                            f"{op.peer} (tag {op.tag}) but its send op {send_id} has {len(data)}")
+                            f"{op.peer} (tag {op.tag}) but its send op {send_id} has {len(data)}"
+                        )
                     dt = schedule.buffers[op.buffer].dtype
-                    target = bufs[op.buffer][rank].view(np.uint8)[op.offset:op.offset + op.length]
+                    target = bufs[op.buffer][rank].view(np.uint8)[op.offset : op.offset + op.length]
                     tv, dv = target.view(dt), data.view(dt)
                     if op.mode == "reduce":
                         np.add(tv, dv, out=tv)
@@ -104,21 +102,27 @@ def run_schedule(schedule: Schedule, inputs: dict[str, np.ndarray] | None = None
             for si, (rank, name, ops) in enumerate(streams):
                 if cursor[si] < len(ops):
                     op = ops[cursor[si]]
-                    blocked.append(f"rank {rank} stream {name!r} op {op.id} ({op.kind}"
-                                   + (f" peer {op.peer} tag {op.tag}" if op.peer >= 0 else "")
-                                   + ")")
-            raise ScheduleError("deadlock: no op can run; blocked: " + "; ".join(blocked[:8])
-                                + (f" and {len(blocked) - 8} more" if len(blocked) > 8 else ""))
+                    blocked.append(
+                        f"rank {rank} stream {name!r} op {op.id} ({op.kind}"
+                        + (f" peer {op.peer} tag {op.tag}" if op.peer >= 0 else "")
+                        + ")"
+                    )
+            raise ScheduleError(
+                "deadlock: no op can run; blocked: "
+                + "; ".join(blocked[:8])
+                + (f" and {len(blocked) - 8} more" if len(blocked) > 8 else "")
+            )
     leftovers = {k: len(v) for k, v in channels.items() if v}
     if leftovers:
         (src, dst, tag), count = next(iter(leftovers.items()))
-        raise ScheduleError(f"{sum(leftovers.values())} messages never received, e.g. "
-                            f"{count} from rank {src} to rank {dst} with tag {tag}")
+        raise ScheduleError(
+            f"{sum(leftovers.values())} messages never received, e.g. "
+            f"{count} from rank {src} to rank {dst} with tag {tag}"
+        )
     return SimResult(bufs, executed, messages)
 
 
-def verify(schedule: Schedule, inputs: dict[str, np.ndarray],
-           final: dict[str, np.ndarray]) -> list[str]:
+def verify(schedule: Schedule, inputs: dict[str, np.ndarray], final: dict[str, np.ndarray]) -> list[str]:
     """Compare ``final`` buffers with what the schedule's checks require; list mismatches."""
     problems = []
     for check in schedule.checks:
@@ -131,14 +135,15 @@ def verify(schedule: Schedule, inputs: dict[str, np.ndarray],
                     got = final[check.buffer][m, lo:hi]
                     if not np.array_equal(got, expected):
                         bad = int(np.flatnonzero(got != expected)[0])
-                        problems.append(f"rank {m} {check.buffer}[{lo + bad}] = {got[bad]}, "
-                                        f"expected {expected[bad]} (group {group})")
+                        problems.append(
+                            f"rank {m} {check.buffer}[{lo + bad}] = {got[bad]}, "
+                            f"expected {expected[bad]} (group {group})"
+                        )
         elif check.kind == "copy":
             expected = inputs[check.buffer][check.src, lo:hi]
             got = final[check.buffer][check.dst, lo:hi]
             if not np.array_equal(got, expected):
-                problems.append(f"rank {check.dst} {check.buffer}[{lo}:{hi}] differs from "
-                                f"rank {check.src}'s input")
+                problems.append(f"rank {check.dst} {check.buffer}[{lo}:{hi}] differs from rank {check.src}'s input")
         else:
             problems.append(f"unknown check kind {check.kind!r}")
     return problems

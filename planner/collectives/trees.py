@@ -14,7 +14,7 @@ direct-connect topology most are relayed by the hosts' IP forwarding.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from contract.schedule import Check, Schedule, ScheduleBuilder, split_region
 
@@ -47,8 +47,7 @@ def dbtree_parents(k: int) -> tuple[list[int], list[int]]:
     if k % 2 == 0:
         second = [-1 if first[k - 1 - r] < 0 else k - 1 - first[k - 1 - r] for r in range(k)]
     else:
-        second = [-1 if first[(r - 1) % k] < 0 else (first[(r - 1) % k] + 1) % k
-                  for r in range(k)]
+        second = [-1 if first[(r - 1) % k] < 0 else (first[(r - 1) % k] + 1) % k for r in range(k)]
     return first, second
 
 
@@ -75,10 +74,17 @@ def check_tree(parents: Sequence[int]) -> int:
     return roots[0]
 
 
-def add_tree_allreduce(b: ScheduleBuilder, members: Sequence[int], parents: Sequence[int],
-                       buffer: str, offset: int, length: int, stream_prefix: str = "tree",
-                       segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-                       after: Deps | None = None) -> dict[int, int]:
+def add_tree_allreduce(
+    b: ScheduleBuilder,
+    members: Sequence[int],
+    parents: Sequence[int],
+    buffer: str,
+    offset: int,
+    length: int,
+    stream_prefix: str = "tree",
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    after: Deps | None = None,
+) -> dict[int, int]:
     """Append a pipelined reduce + broadcast of the region over the tree given by
     ``parents`` (positions into ``members``). Returns each rank's last op (of the ``down``
     stream, which finishes last)."""
@@ -101,8 +107,7 @@ def add_tree_allreduce(b: ScheduleBuilder, members: Sequence[int], parents: Sequ
         for so, sl in segments:
             seg_done = None
             for child in children:
-                seg_done = b.recv(rank, up, child, buffer, so, sl, up_tag, "reduce",
-                                  after=up_deps)
+                seg_done = b.recv(rank, up, child, buffer, so, sl, up_tag, "reduce", after=up_deps)
                 up_deps = []
             if parent >= 0:
                 seg_done = b.send(rank, up, parent, buffer, so, sl, up_tag, after=up_deps)
@@ -110,28 +115,30 @@ def add_tree_allreduce(b: ScheduleBuilder, members: Sequence[int], parents: Sequ
             # broadcast of this segment: after it is fully reduced (root) or sent up (others)
             down_deps = [seg_done] if seg_done is not None else list(after.get(rank, ()))
             if parent >= 0:
-                last[rank] = b.recv(rank, down, parent, buffer, so, sl, down_tag, "copy",
-                                    after=down_deps)
+                last[rank] = b.recv(rank, down, parent, buffer, so, sl, down_tag, "copy", after=down_deps)
                 down_deps = []
             for child in children:
-                last[rank] = b.send(rank, down, child, buffer, so, sl, down_tag,
-                                    after=down_deps)
+                last[rank] = b.send(rank, down, child, buffer, so, sl, down_tag, after=down_deps)
                 down_deps = []
     return last
 
 
-def add_dbtree_allreduce(b: ScheduleBuilder, members: Sequence[int], buffer: str, offset: int,
-                         length: int, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-                         after: Deps | None = None) -> dict[int, list[int]]:
+def add_dbtree_allreduce(
+    b: ScheduleBuilder,
+    members: Sequence[int],
+    buffer: str,
+    offset: int,
+    length: int,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    after: Deps | None = None,
+) -> dict[int, list[int]]:
     """Append NCCL's double binary tree AllReduce: half of the region per tree."""
     first, second = dbtree_parents(len(members))
     itemsize = b.buffers[buffer].itemsize
     lasts: dict[int, list[int]] = {}
-    for name, parents, (po, pl) in zip(("t0", "t1"), (first, second),
-                                       split_region(offset, length, 2, itemsize)):
+    for name, parents, (po, pl) in zip(("t0", "t1"), (first, second), split_region(offset, length, 2, itemsize)):
         if pl:
-            for rank, op in add_tree_allreduce(b, members, parents, buffer, po, pl, name,
-                                               segment_bytes, after).items():
+            for rank, op in add_tree_allreduce(b, members, parents, buffer, po, pl, name, segment_bytes, after).items():
                 lasts.setdefault(rank, []).append(op)
     return lasts
 
@@ -146,22 +153,27 @@ def _schedule(n: int, nbytes: int, algorithm: str, add) -> Schedule:
     return b.build()
 
 
-def tree_allreduce(n: int, nbytes: int, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-                   parents: Sequence[int] | None = None) -> Schedule:
+def tree_allreduce(
+    n: int, nbytes: int, segment_bytes: int = DEFAULT_SEGMENT_BYTES, parents: Sequence[int] | None = None
+) -> Schedule:
     """Plain tree reduce + broadcast over all ranks (NCCL's binary tree by default, or
     any tree given as ``parents[rank]``, -1 for the root), pipelined in segments."""
     parents = list(parents) if parents is not None else btree_parents(n)
-    sched = _schedule(n, nbytes, "tree", lambda b: add_tree_allreduce(
-        b, list(range(n)), parents, "grad", 0, nbytes, "tree", segment_bytes))
+    sched = _schedule(
+        n,
+        nbytes,
+        "tree",
+        lambda b: add_tree_allreduce(b, list(range(n)), parents, "grad", 0, nbytes, "tree", segment_bytes),
+    )
     sched.params.update(parents=parents, segment_bytes=segment_bytes, nbytes=nbytes)
     return sched
 
 
-def dbtree_allreduce(n: int, nbytes: int,
-                     segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> Schedule:
+def dbtree_allreduce(n: int, nbytes: int, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> Schedule:
     """NCCL-style double binary tree AllReduce over all ranks, pipelined in segments."""
-    sched = _schedule(n, nbytes, "dbtree", lambda b: add_dbtree_allreduce(
-        b, list(range(n)), "grad", 0, nbytes, segment_bytes))
+    sched = _schedule(
+        n, nbytes, "dbtree", lambda b: add_dbtree_allreduce(b, list(range(n)), "grad", 0, nbytes, segment_bytes)
+    )
     first, second = dbtree_parents(n)
     sched.params.update(trees=[first, second], segment_bytes=segment_bytes, nbytes=nbytes)
     return sched

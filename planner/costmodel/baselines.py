@@ -54,8 +54,17 @@ def network_scenario(base: Scenario, name: str, prices: PriceModel | None = None
         return Network(name, s, d * b, prices.ideal_switch(n, d * b), f"ideal switch, {d * b:g} Gbps per server")
     if name == "fattree":
         x, cost, budget = similar_cost_fattree_gbps(n, d, b, prices)
-        s = with_overrides(base, topology={"kind": "switch", "switch_gbps": float(x)},
-                           cluster={"latency_us": 2 * c.latency_us}, **common)
-        return Network(name, s, x, cost,
-                       f"non-blocking Fat-tree at {x:g} Gbps per server: ${cost:,.0f} vs direct-connect ${budget:,.0f}")
+        s = with_overrides(
+            base,
+            topology={"kind": "switch", "switch_gbps": float(x)},
+            cluster={"latency_us": 2 * c.latency_us},
+            **common,
+        )
+        return Network(
+            name,
+            s,
+            x,
+            cost,
+            f"non-blocking Fat-tree at {x:g} Gbps per server: ${cost:,.0f} vs direct-connect ${budget:,.0f}",
+        )
     raise ValueError(f"unknown network {name!r}; choose from {', '.join(NETWORKS)}")

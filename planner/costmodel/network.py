@@ -141,7 +141,7 @@ class NetworkModel:
                 adj[link.b].append(link.a)
         used: set[tuple[int, int]] = set()
         tours = []
-        for t in range(count):
+        for _t in range(count):
             visited = np.zeros(n, dtype=bool)
             cur = 0
             visited[0] = True

@@ -52,7 +52,7 @@ class PriceModel:
     switch_radix: int = 64
 
     @classmethod
-    def from_dict(cls, d: dict) -> "PriceModel":
+    def from_dict(cls, d: dict) -> PriceModel:
         """From JSON-like data; tables may use string keys ("100": 400)."""
         known = {f for f in cls.__dataclass_fields__}
         unknown = set(d) - known
@@ -75,7 +75,7 @@ class PriceModel:
         return model
 
     @classmethod
-    def load(cls, path: str | Path) -> "PriceModel":
+    def load(cls, path: str | Path) -> PriceModel:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
     def to_dict(self) -> dict:
@@ -108,8 +108,12 @@ class PriceModel:
 
     def _tree_port(self, speed: float, tiers: int) -> float:
         """One host port of ``speed`` with its full non-blocking tree above it."""
-        return (self.nic_port[speed] + 2 * tiers * self.transceiver[speed]
-                + (2 * tiers - 1) * self.switch_port[speed] + tiers * self.fibre)
+        return (
+            self.nic_port[speed]
+            + 2 * tiers * self.transceiver[speed]
+            + (2 * tiers - 1) * self.switch_port[speed]
+            + tiers * self.fibre
+        )
 
     def fattree_ports(self, n: int, gbps: float) -> tuple[float, dict[float, int]]:
         """(USD, {speed: ports per server}): the cheapest set of ports reaching ``gbps``.
@@ -145,8 +149,9 @@ class PriceModel:
         return self.fattree(n, gbps)
 
 
-def similar_cost_fattree_gbps(n: int, d: int, gbps: float, prices: PriceModel | None = None,
-                              grid: range = range(10, 1601, 5)) -> tuple[float, float, float]:
+def similar_cost_fattree_gbps(
+    n: int, d: int, gbps: float, prices: PriceModel | None = None, grid: range = range(10, 1601, 5)
+) -> tuple[float, float, float]:
     """(per-server Gbps, Fat-tree USD, direct-connect USD): the fastest Fat-tree on the
     paper's 10-1600 Gbps sweep (5 Gbps steps) whose cost does not exceed the d x B
     direct-connect cluster's. Falls back to the grid's first point if even that costs more."""

@@ -37,11 +37,12 @@ Approximations (what makes an evaluation take milliseconds, not seconds):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from contract.plan import Plan
+
 from ..search.graph import OpGraph
 from ..search.strategy import Flows, Strategy, op_traffic
 from .network import NetworkModel
@@ -167,7 +168,9 @@ class Simulator:
             t = traffic[i]
             ready = max((out_ready[p] for p in g.preds[i]), default=0.0)
             if len(t.fwd_in):
-                ids, secs, fill, b = self._flow_task(("fi", i, strategy[i], tuple(strategy[p] for p in g.preds[i])), t.fwd_in)
+                ids, secs, fill, b = self._flow_task(
+                    ("fi", i, strategy[i], tuple(strategy[p] for p in g.preds[i])), t.fwd_in
+                )
                 done = self._network(res, ready, ids, secs, fill)
                 mp_time += done - ready
                 mp_bytes += b
@@ -209,8 +212,9 @@ class Simulator:
                 ready = done
             ready = self._compute(res, ready, 2 * t.compute)
             if len(t.fwd_in):
-                ids, secs, fill, b = self._flow_task(("bi", i, strategy[i], tuple(strategy[p] for p in g.preds[i])),
-                                                      t.fwd_in.reversed())
+                ids, secs, fill, b = self._flow_task(
+                    ("bi", i, strategy[i], tuple(strategy[p] for p in g.preds[i])), t.fwd_in.reversed()
+                )
                 done = self._network(res, ready, ids, secs, fill)
                 mp_time += done - ready
                 mp_bytes += b
@@ -231,8 +235,15 @@ class Simulator:
         if bucket_bytes:
             end = max(end, flush(bucket_layout, bucket_bytes, bucket_ready))
         end = max(end, float(res.servers.max()))
-        return IterationCost(iteration_s=end, compute_s=float(compute_total.max()), forward_s=forward_end,
-                             allreduce_s=ar_time, mp_s=mp_time, allreduce_bytes=ar_bytes, mp_bytes=mp_bytes)
+        return IterationCost(
+            iteration_s=end,
+            compute_s=float(compute_total.max()),
+            forward_s=forward_end,
+            allreduce_s=ar_time,
+            mp_s=mp_time,
+            allreduce_bytes=ar_bytes,
+            mp_bytes=mp_bytes,
+        )
 
 
 def simulate(plan: Plan, graph: OpGraph, strategy: Strategy, config: CostConfig | None = None) -> IterationCost:

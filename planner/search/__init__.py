@@ -24,6 +24,16 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "OpChoice", "OpGraph", "Operator", "SearchConfig", "SearchResult", "Strategy", "data_parallel",
-    "model_graph", "search", "search_strategy", "strategy_demand", "table_placement_start",
+    "OpChoice",
+    "OpGraph",
+    "Operator",
+    "SearchConfig",
+    "SearchResult",
+    "Strategy",
+    "data_parallel",
+    "model_graph",
+    "search",
+    "search_strategy",
+    "strategy_demand",
+    "table_placement_start",
 ]

@@ -136,8 +136,10 @@ def model_graph(model: Model | str) -> OpGraph:
     if isinstance(model, str):
         model = get_model(model)
     inputs = _edges(model)
-    ops = {l.name: Operator(l.name, l.kind, l.params, l.flops, l.out_bytes, inputs[l.name], (l.name,))
-           for l in model.layers}
+    ops = {
+        l.name: Operator(l.name, l.kind, l.params, l.flops, l.out_bytes, inputs[l.name], (l.name,))
+        for l in model.layers
+    }
     order: list[str] = []
     placed: set[str] = set()
     pending = [l.name for l in model.layers]

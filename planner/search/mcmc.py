@@ -32,18 +32,28 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
-from ..fusion import FusionConfig, fuse
 from contract.plan import Plan, TrafficDemand
-from ..scenario import Scenario
+
 from ..costmodel.simulator import CostConfig, IterationCost, Simulator
+from ..fusion import FusionConfig, fuse
+from ..scenario import Scenario
 from .graph import OpGraph, model_graph
-from .strategy import (OpChoice, Strategy, TrafficArrays, data_parallel, describe, mp_options, shard_options,
-                       table_placement_start, traffic_arrays)
+from .strategy import (
+    OpChoice,
+    Strategy,
+    TrafficArrays,
+    data_parallel,
+    describe,
+    mp_options,
+    shard_options,
+    table_placement_start,
+    traffic_arrays,
+)
 from .topology import TopologyCache
 
 
@@ -159,7 +169,7 @@ def _propose(graph: OpGraph, strategy: Strategy, n: int, rng: random.Random, cfg
         else:
             k = rng.choice([j for j in range(len(opts)) if j != k] or [k])
         new = OpChoice(mp=opts[k])
-    return strategy[:i] + (new,) + strategy[i + 1:]
+    return strategy[:i] + (new,) + strategy[i + 1 :]
 
 
 class _Scorer:
@@ -188,8 +198,9 @@ class _Scorer:
         return sum(s.evaluations for s in self._sims.values())
 
 
-def search(scenario: Scenario, config: SearchConfig | None = None,
-           progress: Callable[[int, int, float], None] | None = None) -> SearchResult:
+def search(
+    scenario: Scenario, config: SearchConfig | None = None, progress: Callable[[int, int, float], None] | None = None
+) -> SearchResult:
     """Search the scenario's job on its topology kind (module docstring).
 
     ``progress(step, steps, best_s)`` is called every 100 steps and at the end."""
@@ -200,8 +211,10 @@ def search(scenario: Scenario, config: SearchConfig | None = None,
     cost_cfg = CostConfig(batch=w.batch_per_server, device_tflops=w.device_tflops)
     graph = model_graph(w.model)
     if cfg.fuse:
-        graph = fuse(graph, FusionConfig(batch=w.batch_per_server, device_tflops=w.device_tflops,
-                                         server_gbps=c.degree * c.link_gbps))
+        graph = fuse(
+            graph,
+            FusionConfig(batch=w.batch_per_server, device_tflops=w.device_tflops, server_gbps=c.degree * c.link_gbps),
+        )
     scorer = _Scorer(scenario, graph, cost_cfg)
     cache = scorer.topologies
     alternate = cfg.alternate and scenario.topology.kind == "topoopt"
@@ -289,10 +302,22 @@ def search(scenario: Scenario, config: SearchConfig | None = None,
             history.append((cfg.steps, r.iteration_s))
     _, best_r, best_strategy, best_plan, best_traffic = best
     return SearchResult(
-        model=w.model, topology=scenario.topology.kind, graph=graph, strategy=best_strategy, plan=best_plan,
-        cost=best_r, demand=best_traffic.demand(), data_parallel=dp_cost, steps=cfg.steps, accepted=accepted,
-        topology_changes=changes, topology_builds=cache.builds, evaluations=scorer.evaluations,
-        seconds=time.perf_counter() - t0, history=history)
+        model=w.model,
+        topology=scenario.topology.kind,
+        graph=graph,
+        strategy=best_strategy,
+        plan=best_plan,
+        cost=best_r,
+        demand=best_traffic.demand(),
+        data_parallel=dp_cost,
+        steps=cfg.steps,
+        accepted=accepted,
+        topology_changes=changes,
+        topology_builds=cache.builds,
+        evaluations=scorer.evaluations,
+        seconds=time.perf_counter() - t0,
+        history=history,
+    )
 
 
 def search_strategy(scenario: Scenario) -> tuple[TrafficDemand, dict]:

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from contract.plan import AllReduceGroup, MPFlow, TrafficDemand
-from .graph import OpGraph, Operator
+
+from .graph import Operator, OpGraph
 
 
 @dataclass(frozen=True)
@@ -101,14 +102,14 @@ class Flows:
     nbytes: np.ndarray
 
     @staticmethod
-    def empty() -> "Flows":
+    def empty() -> Flows:
         z = np.zeros(0, dtype=np.int64)
         return Flows(z, z, np.zeros(0))
 
     def __len__(self) -> int:
         return len(self.src)
 
-    def reversed(self) -> "Flows":
+    def reversed(self) -> Flows:
         return Flows(self.dst, self.src, self.nbytes)
 
     def total(self) -> float:
@@ -163,8 +164,9 @@ def op_traffic(graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int, f
     compute = np.full(n, op.flops * batch / flops_per_s)
     fwd_in = Flows.empty()
     if m > 1:
-        in_bytes = sum(graph.ops[p].out_bytes for p in graph.preds[i]
-                       if layout(graph.ops[p], strategy[p]) != ("dense", m))
+        in_bytes = sum(
+            graph.ops[p].out_bytes for p in graph.preds[i] if layout(graph.ops[p], strategy[p]) != ("dense", m)
+        )
         fwd_in = block_allgather(n, m, in_bytes * batch)
     fwd_out = block_allgather(n, m, op.out_bytes * batch) if m > 1 and graph.succs[i] else Flows.empty()
     groups = n // m
@@ -198,7 +200,9 @@ class TrafficArrays:
         return TrafficDemand(tuple(ar), mp)
 
 
-def _op_pairs(graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int) -> tuple[int, float, np.ndarray, np.ndarray]:
+def _op_pairs(
+    graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int
+) -> tuple[int, float, np.ndarray, np.ndarray]:
     """(AllReduce layout, bytes, pair indices, bytes) of operator i's traffic."""
     t = op_traffic(graph, strategy, i, n, batch, 1.0)
     idx: list[np.ndarray] = []
@@ -208,12 +212,15 @@ def _op_pairs(graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int) ->
             idx += [f.src * n + f.dst, f.dst * n + f.src]
             val += [f.nbytes, f.nbytes]
     z = np.zeros(0)
-    return (t.ar_layout, t.ar_bytes, np.concatenate(idx) if idx else z.astype(np.int64),
-            np.concatenate(val) if val else z)
+    return (
+        t.ar_layout,
+        t.ar_bytes,
+        np.concatenate(idx) if idx else z.astype(np.int64),
+        np.concatenate(val) if val else z,
+    )
 
 
-def traffic_arrays(graph: OpGraph, strategy: Strategy, n: int, batch: int,
-                   cache: dict | None = None) -> TrafficArrays:
+def traffic_arrays(graph: OpGraph, strategy: Strategy, n: int, batch: int, cache: dict | None = None) -> TrafficArrays:
     """The AllReduce bytes per coset layout and the MP pair matrix of ``strategy``.
     ``cache`` (any dict kept between calls for one graph, n and batch) memoizes the
     per-operator pieces, which only depend on the operator's and its producers' choices."""

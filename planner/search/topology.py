@@ -20,8 +20,9 @@ import hashlib
 
 import numpy as np
 
+from contract.plan import Plan
+
 from ..build import build_plan
-from contract.plan import Plan, TrafficDemand
 from ..scenario import Scenario
 from ..topology_finder import split_degree, split_ports
 from .strategy import TrafficArrays

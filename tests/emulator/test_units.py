@@ -8,12 +8,12 @@ import ipaddress
 import pytest
 
 from contract.physics import tcp_goodput_fraction
+from contract.plan import Link
 from emulator import EmulationConfig, EmulationInputError, identity, link_addresses, node_of_identity
 from emulator.addressing import RANGE, ports_of
 from emulator.checks import parse_traceroute
-from emulator.sample_plans import circulant_plan, switch_plan
 from emulator.validate import validate
-from contract.plan import Link
+from tests.fixtures.sample_plans import circulant_plan, switch_plan
 
 
 def test_every_address_is_in_the_benchmarking_range():
@@ -43,10 +43,16 @@ def test_tcp_maximum_matches_the_measured_fractions():
     assert tcp_goodput_fraction(9000) == pytest.approx(0.992, abs=0.001)
 
 
-@pytest.mark.parametrize("table, field", [
-    ({"link_mbps": 0}, "link_mbps"), ({"link_mbps": -5}, "link_mbps"), ({"mtu": 100}, "mtu"),
-    ({"netem": "maybe"}, "netem"), ({"link_mbps": "fast"}, "link_mbps"),
-])
+@pytest.mark.parametrize(
+    "table, field",
+    [
+        ({"link_mbps": 0}, "link_mbps"),
+        ({"link_mbps": -5}, "link_mbps"),
+        ({"mtu": 100}, "mtu"),
+        ({"netem": "maybe"}, "netem"),
+        ({"link_mbps": "fast"}, "link_mbps"),
+    ],
+)
 def test_bad_emulation_table_names_the_field(table, field):
     with pytest.raises(EmulationInputError, match=f"emulation.{field}"):
         EmulationConfig.from_any(table)
@@ -96,6 +102,8 @@ def test_switch_plan_validates():
 
 
 def test_traceroute_output_becomes_a_node_sequence():
-    text = ("traceroute to 198.18.0.5 (198.18.0.5), 5 hops max, 60 byte packets\n"
-            " 1  198.18.0.2  0.231 ms\n 2  *\n 3  198.18.0.5  0.221 ms\n")
+    text = (
+        "traceroute to 198.18.0.5 (198.18.0.5), 5 hops max, 60 byte packets\n"
+        " 1  198.18.0.2  0.231 ms\n 2  *\n 3  198.18.0.5  0.221 ms\n"
+    )
     assert parse_traceroute(text, 0) == [0, 1, None, 4]

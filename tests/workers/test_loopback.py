@@ -13,9 +13,17 @@ import time
 
 import pytest
 
-from planner.collectives import (ScheduleBuilder, all_to_all, dbtree_allreduce,
-                                 multiring_allreduce, p2p_transfers, ring_allreduce,
-                                 subgroup_allreduce, topoopt_rings, tree_allreduce)
+from planner.collectives import (
+    ScheduleBuilder,
+    all_to_all,
+    dbtree_allreduce,
+    multiring_allreduce,
+    p2p_transfers,
+    ring_allreduce,
+    subgroup_allreduce,
+    topoopt_rings,
+    tree_allreduce,
+)
 from workers.coordinator import Coordinator, WorkerFailure, run_schedule
 
 LOOP = "127.0.0.1"
@@ -42,8 +50,7 @@ def pid_alive(pid: int) -> bool:
 @pytest.mark.parametrize("name", sorted(GENERATORS))
 def test_generator_runs_and_verifies_on_workers(name):
     sched = GENERATORS[name]()
-    results = run_schedule(sched.to_dict(), iterations=2, chunk_bytes=64 << 10,
-                           timestamps="ops")
+    results = run_schedule(sched.to_dict(), iterations=2, chunk_bytes=64 << 10, timestamps="ops")
     assert len(results) == 2
     for res in results:
         assert res.ok, res.mismatches[:3]
@@ -72,6 +79,7 @@ def slow_rank_schedule(n: int, slow: int, seconds: float):
     b = ScheduleBuilder(n, "ring")
     b.buffer("grad", 1 << 20)
     from planner.collectives import Check, add_ring_allreduce
+
     wait = {slow: [b.compute(slow, "compute", seconds)]}
     add_ring_allreduce(b, list(range(n)), "grad", 0, 1 << 20, "ring0", after=wait)
     b.check(Check("allreduce", "grad", 0, 1 << 20, groups=[list(range(n))]))
@@ -82,8 +90,7 @@ def _run_with_fault(n, victim, sig, timeout_s, compute_s, relay=True, at=0.3):
     """Run one iteration of `slow_rank_schedule` and send ``sig`` to ``victim`` ``at``
     seconds in (``sig`` None: no fault). Returns (failure or None, elapsed, pids, coord)."""
     sched = slow_rank_schedule(n, victim, compute_s)
-    coord = Coordinator(sched.to_dict(), [LOOP] * n, timeout_s=timeout_s,
-                        relay_failures=relay)
+    coord = Coordinator(sched.to_dict(), [LOOP] * n, timeout_s=timeout_s, relay_failures=relay)
     failure = None
     with coord:
         pids = coord.pids()
@@ -104,8 +111,7 @@ def _run_with_fault(n, victim, sig, timeout_s, compute_s, relay=True, at=0.3):
 def test_killed_worker_is_named_and_nothing_is_left():
     # without the kill the iteration succeeds (the victim computes 1 s < timeout 3 s)
     assert _run_with_fault(5, 2, None, timeout_s=3.0, compute_s=1.0)[0] is None
-    failure, elapsed, pids, coord = _run_with_fault(5, 2, signal.SIGKILL, timeout_s=3.0,
-                                                    compute_s=1.0)
+    failure, elapsed, pids, coord = _run_with_fault(5, 2, signal.SIGKILL, timeout_s=3.0, compute_s=1.0)
     assert failure is not None and failure.rank == 2
     assert "rank 2" in str(failure)
     assert elapsed < 3.0  # well within the timeout
@@ -120,8 +126,7 @@ def test_killed_worker_is_named_and_nothing_is_left():
 def test_workers_detect_a_dead_peer_themselves():
     """No relaying by the coordinator: each neighbour of the dead rank sees its TCP
     connection drop and fails naming it, long before the timeout."""
-    failure, elapsed, pids, coord = _run_with_fault(3, 1, signal.SIGKILL, timeout_s=5.0,
-                                                    compute_s=1.0, relay=False)
+    failure, elapsed, pids, coord = _run_with_fault(3, 1, signal.SIGKILL, timeout_s=5.0, compute_s=1.0, relay=False)
     assert failure is not None
     errors = {r: m for r, m in failure.errors.items() if r != 1}
     assert set(errors) == {0, 2}
@@ -134,8 +139,7 @@ def test_workers_detect_a_dead_peer_themselves():
 def test_silent_worker_times_out_naming_it():
     """SIGSTOP during a 0.5 s compute: alive but silent; the others give up after the
     1.5 s timeout and name it (without the stop the iteration succeeds)."""
-    failure, elapsed, pids, coord = _run_with_fault(4, 3, signal.SIGSTOP, timeout_s=1.5,
-                                                    compute_s=0.5, at=0.2)
+    failure, elapsed, pids, coord = _run_with_fault(4, 3, signal.SIGSTOP, timeout_s=1.5, compute_s=0.5, at=0.2)
     assert failure is not None and failure.rank == 3
     assert "rank 3" in str(failure) and "no data" in str(failure)
     assert 1.5 <= elapsed < 1.5 + 3.0
@@ -144,11 +148,22 @@ def test_silent_worker_times_out_naming_it():
 
 def test_bad_spec_is_one_line_and_exit_2(tmp_path):
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"rank": 5, "ranks": 2, "listen": "127.0.0.1:0", "peers": {},
-                                "control": "ipc:///nonexistent", "buffers": [],
-                                "streams": {}}))
-    proc = subprocess.run([sys.executable, "-m", "workers.worker", str(spec)],
-                          capture_output=True, text=True, timeout=30)
+    spec.write_text(
+        json.dumps(
+            {
+                "rank": 5,
+                "ranks": 2,
+                "listen": "127.0.0.1:0",
+                "peers": {},
+                "control": "ipc:///nonexistent",
+                "buffers": [],
+                "streams": {},
+            }
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "workers.worker", str(spec)], capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "rank 5" in proc.stderr
@@ -157,11 +172,22 @@ def test_bad_spec_is_one_line_and_exit_2(tmp_path):
 def test_worker_exits_when_coordinator_disappears(tmp_path):
     """A worker whose coordinator never answers gives up after idle_timeout_s."""
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"rank": 0, "ranks": 2, "listen": "127.0.0.1:0",
-                                "peers": {"1": "127.0.0.1:0"},
-                                "control": f"ipc://{tmp_path}/nobody.ipc", "buffers": [],
-                                "streams": {}, "idle_timeout_s": 0.5}))
-    proc = subprocess.run([sys.executable, "-m", "workers.worker", str(spec)],
-                          capture_output=True, text=True, timeout=30)
+    spec.write_text(
+        json.dumps(
+            {
+                "rank": 0,
+                "ranks": 2,
+                "listen": "127.0.0.1:0",
+                "peers": {"1": "127.0.0.1:0"},
+                "control": f"ipc://{tmp_path}/nobody.ipc",
+                "buffers": [],
+                "streams": {},
+                "idle_timeout_s": 0.5,
+            }
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "workers.worker", str(spec)], capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 1
     assert "coordinator" in proc.stderr

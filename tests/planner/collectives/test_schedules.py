@@ -10,11 +10,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.collectives import (Check, Schedule, ScheduleBuilder, ScheduleError,
-                                 all_to_all, btree_parents, dbtree_allreduce, dbtree_parents,
-                                 make_inputs, multiring_allreduce, p2p_transfers,
-                                 ring_allreduce, run_schedule, simulate_and_verify,
-                                 subgroup_allreduce, topoopt_rings, tree_allreduce, verify)
+from planner.collectives import (
+    Check,
+    Schedule,
+    ScheduleBuilder,
+    ScheduleError,
+    all_to_all,
+    btree_parents,
+    dbtree_allreduce,
+    dbtree_parents,
+    make_inputs,
+    multiring_allreduce,
+    p2p_transfers,
+    ring_allreduce,
+    run_schedule,
+    simulate_and_verify,
+    subgroup_allreduce,
+    topoopt_rings,
+    tree_allreduce,
+    verify,
+)
 from planner.collectives.trees import check_tree
 
 ranks = st.integers(min_value=2, max_value=16)
@@ -73,8 +88,7 @@ def test_dbtree_allreduce_reduces(n, k, seed, seg):
 @given(n=ranks, seed=seeds, data=st.data())
 def test_p2p_transfers_copy(n, seed, data):
     pairs = st.tuples(st.integers(0, n - 1), st.integers(0, n - 1), st.integers(1, 300))
-    transfers = [(s, d, 4 * b) for s, d, b in data.draw(st.lists(pairs, min_size=1, max_size=20))
-                 if s != d]
+    transfers = [(s, d, 4 * b) for s, d, b in data.draw(st.lists(pairs, min_size=1, max_size=20)) if s != d]
     if not transfers:
         transfers = [(0, 1, 4)]
     assert_reduces(p2p_transfers(n, transfers), seed)
@@ -85,7 +99,10 @@ def test_dbtree_trees_are_complementary(n):
     first, second = dbtree_parents(n)
     check_tree(first)
     check_tree(second)
-    inner = lambda parents: {p for p in parents if p >= 0}
+
+    def inner(parents):
+        return {p for p in parents if p >= 0}
+
     if n > 2:
         # NCCL's property: no rank is an inner node of both trees (the odd-n shift lets
         # exactly one rank, the wrap-around, be inner in both)
@@ -169,16 +186,15 @@ def test_composed_iteration_with_compute_and_buckets():
     """The format carries a training iteration: backward compute, then bucketed
     AllReduces that wait on it, plus MP transfers, all in one schedule."""
     from planner.collectives import add_multiring_allreduce, add_p2p_transfers
+
     n = 6
     b = ScheduleBuilder(n, "iteration")
     b.buffer("grad", 4 * 600)
     rings = topoopt_rings(n, [1])
     mp = add_p2p_transfers(b, all_to_all(range(n), 4 * 10))
     for bucket in range(3):
-        bwd = {r: [b.compute(r, "compute", 0.001, after=mp.get(r, []) if bucket == 0 else [])]
-               for r in range(n)}
-        add_multiring_allreduce(b, rings, "grad", 4 * 200 * bucket, 4 * 200,
-                                stream_prefix=f"b{bucket}r", after=bwd)
+        bwd = {r: [b.compute(r, "compute", 0.001, after=mp.get(r, []) if bucket == 0 else [])] for r in range(n)}
+        add_multiring_allreduce(b, rings, "grad", 4 * 200 * bucket, 4 * 200, stream_prefix=f"b{bucket}r", after=bwd)
     b.check(Check("allreduce", "grad", 0, 4 * 600, groups=[list(range(n))]))
     sched = b.build()
     for seed in range(5):

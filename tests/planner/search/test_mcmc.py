@@ -15,12 +15,14 @@ from planner.search.topology import TopologyCache
 
 
 def _scenario(model, n=16, d=4, kind="topoopt", batch=128, steps=120, **topology):
-    return parse_scenario({
-        "cluster": {"servers": n, "degree": d, "link_gbps": 100},
-        "workload": {"model": model, "batch_per_server": batch},
-        "parallelism": {"strategy": "search", "search_steps": steps, "seed": 3},
-        "topology": {"kind": kind, **topology},
-    })
+    return parse_scenario(
+        {
+            "cluster": {"servers": n, "degree": d, "link_gbps": 100},
+            "workload": {"model": model, "batch_per_server": batch},
+            "parallelism": {"strategy": "search", "search_steps": steps, "seed": 3},
+            "topology": {"kind": kind, **topology},
+        }
+    )
 
 
 @pytest.mark.parametrize("model", ["dlrm", "candle", "bert", "vgg16"])
@@ -59,7 +61,10 @@ def test_search_is_reproducible():
 
 
 def _mp_cables(plan: Plan) -> int:
-    return len(plan.links) - sum(len(plan.extra["class_strides"].get(k, [])) for k in plan.extra["class_strides"]) * plan.servers
+    return (
+        len(plan.links)
+        - sum(len(plan.extra["class_strides"].get(k, [])) for k in plan.extra["class_strides"]) * plan.servers
+    )
 
 
 def test_hybrid_dlrm_traffic_gives_mp_links_that_data_parallel_does_not():
@@ -77,7 +82,7 @@ def test_hybrid_dlrm_traffic_gives_mp_links_that_data_parallel_does_not():
     assert set(plans["data"].links) != set(plans["hybrid"].links)
     # Table owners are matched with their heaviest consumers: every MP cable touches an owner.
     owners = {c.owner for c in table_placement_start(graph, 16) if c.owner >= 0}
-    mp_links = plans["hybrid"].links[len(plans["hybrid"].links) - _mp_cables(plans["hybrid"]):]
+    mp_links = plans["hybrid"].links[len(plans["hybrid"].links) - _mp_cables(plans["hybrid"]) :]
     assert any(l.a in owners or l.b in owners for l in mp_links)
 
 

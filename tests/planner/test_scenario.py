@@ -3,7 +3,6 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -30,15 +29,33 @@ BAD = [
     ("servers < 2", GOOD.replace("servers = 12", "servers = 1"), "cluster.servers", ">= 2"),
     ("degree < 1", GOOD.replace("degree = 4", "degree = 0"), "cluster.degree", ">= 1"),
     ("degree >= servers", GOOD.replace("degree = 4", "degree = 12"), "cluster.degree", "below cluster.servers"),
-    ("odd degree", GOOD.replace("degree = 4", "degree = 3") + '[parallelism]\nstrategy = "data"\n',
-     "cluster.degree", "even degree"),
+    (
+        "odd degree",
+        GOOD.replace("degree = 4", "degree = 3") + '[parallelism]\nstrategy = "data"\n',
+        "cluster.degree",
+        "even degree",
+    ),
     ("unknown model", GOOD.replace('"dlrm"', '"gpt5"'), "workload.model", "not one of"),
     ("unknown topology", GOOD.replace('"topoopt"', '"hypercube"'), "topology.kind", "not one of"),
-    ("group size", GOOD.replace('"dlrm"', '"bert"') + '[parallelism]\nstrategy = "hybrid"\nmp_degree = 5\n',
-     "parallelism.mp_degree", "divide"),
+    (
+        "group size",
+        GOOD.replace('"dlrm"', '"bert"') + '[parallelism]\nstrategy = "hybrid"\nmp_degree = 5\n',
+        "parallelism.mp_degree",
+        "divide",
+    ),
     ("zero rate", GOOD.replace("link_gbps = 25", "link_gbps = 0"), "cluster.link_gbps", "> 0"),
-    ("torus degree", GOOD.replace('"topoopt"', '"torus"').replace("degree = 4", "degree = 6"), "cluster.degree", "degree 4"),
-    ("torus shape", GOOD.replace('"topoopt"', '"torus"').replace("servers = 12", "servers = 13"), "cluster.servers", "a x b"),
+    (
+        "torus degree",
+        GOOD.replace('"topoopt"', '"torus"').replace("degree = 4", "degree = 6"),
+        "cluster.degree",
+        "degree 4",
+    ),
+    (
+        "torus shape",
+        GOOD.replace('"topoopt"', '"torus"').replace("servers = 12", "servers = 13"),
+        "cluster.servers",
+        "a x b",
+    ),
     ("negative emulated rate", GOOD + "[emulation]\nlink_mbps = -5\n", "emulation.link_mbps", "> 0"),
 ]
 
@@ -76,11 +93,19 @@ def test_every_shipped_scenario_plans(scenario_dir):
 
 def test_cli_json_and_out(tmp_path, scenario_dir):
     out = tmp_path / "plan.json"
-    proc = subprocess.run([sys.executable, "-m", "topolab", "plan", str(scenario_dir / "topoopt-12.toml"),
-                           "--json", "--out", str(out)], capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "topolab", "plan", str(scenario_dir / "topoopt-12.toml"), "--json", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     data = json.loads(proc.stdout)
     assert data["strides"] == [1, 5] and data["summary"]["diameter"] == 3
     assert json.loads(out.read_text()) == data
-    human = subprocess.run([sys.executable, "-m", "topolab", "plan", str(scenario_dir / "topoopt-12.toml")],
-                           capture_output=True, text=True, check=True).stdout
+    human = subprocess.run(
+        [sys.executable, "-m", "topolab", "plan", str(scenario_dir / "topoopt-12.toml")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "±1, ±5" in human and "diameter        3 hops" in human

@@ -4,7 +4,8 @@ valid path over existing cables that ends at its destination and is shortest."""
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from planner import Plan, build_plan, parse_scenario
 from planner.zoo import MODELS
@@ -44,15 +45,26 @@ def check_plan(plan: Plan) -> None:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(n=5, half=2, kind="topoopt", model="ncf", strategy="hybrid")  # odd n: a server unmatched twice
-@given(n=st.integers(5, 40), half=st.integers(1, 3), kind=st.sampled_from(["topoopt", "expander", "ring"]),
-       model=st.sampled_from(MODELS), strategy=st.sampled_from(["data", "hybrid"]))
+@given(
+    n=st.integers(5, 40),
+    half=st.integers(1, 3),
+    kind=st.sampled_from(["topoopt", "expander", "ring"]),
+    model=st.sampled_from(MODELS),
+    strategy=st.sampled_from(["data", "hybrid"]),
+)
 def test_direct_connect_plans_are_valid(n, half, kind, model, strategy):
     d = 2 * half
     if d >= n:
         d = 2
     mp = next(m for m in (2, 1) if n % m == 0)
-    s = parse_scenario({"cluster": {"servers": n, "degree": d}, "topology": {"kind": kind},
-                        "workload": {"model": model}, "parallelism": {"strategy": strategy, "mp_degree": mp}})
+    s = parse_scenario(
+        {
+            "cluster": {"servers": n, "degree": d},
+            "topology": {"kind": kind},
+            "workload": {"model": model},
+            "parallelism": {"strategy": strategy, "mp_degree": mp},
+        }
+    )
     check_plan(build_plan(s))
 
 
@@ -62,26 +74,38 @@ def test_torus_and_switch(n):
         s = parse_scenario({"cluster": {"servers": n, "degree": 4}, "topology": {"kind": kind}})
         plan = build_plan(s)
         check_plan(plan)
-    assert build_plan(parse_scenario({"cluster": {"servers": n, "degree": 4}, "topology": {"kind": "switch"}})).summary.diameter == 2
+    assert (
+        build_plan(
+            parse_scenario({"cluster": {"servers": n, "degree": 4}, "topology": {"kind": "switch"}})
+        ).summary.diameter
+        == 2
+    )
 
 
 def test_hybrid_dense_model_gets_subgroup_rings_and_matchings():
-    s = parse_scenario({"cluster": {"servers": 12, "degree": 4}, "workload": {"model": "resnet50"},
-                        "parallelism": {"strategy": "hybrid", "mp_degree": 2}})
+    s = parse_scenario(
+        {
+            "cluster": {"servers": 12, "degree": 4},
+            "workload": {"model": "resnet50"},
+            "parallelism": {"strategy": "hybrid", "mp_degree": 2},
+        }
+    )
     plan = build_plan(s)
     check_plan(plan)
     sizes = sorted(len(g.members) for g in plan.demand.allreduce)
     assert sizes == [6, 6, 12]  # two coset groups of the sharded layers + the replicated rest
     assert plan.extra["d_mp"] > 0  # activation traffic inside blocks got matching cables
     block_pairs = {(a, a + 1) for a in range(0, 12, 2)}
-    mp_cables = [(min(l.a, l.b), max(l.a, l.b)) for l in plan.links][plan.extra["d_allreduce"] * 6:]
+    mp_cables = [(min(l.a, l.b), max(l.a, l.b)) for l in plan.links][plan.extra["d_allreduce"] * 6 :]
     assert mp_cables and all(c in block_pairs for c in mp_cables)
 
 
 def test_expander_is_seeded():
     def plan(seed):
-        return build_plan(parse_scenario({"cluster": {"servers": 20, "degree": 4},
-                                          "topology": {"kind": "expander", "seed": seed}}))
+        return build_plan(
+            parse_scenario({"cluster": {"servers": 20, "degree": 4}, "topology": {"kind": "expander", "seed": seed}})
+        )
+
     assert plan(3).links == plan(3).links
     assert plan(3).links != plan(4).links
 
@@ -97,8 +121,13 @@ def test_plan_json_round_trip(kind):
 
 
 def test_large_plan_routes_are_compact():
-    s = parse_scenario({"cluster": {"servers": 1024, "degree": 8}, "workload": {"model": "resnet50"},
-                        "parallelism": {"strategy": "data"}})
+    s = parse_scenario(
+        {
+            "cluster": {"servers": 1024, "degree": 8},
+            "workload": {"model": "resnet50"},
+            "parallelism": {"strategy": "data"},
+        }
+    )
     plan = build_plan(s)
     assert plan.routes.kind == "circulant" and len(plan.routes.first_stride) == 1024
     assert len(plan.to_json()) < 200_000
@@ -120,8 +149,13 @@ def test_full_group_keeps_a_ring_when_subgroups_dominate():
 @pytest.mark.parametrize("model", ["ncf", "dlrm", "resnet50"])
 def test_odd_n_uses_every_port(n, model):
     """Odd n: matchings leave a server out; it takes its free ports by splitting an MP cable."""
-    s = parse_scenario({"cluster": {"servers": n, "degree": 4}, "workload": {"model": model},
-                        "parallelism": {"strategy": "hybrid", "mp_degree": 1}})
+    s = parse_scenario(
+        {
+            "cluster": {"servers": n, "degree": 4},
+            "workload": {"model": model},
+            "parallelism": {"strategy": "hybrid", "mp_degree": 1},
+        }
+    )
     plan = build_plan(s)
     check_plan(plan)
     assert not any("left unused" in note for note in plan.notes)

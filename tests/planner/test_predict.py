@@ -2,12 +2,12 @@
 
 import pytest
 
+from contract.physics import tcp_goodput_fraction
 from planner import build_plan, load_scenario, parse_scenario
 from planner.collectives.p2p import p2p_transfers
 from planner.collectives.rings import multiring_allreduce, ring_allreduce, topoopt_rings
 from planner.collectives.simulate import simulate_and_verify
 from planner.iteration import IterationOptions, iteration_schedule
-from contract.physics import tcp_goodput_fraction
 from planner.predict import Network, plan_network, predict
 from planner.zoo import get_model
 
@@ -17,6 +17,7 @@ def _line_network(cap=1e6, alpha=0.0):
     def path(a, b):
         step = 1 if b > a else -1
         return list(range(a, b + step, step))
+
     capacity = {(0, 1): cap, (1, 0): cap, (1, 2): cap, (2, 1): cap}
     return Network(capacity, path, alpha, reduce_bytes_per_s=1e18)
 
@@ -44,8 +45,13 @@ def test_messages_of_one_pair_are_fifo():
 
 @pytest.mark.parametrize("n", [8, 12, 16])
 def test_topoopt_multiring_meets_the_bandwidth_bound(n):
-    s = parse_scenario({"cluster": {"servers": n, "degree": 4, "link_gbps": 1}, "workload": {"model": "resnet50"},
-                        "parallelism": {"strategy": "data"}})
+    s = parse_scenario(
+        {
+            "cluster": {"servers": n, "degree": 4, "link_gbps": 1},
+            "workload": {"model": "resnet50"},
+            "parallelism": {"strategy": "data"},
+        }
+    )
     plan = build_plan(s)
     net = plan_network(plan, mtu=9000, alpha_s=0.0, reduce_bytes_per_s=1e18)
     size = n * 4 * 2**16
@@ -62,14 +68,18 @@ def test_goodput_fraction_matches_measured_htb_ceiling():
     assert tcp_goodput_fraction(9000) == pytest.approx(0.992, abs=0.002)
 
 
-@pytest.mark.parametrize("name", ["topoopt-12", "switch-12", "expander-12", "resnet50-topoopt-12",
-                                  "resnet50-switch-12", "topoopt-32"])
+@pytest.mark.parametrize(
+    "name", ["topoopt-12", "switch-12", "expander-12", "resnet50-topoopt-12", "resnet50-switch-12", "topoopt-32"]
+)
 def test_iteration_schedules_verify_and_overlap(scenario_dir, name):
     s = load_scenario(scenario_dir / f"{name}.toml")
     plan = build_plan(s)
     model = get_model(s.workload.model)
-    small = iteration_schedule(plan, model, IterationOptions(s.workload.batch_per_server, s.workload.device_tflops,
-                                                             time_scale=10.0, payload_scale=1e-4))
+    small = iteration_schedule(
+        plan,
+        model,
+        IterationOptions(s.workload.batch_per_server, s.workload.device_tflops, time_scale=10.0, payload_scale=1e-4),
+    )
     assert simulate_and_verify(small) == []
     pred = predict(small, plan_network(plan))
     compute = sum(op.seconds for op in small.programs[0]["compute"] if op.kind == "compute")
@@ -78,8 +88,13 @@ def test_iteration_schedules_verify_and_overlap(scenario_dir, name):
 
 
 def test_hybrid_dense_iteration_uses_coset_groups():
-    s = parse_scenario({"cluster": {"servers": 8, "degree": 4}, "workload": {"model": "vgg16"},
-                        "parallelism": {"strategy": "hybrid", "mp_degree": 2}})
+    s = parse_scenario(
+        {
+            "cluster": {"servers": 8, "degree": 4},
+            "workload": {"model": "vgg16"},
+            "parallelism": {"strategy": "hybrid", "mp_degree": 2},
+        }
+    )
     plan = build_plan(s)
     sched = iteration_schedule(plan, get_model("vgg16"), IterationOptions(8, 125.0, payload_scale=1e-4))
     groups = [c.groups for c in sched.checks if c.kind == "allreduce"]

@@ -1,6 +1,5 @@
 """The flow-level simulator against the closed forms of reference section 1.5."""
 
-import numpy as np
 import pytest
 
 from planner import build_plan, parse_scenario
@@ -12,9 +11,14 @@ MB = 1 << 20
 
 
 def _scenario(n=12, d=4, kind="topoopt", gbps=100.0, latency=1.0, **topology):
-    return parse_scenario({"cluster": {"servers": n, "degree": d, "link_gbps": gbps, "latency_us": latency},
-                           "workload": {"model": "resnet50"}, "parallelism": {"strategy": "data"},
-                           "topology": {"kind": kind, **topology}})
+    return parse_scenario(
+        {
+            "cluster": {"servers": n, "degree": d, "link_gbps": gbps, "latency_us": latency},
+            "workload": {"model": "resnet50"},
+            "parallelism": {"strategy": "data"},
+            "topology": {"kind": kind, **topology},
+        }
+    )
 
 
 def _one_weight(nbytes: int) -> OpGraph:

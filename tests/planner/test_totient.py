@@ -4,7 +4,8 @@ from math import gcd
 
 import networkx as nx
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from planner import build_plan, parse_scenario
 from planner.totient import select_permutations, totient_strides
@@ -49,8 +50,9 @@ def _independent_diameter(n, strides):
 
 @pytest.mark.parametrize("n,d", [(12, 4), (16, 4), (30, 6), (64, 8), (128, 8), (432, 8), (1024, 8), (97, 6)])
 def test_data_parallel_plan_matches_rule(n, d):
-    s = parse_scenario({"cluster": {"servers": n, "degree": d}, "workload": {"model": "resnet50"},
-                        "parallelism": {"strategy": "data"}})
+    s = parse_scenario(
+        {"cluster": {"servers": n, "degree": d}, "workload": {"model": "resnet50"}, "parallelism": {"strategy": "data"}}
+    )
     plan = build_plan(s)
     expected = select_permutations(totient_strides(n), d // 2)
     assert list(plan.strides) == expected

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.root
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _root_links() -> set[str]:
@@ -33,8 +33,14 @@ def _alive(pid: int) -> bool:
 
 
 def _topolab(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "topolab", *args], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "topolab", *args],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **kw,
+    )
 
 
 def test_smoke_run_end_to_end(tmp_path):
@@ -64,8 +70,9 @@ def test_interrupted_run_writes_partial_results_and_leaves_nothing(tmp_path):
     before = _root_links()
     out = tmp_path / "out"
     run_dir = tmp_path / "run"
-    proc = _topolab("run", "scenarios/smoke-12.toml", "--out", str(out), "--iterations", "500",
-                    "--run-dir", str(run_dir))
+    proc = _topolab(
+        "run", "scenarios/smoke-12.toml", "--out", str(out), "--iterations", "500", "--run-dir", str(run_dir)
+    )
     pids: set[int] = set()
     deadline = time.monotonic() + 90
     seen_timed = False

@@ -19,14 +19,22 @@ from pathlib import Path
 
 import pytest
 
-from emulator import EmulatedNetwork, EmulationConfig, EmulationError, EmulationInputError, ShapingError, identity, nsutil
-from emulator import shaping
-from emulator.checks import check_paths
-from emulator.sample_plans import circulant_plan, switch_plan
 from contract.plan import Link
+from emulator import (
+    EmulatedNetwork,
+    EmulationConfig,
+    EmulationError,
+    EmulationInputError,
+    ShapingError,
+    identity,
+    nsutil,
+    shaping,
+)
+from emulator.checks import check_paths
+from tests.fixtures.sample_plans import circulant_plan, switch_plan
 
 pytestmark = pytest.mark.root
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 
 
@@ -35,8 +43,9 @@ def _root_links() -> set[str]:
     return {line.split()[0].split("@")[0] for line in out.splitlines() if line.strip()}
 
 
-def _assert_gone(pids_and_starts: list[tuple[int, int | None]], netns: set[int], run_dir: Path,
-                 root_links_before: set[str]) -> None:
+def _assert_gone(
+    pids_and_starts: list[tuple[int, int | None]], netns: set[int], run_dir: Path, root_links_before: set[str]
+) -> None:
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
         alive = [p for p, st in pids_and_starts if nsutil.is_same_process(p, st)]
@@ -122,8 +131,7 @@ def test_routes_are_the_plan_and_packets_take_the_plan_paths(tmp_path):
         owner = {p.address: p.node for ports in net.ports for p in ports}
         for u in range(12):
             with nsutil.in_netns_of(net.hosts[u].pid), IPRoute() as ipr:
-                routes = {r.get_attr("RTA_DST"): r for r in ipr.get_routes(family=2, table=254)
-                          if r["dst_len"] == 32}
+                routes = {r.get_attr("RTA_DST"): r for r in ipr.get_routes(family=2, table=254) if r["dst_len"] == 32}
             for v in range(12):
                 if v != u:
                     r = routes[identity(v)]
@@ -169,7 +177,7 @@ def test_second_run_gets_a_clear_busy_message(tmp_path):
 _HOLDER = textwrap.dedent("""
     import json, subprocess, sys, time
     from emulator import EmulatedNetwork, EmulationConfig, nsutil
-    from emulator.sample_plans import circulant_plan
+    from tests.fixtures.sample_plans import circulant_plan
     net = EmulatedNetwork(circulant_plan(6, (1,)), EmulationConfig(run_dir=sys.argv[1]))
     with net:
         procs = [net.popen(i, ["sleep", "300"]) for i in range(6)]
@@ -221,11 +229,17 @@ def test_clean_never_touches_processes_outside_our_namespaces(tmp_path):
     try:
         root_ns = nsutil.netns_inode(1)
         ours = nsutil.netns_inode(os.getpid())
-        state = {"run_id": run_id, "owner_pid": 4242, "owner_start": 1,  # an owner that is gone
-                 "hosts": {"h0": {"pid": 1, "start": nsutil.start_time(1), "netns": root_ns},
-                           "h1": {"pid": outsider.pid, "start": nsutil.start_time(outsider.pid), "netns": ours},
-                           "h2": {"pid": os.getpid(), "start": nsutil.start_time(os.getpid()), "netns": ours}},
-                 "procs": [{"pid": outsider.pid, "start": nsutil.start_time(outsider.pid), "argv0": "sleep"}]}
+        state = {
+            "run_id": run_id,
+            "owner_pid": 4242,
+            "owner_start": 1,  # an owner that is gone
+            "hosts": {
+                "h0": {"pid": 1, "start": nsutil.start_time(1), "netns": root_ns},
+                "h1": {"pid": outsider.pid, "start": nsutil.start_time(outsider.pid), "netns": ours},
+                "h2": {"pid": os.getpid(), "start": nsutil.start_time(os.getpid()), "netns": ours},
+            },
+            "procs": [{"pid": outsider.pid, "start": nsutil.start_time(outsider.pid), "argv0": "sleep"}],
+        }
         (tmp_path / "run-4242.json").write_text(json.dumps(state))
         report = clean_dead_runs(str(tmp_path), log=lambda msg: None)
         assert report.killed == []

@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import pytest
 
 from planner.collectives import simulate_and_verify
 from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan, plan_rings
-from topolab.collective import (CollectiveInputError, SizeResult, add_collective_arguments,
-                                format_table, ideal_allreduce_s, parse_algorithms, parse_size,
-                                parse_sizes, run_collective)
+from topolab.collective import (
+    CollectiveInputError,
+    SizeResult,
+    add_collective_arguments,
+    format_table,
+    ideal_allreduce_s,
+    parse_algorithms,
+    parse_size,
+    parse_sizes,
+    run_collective,
+)
 
 
 def test_sizes_parse_like_nccl_tests():
@@ -55,6 +62,7 @@ def test_figures_follow_nccl_tests_factors():
 
 def test_plan_adapter_runs_every_algorithm_on_the_planned_rings():
     from planner import build_plan, load_scenario
+
     plan = build_plan(load_scenario("scenarios/topoopt-12.toml"))
     rings = plan_rings(plan)
     assert len(rings) == 2 * len(plan.rings)
@@ -70,6 +78,7 @@ def test_not_root_or_bad_input_is_a_usage_error(tmp_path):
     parser = argparse.ArgumentParser()
     add_collective_arguments(parser)
     from topolab.cli import UsageError
+
     with pytest.raises(UsageError, match="--repeat"):
         run_collective(parser.parse_args(["scenarios/topoopt-12.toml", "--repeat", "0"]))
     with pytest.raises(UsageError, match="--bytes"):
@@ -82,9 +91,20 @@ def test_collective_on_emulated_topoopt_12(capsys, tmp_path):
     """Every algorithm verifies on the real emulated network (small buffer, fast)."""
     parser = argparse.ArgumentParser()
     add_collective_arguments(parser)
-    args = parser.parse_args(["scenarios/topoopt-12.toml", "--algorithm", "ring,topoopt,tree,dbtree",
-                              "--bytes", "1M", "--repeat", "1", "--json",
-                              "--run-dir", str(tmp_path)])
+    args = parser.parse_args(
+        [
+            "scenarios/topoopt-12.toml",
+            "--algorithm",
+            "ring,topoopt,tree,dbtree",
+            "--bytes",
+            "1M",
+            "--repeat",
+            "1",
+            "--json",
+            "--run-dir",
+            str(tmp_path),
+        ]
+    )
     assert run_collective(args) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["algorithm"] for r in doc["results"]] == ["ring", "topoopt", "tree", "dbtree"]

@@ -34,7 +34,9 @@ def test_similar_cost_fattree_is_the_fastest_affordable(d, b):
 
 
 def test_prices_from_json_data_and_errors():
-    p = PriceModel.from_dict({"patch_panel_port": 50, "nic_port": {"10": 1, "25": 2, "40": 3, "100": 4, "200": 5, "400": 6}})
+    p = PriceModel.from_dict(
+        {"patch_panel_port": 50, "nic_port": {"10": 1, "25": 2, "40": 3, "100": 4, "200": 5, "400": 6}}
+    )
     assert p.patch_panel_port == 50.0 and p.nic_port[100.0] == 4.0
     with pytest.raises(ValueError, match="unknown price key"):
         PriceModel.from_dict({"ocs_port": 520})
@@ -44,8 +46,9 @@ def test_prices_from_json_data_and_errors():
 
 
 def test_network_scenarios():
-    base = parse_scenario({"cluster": {"servers": 128, "degree": 8, "link_gbps": 100, "latency_us": 1},
-                           "workload": {"model": "bert"}})
+    base = parse_scenario(
+        {"cluster": {"servers": 128, "degree": 8, "link_gbps": 100, "latency_us": 1}, "workload": {"model": "bert"}}
+    )
     ft = network_scenario(base, "fattree")
     assert ft.scenario.topology.kind == "switch" and ft.scenario.topology.switch_gbps == ft.per_server_gbps
     assert ft.scenario.cluster.latency_us == 2.0
