@@ -1,5 +1,5 @@
-# Quick start: `make run` (set-up, then the default 12-server scenario end to end)
-# and `make test` (set-up, then the whole test suite). Both run scripts/setup.sh first.
+# Shortcuts for the README's two commands (scripts/run.sh and scripts/test.sh), for machines
+# that have make. A bare Debian 12 has no make: use the scripts directly.
 SCENARIO ?= scenarios/topoopt-12.toml
 VENV := .venv/bin
 
@@ -8,14 +8,14 @@ VENV := .venv/bin
 setup:
 	@bash scripts/setup.sh
 
-run: setup
-	$(VENV)/topolab run $(SCENARIO)
+run:
+	bash scripts/run.sh $(SCENARIO)
 
-test: setup
-	$(VENV)/python -m pytest
+test:
+	bash scripts/test.sh
 
 # Benchmarks print their figures and write JSON to benchmarks/results/ (the README's numbers).
-# The last three build emulated networks and need root.
+# Those that build emulated networks need root.
 bench: setup
 	$(VENV)/python benchmarks/plan_speed.py
 	$(VENV)/python benchmarks/search_speed.py

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # One idempotent set-up for topolab: system packages, then .venv/ with the project.
-# Used by `make`, by .ci/run and by the Vagrant VM. Safe to run again: it only does what is missing.
+# Used by scripts/run.sh and scripts/test.sh (the README's two commands), by `make` and by the
+# Vagrant VM. Works on a bare (minbase) Debian 12 as root: it installs python3 itself.
+# Safe to run again: it only does what is missing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-apt_packages=(mininet iperf3 iputils-ping traceroute ethtool iproute2 python3-venv)
+# python3-venv brings ensurepip; iproute2 is ip/tc; mininet's mnexec drives the hosts;
+# ethtool is not a Mininet dependency but Mininet calls it; ca-certificates for pip.
+apt_packages=(python3 python3-venv ca-certificates mininet iperf3 iputils-ping traceroute ethtool iproute2 procps)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
