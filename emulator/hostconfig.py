@@ -19,12 +19,13 @@ by `READBACK_TIMEOUT_S`): Mininet never raises on tc errors, so nothing is trust
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -158,38 +159,42 @@ def configure_host(
 def apply_qdiscs(
     work: list[tuple[EmulatedHost, list[shaping.Shaping]]], use_netem: bool, timeout_s: float = TC_TIMEOUT_S
 ) -> None:
-    """One ``tc -batch`` per host, all in parallel, each bounded by ``timeout_s``; raise
-    `ShapingError` naming the hosts whose tc failed and why (tc's last line)."""
-    procs, errors = [], []
-    try:
-        for host, items in work:
-            proc = subprocess.Popen(
-                ["mnexec", "-a", str(host.pid), "tc", "-batch", "-"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            procs.append((host, proc, shaping.tc_batch(items, use_netem)))
-        deadline = time.monotonic() + timeout_s
-        for host, proc, text in procs:
-            try:
-                _out, err = proc.communicate(text, timeout=max(deadline - time.monotonic(), 0.0))
-            except subprocess.TimeoutExpired:
-                errors.append(f"host {host.name}: tc did not finish within {timeout_s:g} s")
-                continue
-            if proc.returncode != 0:
-                lines = err.strip().splitlines()
-                cause = lines[-1] if lines else f"tc exited with status {proc.returncode}"
-                errors.append(f"host {host.name}: {cause}")
-    finally:
-        for _host, proc, _text in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()  # after SIGKILL: returns at once
+    """One ``tc -batch`` per host, all in parallel (one waiting thread each), each bounded by
+    ``timeout_s``; raise `ShapingError` naming the hosts whose tc failed and why (tc's last
+    line, or that it did not finish)."""
+    if not work:
+        return
+    with ThreadPoolExecutor(max_workers=len(work), thread_name_prefix="tc") as pool:
+        outcomes = list(pool.map(lambda item: _run_tc(item[0], item[1], use_netem, timeout_s), work))
+    errors = [e for e in outcomes if e]
     if errors:
         more = f" (and {len(errors) - _TC_ERRORS_SHOWN} more)" if len(errors) > _TC_ERRORS_SHOWN else ""
         raise ShapingError("tc refused the shaping: " + "; ".join(errors[:_TC_ERRORS_SHOWN]) + more)
+
+
+def _run_tc(host: EmulatedHost, items: list[shaping.Shaping], use_netem: bool, timeout_s: float) -> str:
+    """Run one host's ``tc -batch`` in its namespace; '' if it succeeded, else the error."""
+    proc = subprocess.Popen(
+        ["mnexec", "-a", str(host.pid), "tc", "-batch", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _out, err = proc.communicate(shaping.tc_batch(items, use_netem), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        # not communicate(): a child tc left behind may hold the pipes; teardown ends it
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=timeout_s)
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()
+        return f"host {host.name}: tc did not finish within {timeout_s:g} s"
+    if proc.returncode == 0:
+        return ""
+    lines = err.strip().splitlines()
+    return f"host {host.name}: {lines[-1] if lines else f'tc exited with status {proc.returncode}'}"
 
 
 def check_qdiscs(

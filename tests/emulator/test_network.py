@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -274,3 +275,46 @@ def test_host_whose_shell_exits_is_one_clear_error(tmp_path, monkeypatch):
     assert "host h2" in str(err.value) and "\n" not in str(err.value)
     assert _root_links() == before
     assert not list(tmp_path.glob("run-*.json"))
+
+
+def _fake_tc(tmp_path, monkeypatch, on_h1: str) -> None:
+    """Put a ``tc`` first on PATH that runs ``on_h1`` for host h1's batch and hands every
+    other batch to the real tc: a fault of one host's tc we cannot cause with a correct tc."""
+    real = shutil.which("tc")
+    assert real
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "tc"
+    script.write_text(
+        "#!/bin/sh\n"
+        "input=$(cat)\n"
+        'case "$input" in *"dev h1-eth"*) ' + on_h1 + " ;; esac\n"
+        f'printf "%s\\n" "$input" | exec {real} "$@"\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize(
+    "on_h1, cause",
+    [
+        ('echo "Error: Specified qdisc kind is unknown." >&2; exit 1', "Specified qdisc kind is unknown"),
+        ("sleep 300", "tc did not finish within"),
+    ],
+    ids=["tc-fails", "tc-hangs"],
+)
+def test_a_failing_tc_is_one_line_naming_the_host_and_leaves_nothing(tmp_path, monkeypatch, on_h1, cause):
+    _fake_tc(tmp_path, monkeypatch, on_h1)
+    run_dir = tmp_path / "run"
+    before = _root_links()
+    net = EmulatedNetwork(circulant_plan(4, (1,)), EmulationConfig(run_dir=str(run_dir), netem="off"))
+    t0 = time.monotonic()
+    with pytest.raises(ShapingError) as err:
+        net.start()
+    assert time.monotonic() - t0 < 10
+    message = str(err.value)
+    assert "host h1" in message and cause in message, message
+    assert "\n" not in message and err.value.exit_code != 0
+    assert not any(f"host h{u}:" in message for u in (0, 2, 3)), "only h1's tc failed"
+    shells = [(h.pid, None) for h in net.hosts]
+    _assert_gone(shells, {h.netns for h in net.hosts}, run_dir, before)
