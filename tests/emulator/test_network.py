@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.network import circulant_network
 from contract.plan import Link
 from emulator import (
     EmulatedNetwork,
@@ -65,8 +66,9 @@ def _config(tmp_path, **kw) -> EmulationConfig:
 
 def test_build_and_teardown_leave_nothing(tmp_path):
     before = _root_links()
-    plan = circulant_plan(12, (1, 5))
-    with EmulatedNetwork(plan, _config(tmp_path)) as net:
+    network = circulant_network(12, (1, 5))  # the plain description, no Plan
+    with EmulatedNetwork(network, _config(tmp_path)) as net:
+        assert net.network is network
         shells = [(h.pid, nsutil.start_time(h.pid)) for h in net.hosts]
         netns = {nsutil.netns_inode(h.pid) for h in net.hosts}
         assert len(netns) == 12 and None not in netns
