@@ -12,7 +12,7 @@ prediction error stays under 10%; at 400 Mbit/s it reached 70%), a 12-worker rin
 measured 1.007x its TCP-limited ideal, and even the switch baseline, whose 4x ports carry
 400 Mbit/s each, moves under 10 Gbit/s of shaped traffic in total, far below the 45-55
 Gbit/s at which both cores saturate. HTB itself holds its rate from 10 Mbit/s to 5 Gbit/s
-(``docs/emulation.md``, "Shaping"), so the default is chosen for the workers, not for tc.
+(``docs/emulation.md`` section 3), so the default is chosen for the workers, not for tc.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ the hosts (SIGTERM, then SIGKILL, by PID), then anything else living in our name
 host shells (bounded waits); the kernel then frees each namespace and its cables. Mininet's
 ``net.stop()`` is not used: it does not end ``popen``-ed processes and takes twice as long.
 The state file goes last, and stays if a host shell would not die, so `topolab clean` can
-finish the job (``docs/emulation.md``, "Life cycle").
+finish the job (``docs/emulation.md`` section 4).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def test_ports_follow_mininet_names_and_parallel_cables_stay_separate():
 
 
 def test_tcp_maximum_matches_the_measured_fractions():
-    # emulation-facts.md: 95.6% at MTU 1500, 99.2% at MTU 9000
+    # docs/emulation.md: 95.6% at MTU 1500, 99.2% at MTU 9000
     assert tcp_goodput_fraction(1500) == pytest.approx(0.956, abs=0.001)
     assert tcp_goodput_fraction(9000) == pytest.approx(0.992, abs=0.001)
 
