@@ -15,8 +15,10 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -121,7 +123,11 @@ def _trace(net, pairs: list[tuple[int, int]], timeout_s: float) -> list[PathResu
         procs[s] = net.popen(s, ["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     results = []
     for s, proc in procs.items():
-        out, _ = proc.communicate(timeout=timeout_s)
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:  # its pairs count as unreached (and are traced again)
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: sh and its traceroutes
+            out, _ = proc.communicate()
         chunks = re.split(r"^## (\d+)\n", out, flags=re.M)
         texts = {int(chunks[i]): chunks[i + 1] for i in range(1, len(chunks) - 1, 2)}
         for d in by_src[s]:
