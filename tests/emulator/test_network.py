@@ -48,6 +48,9 @@ def _root_links() -> set[str]:
 def _assert_gone(
     pids_and_starts: list[tuple[int, int | None]], netns: set[int], run_dir: Path, root_links_before: set[str]
 ) -> None:
+    # namespace inodes are recycled: a namespace created after our teardown (another run on
+    # this machine) may carry one of ours, so only processes started before now count
+    now_ticks = float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK")
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
         alive = [p for p, st in pids_and_starts if nsutil.is_same_process(p, st)]
@@ -55,7 +58,8 @@ def _assert_gone(
             break
         time.sleep(0.05)
     assert alive == [], f"processes of the run still alive: {alive}"
-    assert nsutil.pids_in_netns(netns) == [], "a process still lives in one of the run's namespaces"
+    left = [p for p in nsutil.pids_in_netns(netns) if (nsutil.start_time(p) or 0) <= now_ticks]
+    assert left == [], "a process still lives in one of the run's namespaces"
     assert _root_links() == root_links_before, "root namespace interfaces changed"
     assert not list(run_dir.glob("run-*.json")), "state file left behind"
 
