@@ -1,8 +1,8 @@
 """Build and teardown time of the emulated network for 12, 32 and 64 servers, degree 4.
 
-Target (issue 3): the 12-server network up in < 1 s and gone in < 1 s. Plans are TopoOpt's
+Target (issue 3): the 12-server network up in < 1 s and gone in < 1 s. Networks are TopoOpt's
 circulant wiring i +- 1, i +- s (s = 5 for 12 servers, the prototype's; else the stride
-nearest n / 2.4 coprime to n). Each size is built ``--repeat`` times; the median is reported.
+nearest n / 2.4 coprime to n), built by `contract.network.circulant_network`. Each size is built ``--repeat`` times; the median is reported.
 Prints a table and writes JSON (default benchmarks/results/emulator_build.json).
 
     sudo .venv/bin/python benchmarks/emulator_build.py [--sizes 12 32 64] [--repeat 3]
@@ -20,14 +20,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from contract.network import circulant_network
 from emulator import EmulatedNetwork, EmulationConfig
-from tests.fixtures.sample_plans import circulant_plan
+
+PROTOTYPE_SERVERS, PROTOTYPE_STRIDE = 12, 5
+"""The TopoOpt prototype's 12 servers wired i +- 1, i +- 5."""
+STRIDE_DIVISOR = 2.4
+"""Other sizes: the second stride nearest n / 2.4 (5 for 12), keeping the prototype's shape."""
 
 
 def stride_for(n: int) -> int:
-    if n == 12:
-        return 5
-    target = round(n / 2.4)
+    if n == PROTOTYPE_SERVERS:
+        return PROTOTYPE_STRIDE
+    target = round(n / STRIDE_DIVISOR)
     return min((s for s in range(2, n // 2) if math.gcd(s, n) == 1), key=lambda s: abs(s - target))
 
 
@@ -42,11 +47,11 @@ def main() -> int:
     rows = []
     print(f"{'servers':>7} {'cables':>6} {'up s':>7} {'down s':>7}   phases (median, s)", flush=True)
     for n in args.sizes:
-        plan = circulant_plan(n, (1, stride_for(n)))
+        network = circulant_network(n, (1, stride_for(n)))
         ups, downs, phases = [], [], []
         for _ in range(args.repeat):
             net = EmulatedNetwork(
-                plan, EmulationConfig(run_dir=args.run_dir, lock_wait_s=args.wait), log=lambda m: None
+                network, EmulationConfig(run_dir=args.run_dir, lock_wait_s=args.wait), log=lambda m: None
             )
             with net:
                 pass
@@ -57,7 +62,7 @@ def main() -> int:
         row = {
             "servers": n,
             "degree": 4,
-            "cables": len(plan.links),
+            "cables": len(network.links),
             "up_s": statistics.median(ups),
             "down_s": statistics.median(downs),
             "up_all_s": ups,
@@ -66,7 +71,7 @@ def main() -> int:
         }
         rows.append(row)
         print(
-            f"{n:>7} {len(plan.links):>6} {row['up_s']:7.3f} {row['down_s']:7.3f}   "
+            f"{n:>7} {len(network.links):>6} {row['up_s']:7.3f} {row['down_s']:7.3f}   "
             + ", ".join(f"{k} {v:.3f}" for k, v in med.items()),
             flush=True,
         )

@@ -1,8 +1,12 @@
-"""emulator: a topolab `Plan` as a real emulated network.
+"""emulator: a `contract.network.Network` (or a `Plan`'s network) as a real emulated network.
 
 Mininet hosts in Linux network namespaces, one veth per cable shaped with HTB, IP forwarding
 and static routes on the hosts (host-based multi-hop forwarding, as the TopoOpt prototype
 relayed with RDMA forwarding), time dilation from the scenario's ``[emulation]`` table.
+Laid out as Mininet is (node / link / net): `emulator.host` (hosts), `emulator.cable`
+(veth cables and their shaping), `emulator.hostconfig` (per-host addresses, routes, qdiscs
+and the read-back), `emulator.net` (`EmulatedNetwork`, the life cycle). ``docs/emulation.md``
+explains the whole construction.
 
     from emulator import EmulatedNetwork, EmulationConfig
     with EmulatedNetwork(plan, EmulationConfig(link_mbps=500)) as net:
@@ -12,7 +16,7 @@ relayed with RDMA forwarding), time dilation from the scenario's ``[emulation]``
 from .addressing import identity, link_addresses, node_of_identity
 from .config import EmulationConfig
 from .errors import EmulationBusyError, EmulationError, EmulationInputError, ShapingError
-from .network import EmulatedNetwork, netem_present
+from .net import EmulatedNetwork, netem_present
 from .state import clean_dead_runs
 
 __all__ = [

@@ -3,20 +3,22 @@
 - Paths: from every host, one ``traceroute`` per destination (UDP probes, all TTLs in
   flight at once); every hop answers with its identity address (routes carry it as
   preferred source), so the observed node sequence is read straight off the output and
-  compared with ``plan.path(src, dst)``. A traceroute that reaches its destination also
+  compared with ``network.path(src, dst)``. A traceroute that reaches its destination also
   proves the pair reachable both ways (the answer travels back).
 - Goodput: ``iperf3 --bidir`` between the two ends of a cable (bound to the cable's
   addresses, so the bytes cross exactly that cable), both directions at once, against the
   TCP maximum of the shaped rate at the MTU (`contract.physics.tcp_goodput_fraction`). Cables are measured
   in parallel batches whose total shaped traffic stays under a CPU budget (both cores of this
-  machine saturate at 45-55 Gbit/s of shaped traffic, emulation-facts.md).
+  machine saturate at 45-55 Gbit/s of shaped traffic, ``docs/emulation.md``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -93,8 +95,8 @@ def check_paths(
     """Traceroute every ordered pair of servers (or ``pairs``), all sources in parallel.
     Pairs with a silent hop are traced again (up to ``retries`` times): a lost probe or
     reply is not a wrong path, a wrong node answering is."""
-    plan = net.plan
-    servers = int(plan.servers)
+    network = net.network
+    servers = int(network.servers)
     if pairs is None:
         pairs = [(s, d) for s in range(servers) for d in range(servers) if s != d]
     results = {(r.src, r.dst): r for r in _trace(net, pairs, timeout_s)}
@@ -107,7 +109,7 @@ def check_paths(
 
 
 def _trace(net, pairs: list[tuple[int, int]], timeout_s: float) -> list[PathResult]:
-    plan = net.plan
+    network = net.network
     by_src: dict[int, list[int]] = {}
     for s, d in pairs:
         by_src.setdefault(s, []).append(d)
@@ -115,18 +117,22 @@ def _trace(net, pairs: list[tuple[int, int]], timeout_s: float) -> list[PathResu
     for s, dsts in by_src.items():
         # probe a little beyond the planned length: a longer path shows as a mismatch
         script = "; ".join(
-            f"echo '## {d}'; traceroute -n -q 1 -w 1 -N 8 -m {len(plan.path(s, d)) + 1} {net.host_address(d)} 2>&1"
+            f"echo '## {d}'; traceroute -n -q 1 -w 1 -N 8 -m {len(network.path(s, d)) + 1} {net.host_address(d)} 2>&1"
             for d in dsts
         )
         procs[s] = net.popen(s, ["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     results = []
     for s, proc in procs.items():
-        out, _ = proc.communicate(timeout=timeout_s)
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:  # its pairs count as unreached (and are traced again)
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: sh and its traceroutes
+            out, _ = proc.communicate()
         chunks = re.split(r"^## (\d+)\n", out, flags=re.M)
         texts = {int(chunks[i]): chunks[i + 1] for i in range(1, len(chunks) - 1, 2)}
         for d in by_src[s]:
             observed = parse_traceroute(texts.get(d, ""), s)
-            results.append(PathResult(s, d, plan.path(s, d), observed, observed[-1] == d))
+            results.append(PathResult(s, d, network.path(s, d), observed, observed[-1] == d))
     return results
 
 
@@ -149,8 +155,8 @@ def check_goodput(
 ) -> GoodputReport:
     """Measure every cable in ``links`` (default: all) both ways at once with iperf3; up to
     ``retries_max`` cables that miss the tolerance are measured once more, alone."""
-    plan = net.plan
-    all_links = list(range(len(plan.links)))
+    network = net.network
+    all_links = list(range(len(network.links)))
     chosen = all_links if links is None else links
     report = GoodputReport(budget_gbps=budget_gbps, sampled=len(chosen) < len(all_links))
     frac = tcp_goodput_fraction(net.mtu)
@@ -160,7 +166,7 @@ def check_goodput(
     current, load, per_host = [], 0.0, {}
     for k in chosen:
         bidir_gbps = 2 * net.link_rate_bps[k] / 1e9
-        a, b = plan.links[k].a, plan.links[k].b
+        a, b = network.links[k].a, network.links[k].b
         if current and (load + bidir_gbps > budget_gbps or per_host.get(a, 0) >= 4 or per_host.get(b, 0) >= 4):
             batches.append(current)
             current, load, per_host = [], 0.0, {}
@@ -195,10 +201,10 @@ def check_goodput(
 def _measure_batch(
     net, batch: list[int], seconds: float, omit_s: int, frac: float, tolerance: float
 ) -> list[LinkResult]:
-    plan = net.plan
+    network = net.network
     servers, clients = [], []
     for k in batch:
-        link = plan.links[k]
+        link = network.links[k]
         pa = next(p for p in net.ports[link.a] if p.link == k)
         port = 20000 + k
         servers.append(
@@ -211,7 +217,7 @@ def _measure_batch(
         )
     time.sleep(0.4)  # let the servers listen
     for k in batch:
-        link = plan.links[k]
+        link = network.links[k]
         pa = next(p for p in net.ports[link.a] if p.link == k)
         clients.append(
             net.popen(
@@ -238,7 +244,7 @@ def _measure_batch(
         )
     results = []
     for k, client in zip(batch, clients):
-        link = plan.links[k]
+        link = network.links[k]
         rate = net.link_rate_bps[k] / 1e6
         try:
             out, _ = client.communicate(timeout=seconds + omit_s + 30)

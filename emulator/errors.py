@@ -1,20 +1,26 @@
 """Exceptions of the emulator, split by what the caller should do about them.
 
+They extend topolab's one hierarchy (`contract.errors`): a failed build is a `RunError`
+(exit 1, the message names the host or cable and the cause), bad input a `UsageError`
+(exit 2, the message names the field and the value).
+
 `EmulationInputError` means the plan or the `[emulation]` table asks for something this
 emulator or this machine cannot do (a link to a nonexistent server, a rate of 0, more hosts
-than memory holds). The CLI maps it to one line on stderr and exit code 2; nothing has been
-created when it is raised.
+than memory holds). Nothing has been created when it is raised. It is also an
+`EmulationError`, so ``except EmulationError`` catches every error of the emulator.
 """
 
 from __future__ import annotations
 
+from contract.errors import RunError, UsageError
 
-class EmulationError(RuntimeError):
+
+class EmulationError(RunError):
     """The emulated network could not be built or did not come out as planned."""
 
 
-class EmulationInputError(EmulationError, ValueError):
-    """Bad input (plan or `[emulation]` table); map to exit code 2."""
+class EmulationInputError(UsageError, EmulationError):
+    """Bad input (plan or `[emulation]` table); exit code 2."""
 
 
 class EmulationBusyError(EmulationError):
@@ -22,4 +28,4 @@ class EmulationBusyError(EmulationError):
 
 
 class ShapingError(EmulationError):
-    """The qdiscs read back from the kernel differ from what the plan asked for."""
+    """tc refused a cable's shaping, or the qdiscs read back differ from the plan."""

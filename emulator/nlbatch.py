@@ -3,7 +3,8 @@
 pyroute2 0.9 spends about 1.5 ms per synchronous request (its asyncio round trip); a
 12-host network needs ~450 requests and a 64-host one ~4500. Compiling the same requests
 with `IPBatch` and writing them to a netlink socket 64 KiB at a time, then counting the
-acks, brings that to a few ms per host. Errors are reported per request, not swallowed.
+acks, brings that to a few ms per host. Errors are reported per request, not swallowed,
+and every wait for the kernel's acks is bounded (`NETLINK_TIMEOUT_S`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ import errno
 import os
 import socket
 import struct
+import time
 
 from .errors import EmulationError
 
 NLMSG_ERROR = 2
 _HDR = struct.Struct("IHHII")
-CHUNK = 64 * 1024
+CHUNK = 64 * 1024  # bytes of requests per write: the default netlink socket buffer takes them
+RCVBUF = 1 << 20  # room for the acks of a whole chunk
+NETLINK_TIMEOUT_S = 5.0
+"""The longest one batch may wait for the kernel's acks (a 64-host build needs a few ms)."""
 
 
 def _messages(data: bytes):
@@ -28,9 +33,15 @@ def _messages(data: bytes):
         off += (length + 3) & ~3
 
 
-def send(data: bytes, what: list[str] | None = None, labels: dict[int, str] | None = None) -> None:
+def send(
+    data: bytes,
+    what: list[str] | None = None,
+    labels: dict[int, str] | None = None,
+    timeout_s: float = NETLINK_TIMEOUT_S,
+) -> None:
     """Send the compiled requests in ``data`` on a NETLINK_ROUTE socket of the calling
-    thread's namespace; raise `EmulationError` naming the first refused request."""
+    thread's namespace; raise `EmulationError` naming the first refused request, or the
+    first unanswered one if the acks take longer than ``timeout_s`` in all."""
     msgs = list(_messages(bytes(data)))
     if not msgs:
         return
@@ -40,7 +51,8 @@ def send(data: bytes, what: list[str] | None = None, labels: dict[int, str] | No
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
     try:
         sock.bind((0, 0))
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+        deadline = time.monotonic() + timeout_s
         failures = []
         i = 0
         while i < len(msgs):
@@ -51,7 +63,17 @@ def send(data: bytes, what: list[str] | None = None, labels: dict[int, str] | No
                 i += 1
             sock.send(chunk)
             while pending:
-                reply = sock.recv(1 << 20)
+                remaining = deadline - time.monotonic()
+                try:
+                    if remaining <= 0:
+                        raise TimeoutError
+                    sock.settimeout(remaining)
+                    reply = sock.recv(RCVBUF)
+                except TimeoutError:
+                    seq = min(pending)
+                    raise EmulationError(
+                        f"netlink did not answer {labels.get(seq, f'request {seq}')} within {timeout_s:g} s"
+                    ) from None
                 for seq, msg in _messages(reply):
                     if _HDR.unpack_from(msg)[1] != NLMSG_ERROR:
                         continue

@@ -2,7 +2,7 @@
 
 HTB, not TBF or Mininet's TCLink: TBF with Mininet's burst collapses to 40-52% at >= 1
 Gbit/s and TCLink leaves every link above 1000 Mbit/s unshaped without an error
-(emulation-facts.md, "Shaping accuracy"). One HTB class per interface carries the whole
+(``docs/emulation.md`` section 3). One HTB class per interface carries the whole
 egress at the link's rate; its leaf is netem with the dilated plan latency when netem exists.
 """
 

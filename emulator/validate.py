@@ -1,7 +1,8 @@
-"""Up-front checks of a plan against what the emulator and this machine can do.
+"""Up-front checks of a network (a plan's) against what the emulator and this machine can do.
 
 Everything here runs before the first namespace exists, so a bad plan leaves nothing
-behind; each problem is one `EmulationInputError` naming the field and the value.
+behind; each problem is one `EmulationInputError` naming the field and the value. Fields
+are named as the plan names them (``plan.links[3].b``): that is where a user fixes them.
 """
 
 from __future__ import annotations
@@ -10,9 +11,15 @@ import math
 
 import numpy as np
 
+from contract.network import Network
+
 from .addressing import MAX_LINKS, MAX_NODES
 from .config import EmulationConfig
 from .errors import EmulationInputError
+
+MEMORY_SHARE = 0.5
+"""Share of the available memory the hosts may take: the rest stays for the workers and
+their buffers."""
 
 
 def mem_available_mib() -> float:
@@ -23,7 +30,7 @@ def mem_available_mib() -> float:
     return float("inf")
 
 
-def validate(plan, config: EmulationConfig, available_mib: float | None = None) -> None:
+def validate(plan: Network, config: EmulationConfig, available_mib: float | None = None) -> None:
     """Raise `EmulationInputError` on the first thing that cannot be emulated as asked."""
     servers, switches = int(plan.servers), int(plan.switches)
     if servers < 1:
@@ -59,7 +66,7 @@ def validate(plan, config: EmulationConfig, available_mib: float | None = None) 
     _check_memory(nodes, config, available_mib)
 
 
-def _check_routes(plan, nodes: int, adjacency: np.ndarray) -> None:
+def _check_routes(plan: Network, nodes: int, adjacency: np.ndarray) -> None:
     """Every next hop is a cabled neighbour, and following next hops reaches every node."""
     if nodes < 2:
         return
@@ -95,11 +102,11 @@ def _check_routes(plan, nodes: int, adjacency: np.ndarray) -> None:
 
 def _check_memory(nodes: int, config: EmulationConfig, available_mib: float | None) -> None:
     available = mem_available_mib() if available_mib is None else available_mib
-    budget = available / 2  # the other half stays for the workers and their buffers
+    budget = available * MEMORY_SHARE
     need = nodes * config.host_memory_mib
     if need > budget:
         fit = int(budget // config.host_memory_mib)
         raise EmulationInputError(
             f"plan.servers = {nodes} hosts need about {need:.0f} MiB; this machine has {available:.0f} MiB "
-            f"available and the emulator uses at most half of it: at most {fit} hosts fit"
+            f"available and the emulator uses at most {MEMORY_SHARE:.0%} of it: at most {fit} hosts fit"
         )

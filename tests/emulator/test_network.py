@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.network import circulant_network
 from contract.plan import Link
 from emulator import (
     EmulatedNetwork,
@@ -46,6 +48,9 @@ def _root_links() -> set[str]:
 def _assert_gone(
     pids_and_starts: list[tuple[int, int | None]], netns: set[int], run_dir: Path, root_links_before: set[str]
 ) -> None:
+    # namespace inodes are recycled: a namespace created after our teardown (another run on
+    # this machine) may carry one of ours, so only processes started before now count
+    now_ticks = float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK")
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
         alive = [p for p, st in pids_and_starts if nsutil.is_same_process(p, st)]
@@ -53,7 +58,8 @@ def _assert_gone(
             break
         time.sleep(0.05)
     assert alive == [], f"processes of the run still alive: {alive}"
-    assert nsutil.pids_in_netns(netns) == [], "a process still lives in one of the run's namespaces"
+    left = [p for p in nsutil.pids_in_netns(netns) if (nsutil.start_time(p) or 0) <= now_ticks]
+    assert left == [], "a process still lives in one of the run's namespaces"
     assert _root_links() == root_links_before, "root namespace interfaces changed"
     assert not list(run_dir.glob("run-*.json")), "state file left behind"
 
@@ -64,8 +70,9 @@ def _config(tmp_path, **kw) -> EmulationConfig:
 
 def test_build_and_teardown_leave_nothing(tmp_path):
     before = _root_links()
-    plan = circulant_plan(12, (1, 5))
-    with EmulatedNetwork(plan, _config(tmp_path)) as net:
+    network = circulant_network(12, (1, 5))  # the plain description, no Plan
+    with EmulatedNetwork(network, _config(tmp_path)) as net:
+        assert net.network is network
         shells = [(h.pid, nsutil.start_time(h.pid)) for h in net.hosts]
         netns = {nsutil.netns_inode(h.pid) for h in net.hosts}
         assert len(netns) == 12 and None not in netns
@@ -127,7 +134,9 @@ def test_routes_are_the_plan_and_packets_take_the_plan_paths(tmp_path):
     from pyroute2 import IPRoute
 
     plan = circulant_plan(12, (1, 5))
-    with EmulatedNetwork(plan, _config(tmp_path)) as net:
+    # iperf3 -n ends the test once the bytes are written, not delivered: at 400 Mbit/s most
+    # of the 2 MiB has crossed by then (at 100 Mbit/s only about half)
+    with EmulatedNetwork(plan, _config(tmp_path, link_mbps=400)) as net:
         owner = {p.address: p.node for ports in net.ports for p in ports}
         for u in range(12):
             with nsutil.in_netns_of(net.hosts[u].pid), IPRoute() as ipr:
@@ -254,7 +263,7 @@ def test_clean_never_touches_processes_outside_our_namespaces(tmp_path):
 def test_host_whose_shell_exits_is_one_clear_error(tmp_path, monkeypatch):
     """A host shell that dies at once: the build fails within seconds naming the host, and
     nothing is left behind."""
-    from emulator.network import EmulatedHost
+    from emulator.host import EmulatedHost
 
     before = _root_links()
     real_start = EmulatedHost.startShell
@@ -272,3 +281,46 @@ def test_host_whose_shell_exits_is_one_clear_error(tmp_path, monkeypatch):
     assert "host h2" in str(err.value) and "\n" not in str(err.value)
     assert _root_links() == before
     assert not list(tmp_path.glob("run-*.json"))
+
+
+def _fake_tc(tmp_path, monkeypatch, on_h1: str) -> None:
+    """Put a ``tc`` first on PATH that runs ``on_h1`` for host h1's batch and hands every
+    other batch to the real tc: a fault of one host's tc we cannot cause with a correct tc."""
+    real = shutil.which("tc")
+    assert real
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "tc"
+    script.write_text(
+        "#!/bin/sh\n"
+        "input=$(cat)\n"
+        'case "$input" in *"dev h1-eth"*) ' + on_h1 + " ;; esac\n"
+        f'printf "%s\\n" "$input" | exec {real} "$@"\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize(
+    "on_h1, cause",
+    [
+        ('echo "Error: Specified qdisc kind is unknown." >&2; exit 1', "Specified qdisc kind is unknown"),
+        ("sleep 300", "tc did not finish within"),
+    ],
+    ids=["tc-fails", "tc-hangs"],
+)
+def test_a_failing_tc_is_one_line_naming_the_host_and_leaves_nothing(tmp_path, monkeypatch, on_h1, cause):
+    _fake_tc(tmp_path, monkeypatch, on_h1)
+    run_dir = tmp_path / "run"
+    before = _root_links()
+    net = EmulatedNetwork(circulant_plan(4, (1,)), EmulationConfig(run_dir=str(run_dir), netem="off"))
+    t0 = time.monotonic()
+    with pytest.raises(ShapingError) as err:
+        net.start()
+    assert time.monotonic() - t0 < 10
+    message = str(err.value)
+    assert "host h1" in message and cause in message, message
+    assert "\n" not in message and err.value.exit_code != 0
+    assert not any(f"host h{u}:" in message for u in (0, 2, 3)), "only h1's tc failed"
+    shells = [(h.pid, None) for h in net.hosts]
+    _assert_gone(shells, {h.netns for h in net.hosts}, run_dir, before)

@@ -7,6 +7,7 @@ import ipaddress
 
 import pytest
 
+from contract.network import circulant_network, network_of
 from contract.physics import tcp_goodput_fraction
 from contract.plan import Link
 from emulator import EmulationConfig, EmulationInputError, identity, link_addresses, node_of_identity
@@ -38,7 +39,7 @@ def test_ports_follow_mininet_names_and_parallel_cables_stay_separate():
 
 
 def test_tcp_maximum_matches_the_measured_fractions():
-    # emulation-facts.md: 95.6% at MTU 1500, 99.2% at MTU 9000
+    # docs/emulation.md: 95.6% at MTU 1500, 99.2% at MTU 9000
     assert tcp_goodput_fraction(1500) == pytest.approx(0.956, abs=0.001)
     assert tcp_goodput_fraction(9000) == pytest.approx(0.992, abs=0.001)
 
@@ -107,3 +108,30 @@ def test_traceroute_output_becomes_a_node_sequence():
         " 1  198.18.0.2  0.231 ms\n 2  *\n 3  198.18.0.5  0.221 ms\n"
     )
     assert parse_traceroute(text, 0) == [0, 1, None, 4]
+
+
+def test_network_of_a_plan_keeps_what_the_emulator_builds():
+    plan = switch_plan(6)
+    network = network_of(plan)
+    assert (network.servers, network.switches, network.nodes) == (6, 1, 7)
+    assert network.links == plan.links and network.latency_us == plan.latency_us
+    assert (network.next_hop == plan.next_hop).all()
+    assert network.path(0, 5) == plan.path(0, 5) == [0, 6, 5]
+    assert network.neighbours(6) == list(range(6))
+
+
+@pytest.mark.parametrize("n, strides", [(12, (1, 5)), (32, (1, 13)), (7, (3,)), (10, (2, 5))])
+def test_circulant_network_routes_are_shortest_and_valid(n, strides):
+    import networkx as nx
+
+    network = circulant_network(n, strides)
+    validate(network, EmulationConfig())  # every next hop a neighbour, no loops
+    g = nx.MultiGraph((l.a, l.b) for l in network.links)
+    for v in range(n):
+        assert len(network.path(0, v)) - 1 == nx.shortest_path_length(g, 0, v)
+        assert len(network.path(3 % n, v)) - 1 == nx.shortest_path_length(g, 3 % n, v)
+
+
+def test_disconnected_circulant_is_refused():
+    with pytest.raises(ValueError, match="not connected"):
+        circulant_network(12, (2,))

@@ -1,0 +1,112 @@
+"""`Network`: the part of a plan an emulator builds, as plain data.
+
+A network is nodes, cables and destination-based routes, nothing about the job: servers
+``0 .. servers-1`` and forwarding switch nodes ``servers .. servers+switches-1``; one `Link`
+per physical cable (parallel cables are repeated entries); ``routes`` as in `contract.plan`
+(``next_hop[u][v]`` is the neighbour ``u`` forwards to on the way to ``v``, ``-1`` on the
+diagonal); ``latency_us`` per hop and ``link_gbps``, the rate a plain link stands for (time
+dilation scales every link by the same factor, see ``docs/emulation.md``).
+
+`network_of(plan)` takes it out of a `Plan`; `circulant_network(n, strides)` builds the
+TopoOpt wiring C_n(strides) (cable ``i -- i+s`` for every stride ``s``) with shortest-path
+routes stored compactly as per-offset first strides: C_n is vertex transitive, so the route
+from ``u`` to ``v`` depends only on the offset ``(v - u) mod n``. The first stride of each
+offset is one whose remaining offset is one hop closer (breadth-first distances on the
+offsets), so following next hops always arrives and never loops.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from .plan import Link, Plan, Routes, next_hop_array
+
+
+@dataclass(frozen=True)
+class Network:
+    """Nodes, cables and routes of one network (what an emulator builds)."""
+
+    servers: int
+    switches: int
+    links: tuple[Link, ...]
+    routes: Routes
+    latency_us: float
+    link_gbps: float
+
+    @property
+    def nodes(self) -> int:
+        return self.servers + self.switches
+
+    @cached_property
+    def next_hop(self) -> npt.NDArray[np.int32]:
+        """``nodes x nodes`` int32 array of next hops (-1 on the diagonal)."""
+        return np.asarray(next_hop_array(self.routes, self.nodes), dtype=np.int32)
+
+    def path(self, src: int, dst: int) -> list[int]:
+        """The node sequence a packet from ``src`` to ``dst`` follows, both ends included."""
+        nh = self.next_hop
+        path = [src]
+        while path[-1] != dst:
+            nxt = int(nh[path[-1], dst])
+            if nxt < 0 or len(path) > self.nodes:
+                raise ValueError(f"no route from {src} to {dst}")
+            path.append(nxt)
+        return path
+
+    def neighbours(self, node: int) -> list[int]:
+        """Nodes cabled to ``node``, one entry per cable."""
+        out = []
+        for link in self.links:
+            if link.a == node:
+                out.append(link.b)
+            elif link.b == node:
+                out.append(link.a)
+        return out
+
+
+def network_of(plan: Plan) -> Network:
+    """The network a plan asks for (its job, strategy and prediction left out)."""
+    return Network(
+        servers=plan.servers,
+        switches=plan.switches,
+        links=tuple(plan.links),
+        routes=plan.routes,
+        latency_us=plan.latency_us,
+        link_gbps=plan.link_gbps,
+    )
+
+
+def circulant_network(n: int, strides: tuple[int, ...], link_gbps: float = 25.0, latency_us: float = 1.0) -> Network:
+    """C_n(strides) with shortest-path routes: one cable ``i -- i+s`` per server and stride."""
+    if n < 2 or not strides or any(not 0 < s < n for s in strides):
+        raise ValueError(f"circulant network C_{n}{strides}: need n >= 2 and strides in 1..n-1")
+    links = tuple(Link(i, (i + s) % n, link_gbps) for s in strides for i in range(n))
+    moves = sorted({s % n for s in strides} | {-s % n for s in strides})
+    distance = [-1] * n
+    distance[0] = 0
+    queue = deque([0])
+    while queue:
+        r = queue.popleft()
+        for m in moves:
+            if distance[(r + m) % n] < 0:
+                distance[(r + m) % n] = distance[r] + 1
+                queue.append((r + m) % n)
+    if min(distance) < 0:
+        raise ValueError(f"circulant network C_{n}{strides} is not connected")
+    first_stride = [0] * n
+    for r in range(1, n):
+        m = next(m for m in moves if distance[(r - m) % n] == distance[r] - 1)
+        first_stride[r] = m if m <= n // 2 else m - n
+    return Network(
+        servers=n,
+        switches=0,
+        links=links,
+        routes=Routes(kind="circulant", first_stride=tuple(first_stride)),
+        latency_us=latency_us,
+        link_gbps=link_gbps,
+    )

@@ -1,0 +1,202 @@
+"""`EmulatedHost`: one node of the network as a Mininet host in a network namespace of its own.
+
+A host is a bash shell started by ``mnexec -cdn`` (new network namespace), as Mininet's
+``Host`` is, named ``h<i>`` (server) or ``s<j>`` (switch node, which only forwards). Its shell
+is started in two halves (`EmulatedHost.startShell` spawns, `EmulatedHost.finishShell` waits
+for the prompt, bounded) so that all hosts boot in parallel: Mininet waits for each shell in
+turn. A shell counts as started only once it lives in a namespace that is not the creator's.
+
+Mininet's CLI (``topolab shell``) lists a host by its interfaces: `IdentityIntf` answers with
+the host's identity address (``h0 ping h6`` pings the identity), `PortIntf` is one cable end.
+
+`end_hosts` ends the shells (SIGKILL to each shell's process group, by PID) and waits for
+them at most `HOST_END_TIMEOUT_S`; the kernel then frees each namespace and its cables.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+
+from mininet.node import Host
+
+from . import nsutil
+from .errors import EmulationError
+
+HOST_START_TIMEOUT_S = 8.0
+"""How long a host's shell may take to start (prompt, own namespace); all hosts boot in parallel."""
+HOST_END_TIMEOUT_S = 5.0
+"""How long the SIGKILLed shells may take to be reaped, all together."""
+PROMPT = chr(127)
+"""The shell's PS1: a byte no command prints, so its arrival means "ready"."""
+_READ_CHUNK = 1024
+_NETNS_POLL_S = 0.005
+
+
+class PortIntf:
+    """A cable end as Mininet's CLI lists it (``net``, ``dump``, ``intfs``)."""
+
+    link = None
+
+    def __init__(self, name: str, ip: str):
+        self.name, self.ip = name, ip
+
+    def IP(self) -> str:
+        return self.ip
+
+    updateIP = IP
+
+    def MAC(self) -> None:
+        return None
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class IdentityIntf:
+    """What Mininet's CLI asks a host's default interface for: its address. Our hosts are
+    reached by their identity address, not by the address of one of their cables."""
+
+    link = None
+
+    def __init__(self, host: EmulatedHost):
+        self.host, self.name = host, "lo"
+
+    def IP(self) -> str:
+        return self.host.identity
+
+    updateIP = IP
+
+    def MAC(self) -> None:
+        return None
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EmulatedHost(Host):
+    """A Mininet host named by its identity address (``h0 ping h6`` pings the identity).
+
+    Its shell is started in two halves (`startShell` spawns, `finishShell` waits for the
+    prompt) so that all hosts boot in parallel: Mininet waits for each shell in turn."""
+
+    identity: str = ""
+    netns: int | None = None  # inode of its own network namespace, once started
+
+    def startShell(self, mnopts=None):
+        if self.shell:
+            return
+        opts = ("-cd" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
+        cmd = ["mnexec", opts, "env", "PS1=" + PROMPT, "bash", "--norc", "--noediting", "-is", "mininet:" + self.name]
+        self.master, self.slave = pty.openpty()
+        self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave, close_fds=False)
+        # the shell holds the terminal now; without our copy, its death is a hang-up we see at once
+        os.close(self.slave)
+        self.slave = None
+        self.stdin = os.fdopen(self.master, "r")
+        self.stdout = self.stdin
+        self.pid = self.shell.pid
+        self.pollOut = select.poll()
+        # input only: Mininet registers every event, and a pty is always writable (POLLOUT),
+        # which turns each wait for output into a busy loop and then a blocking read
+        self.pollOut.register(self.stdout, select.POLLIN | select.POLLPRI)
+        self.outToNode[self.stdout.fileno()] = self
+        self.inToNode[self.stdin.fileno()] = self
+        self.execed = False
+        self.lastCmd = None
+        self.lastPid = None
+        self.readbuf = ""
+        self.waiting = True
+
+    def finishShell(self, deadline: float) -> None:
+        """Wait until the shell is started: its prompt has arrived and it lives in a network
+        namespace of its own (not the one of the process that created it). Bounded by
+        ``deadline`` (``time.monotonic()``); past it, or if the shell exits, one error naming
+        the host."""
+        self._wait_prompt(deadline, "give its first prompt")
+        ours = nsutil.netns_inode(os.getpid())
+        while True:
+            ino = nsutil.netns_inode(self.pid)
+            if ino is not None and ino != ours:
+                self.netns = ino
+                break
+            self._fail_if_exited("enter its own network namespace")
+            if time.monotonic() > deadline:
+                raise EmulationError(
+                    f"host {self.name}: its shell (pid {self.pid}) is still in the creating "
+                    f"process's network namespace after {HOST_START_TIMEOUT_S:g} s"
+                )
+            select.select([], [], [], _NETNS_POLL_S)
+        self.waiting = False
+        self.write("unset HISTFILE; stty -echo; set +m\n")
+        self._wait_prompt(deadline, "set up its shell")
+
+    def _wait_prompt(self, deadline: float, what: str) -> None:
+        """Read the shell's output until its prompt, at most until ``deadline``."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise EmulationError(
+                    f"host {self.name}: its shell (pid {self.pid}) did not {what} within {HOST_START_TIMEOUT_S:g} s"
+                )
+            events = self.pollOut.poll(remaining * 1000)
+            if not events:
+                continue
+            try:
+                data = self.read(_READ_CHUNK)
+            except OSError:  # the pty's other end is closed: the shell is gone
+                data = ""
+            if data and data[-1] == PROMPT:
+                return
+            self._fail_if_exited(what)
+
+    def _fail_if_exited(self, what: str) -> None:
+        code = self.shell.poll()
+        if code is not None:
+            raise EmulationError(f"host {self.name}: its shell exited (status {code}) before it could {what}")
+
+    def defaultIntf(self):
+        return IdentityIntf(self)
+
+    def IP(self, intf=None):
+        return self.identity if intf is None else super().IP(intf)
+
+    def list_interfaces(self, ports: Iterable[tuple[str, str]]) -> None:
+        """Show the identity and the cable ends ``(ifname, address)`` to Mininet's CLI
+        (``pingall`` skips hosts without interfaces)."""
+        self.intfs[0] = IdentityIntf(self)
+        for j, (ifname, address) in enumerate(ports, start=1):
+            self.intfs[j] = PortIntf(ifname, address)
+        self.nameToIntf = {i.name: i for i in self.intfs.values()}
+
+
+def end_hosts(hosts: list[EmulatedHost], timeout_s: float = HOST_END_TIMEOUT_S) -> list[str]:
+    """SIGKILL every host shell's process group and reap the shells, all within
+    ``timeout_s``; returns the names of the hosts whose shell is still not gone."""
+    for host in hosts:
+        if host.shell is not None and host.shell.poll() is None:
+            try:
+                os.killpg(host.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + timeout_s
+    stuck = []
+    for host in hosts:
+        if host.shell is None:
+            continue
+        try:
+            host.shell.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:  # a shell stuck in the kernel
+            stuck.append(host.name)
+            continue
+        try:
+            host.stdin.close()
+        except OSError:
+            pass
+        host.shell = None
+    return stuck

@@ -1,0 +1,228 @@
+"""Per-host configuration, batched: addresses, sysctls, routes, qdiscs; then the read-back.
+
+For each host, inside its namespace (the calling thread enters it with ``setns``, see
+`emulator.nsutil`), over netlink in a few batches (`emulator.nlbatch`):
+- addresses: the identity /32 on ``lo`` and each cable end's /31, every link up;
+- sysctls (`write_sysctls`): ip_forward on (hosts relay for each other, as the TopoOpt
+  prototype relayed with RDMA forwarding), rp_filter off (a relayed packet arrives on a cable
+  that is not the route back to its source), cubic, no ICMP rate limit so traceroute sees
+  every hop;
+- routes: one static /32 route per destination from the network's next-hop table, with the
+  identity as preferred source; a next hop reached by parallel cables gets one multipath
+  route over all of them (flows hashed on ports). Every route carries ``congctl cubic``
+  (`CUBIC`).
+
+Then per host one ``tc -batch`` (all hosts in parallel, each bounded by `TC_TIMEOUT_S`)
+shapes every cable end, and `check_qdiscs` reads every qdisc back from the kernel (bounded
+by `READBACK_TIMEOUT_S`): Mininet never raises on tc errors, so nothing is trusted unread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+import subprocess
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import nlbatch, nsutil, shaping
+from .addressing import Port, identity
+from .errors import EmulationError, ShapingError
+from .host import EmulatedHost
+
+CUBIC = "cubic"
+"""Congestion control of every route (``ip route ... congctl cubic``): the default bbr leaves
+10-27% of a shaped link unused, and a child namespace may only pick algorithms the ROOT
+namespace lists in tcp_allowed_congestion_control, which we must not change. A route's
+congctl applies to every connection over it, both ends, whatever the namespace default."""
+TC_TIMEOUT_S = 5.0
+"""The longest one host's ``tc -batch`` may take (a host of 64 cables needs ~10 ms)."""
+READBACK_TIMEOUT_S = 10.0
+"""The longest the read-back of every host's qdiscs may take (64 hosts: ~0.1 s)."""
+ROUTE_SEQ_BASE = 100_000
+"""Netlink sequence numbers of the routes: ``ROUTE_SEQ_BASE + destination``, above those of
+the address requests, so each ack names its request."""
+_TC_ERRORS_SHOWN = 3
+
+_SYSCTLS = {
+    "net/ipv4/ip_forward": "1",
+    "net/ipv4/conf/all/rp_filter": "0",
+    "net/ipv4/conf/default/rp_filter": "0",
+    "net/ipv4/conf/lo/rp_filter": "0",
+    "net/ipv4/tcp_congestion_control": CUBIC,  # where allowed; routes carry congctl cubic anyway
+    "net/ipv4/icmp_ratelimit": "0",  # traceroute must see every hop, every time
+    "net/ipv4/icmp_msgs_per_sec": "1000000",
+    "net/ipv4/icmp_msgs_burst": "100000",
+    "net/ipv4/fib_multipath_hash_policy": "1",  # parallel cables: hash on ports too
+}
+_OPTIONAL_SYSCTLS = {
+    "net/ipv4/icmp_msgs_per_sec",
+    "net/ipv4/icmp_msgs_burst",
+    "net/ipv4/fib_multipath_hash_policy",
+    "net/ipv4/tcp_congestion_control",
+}
+
+
+def write_sysctls(ifnames: list[str]) -> None:
+    """Per-namespace sysctls of one host (the calling thread is in its namespace)."""
+    values = dict(_SYSCTLS)
+    for name in ifnames:
+        values[f"net/ipv4/conf/{name}/rp_filter"] = "0"
+    for key, value in values.items():
+        try:
+            with open(f"/proc/sys/{key}", "w") as f:
+                f.write(value)
+        except OSError as exc:
+            if key not in _OPTIONAL_SYSCTLS:
+                raise EmulationError(f"cannot set sysctl {key.replace('/', '.')}={value} in a host: {exc}") from None
+
+
+def _subnet31(address: str) -> str:
+    return str(ipaddress.ip_network(f"{address}/31", strict=False).network_address)
+
+
+def configure_host(
+    host: EmulatedHost,
+    u: int,
+    ports: list[Port],
+    next_hop: np.ndarray,
+    name_of: Callable[[int], str],
+    timeout_s: float = nlbatch.NETLINK_TIMEOUT_S,
+) -> None:
+    """Addresses, sysctls and routes of node ``u``: a few netlink batches in its namespace."""
+    from pyroute2 import IPBatch
+
+    batch = IPBatch()  # only for multipath routes (parallel cables); the rest is encoded directly
+    data, labels, seq = bytearray(), {}, 0
+
+    def add(msg: bytes, label: str) -> None:
+        data.extend(msg)
+        labels[seq] = label
+
+    with nsutil.in_netns_of(host.pid):
+        write_sysctls([p.ifname for p in ports])
+        lo = socket.if_nametoindex("lo")
+        index = {p.ifname: socket.if_nametoindex(p.ifname) for p in ports}
+        seq += 1
+        add(nlbatch.link_up(seq, lo), f"{host.name}: lo up")
+        seq += 1
+        add(nlbatch.addr_add(seq, lo, host.identity, 32), f"{host.name}: identity {host.identity}/32")
+        for p in ports:
+            idx = index[p.ifname]
+            seq += 1
+            add(nlbatch.addr_add(seq, idx, p.address, 31), f"{host.name}: {p.address}/31 on {p.ifname}")
+            seq += 1
+            add(nlbatch.link_up(seq, idx), f"{host.name}: {p.ifname} up")
+        nlbatch.send(bytes(data), labels=labels, timeout_s=timeout_s)
+        data.clear()
+        labels.clear()
+        for p in ports:
+            # the kernel's connected /31 again, now with cubic (see CUBIC)
+            seq += 1
+            add(
+                nlbatch.connected_route(seq, _subnet31(p.address), 31, index[p.ifname], p.address, CUBIC),
+                f"{host.name}: connected route of {p.ifname}",
+            )
+        by_peer: dict[int, list[Port]] = {}
+        for p in ports:
+            by_peer.setdefault(p.peer, []).append(p)
+        mp_what: list[str] = []
+        encode_route = nlbatch.RouteEncoder(CUBIC)
+        for v in range(len(next_hop)):
+            if v == u:
+                continue
+            cables = by_peer[int(next_hop[u, v])]
+            if len(cables) == 1:
+                data += encode_route(
+                    ROUTE_SEQ_BASE + v, identity(v), cables[0].peer_address, index[cables[0].ifname], host.identity
+                )
+            else:  # parallel cables: spread flows over all of them (L4 hash)
+                batch.route(
+                    "add",
+                    dst=identity(v),
+                    dst_len=32,
+                    prefsrc=host.identity,
+                    metrics={"cc_algo": CUBIC},
+                    multipath=[{"gateway": c.peer_address, "oif": index[c.ifname]} for c in cables],
+                )
+                mp_what.append(f"{host.name}: multipath route to {name_of(v)}")
+            labels[ROUTE_SEQ_BASE + v] = f"{host.name}: route to {name_of(v)} via {name_of(int(next_hop[u, v]))}"
+        nlbatch.send(bytes(data), labels=labels, timeout_s=timeout_s)
+        if batch.batch:
+            nlbatch.send(bytes(batch.batch), mp_what, timeout_s=timeout_s)
+
+
+def apply_qdiscs(
+    work: list[tuple[EmulatedHost, list[shaping.Shaping]]], use_netem: bool, timeout_s: float = TC_TIMEOUT_S
+) -> None:
+    """One ``tc -batch`` per host, all in parallel (one waiting thread each), each bounded by
+    ``timeout_s``; raise `ShapingError` naming the hosts whose tc failed and why (tc's last
+    line, or that it did not finish)."""
+    if not work:
+        return
+    with ThreadPoolExecutor(max_workers=len(work), thread_name_prefix="tc") as pool:
+        outcomes = list(pool.map(lambda item: _run_tc(item[0], item[1], use_netem, timeout_s), work))
+    errors = [e for e in outcomes if e]
+    if errors:
+        more = f" (and {len(errors) - _TC_ERRORS_SHOWN} more)" if len(errors) > _TC_ERRORS_SHOWN else ""
+        raise ShapingError("tc refused the shaping: " + "; ".join(errors[:_TC_ERRORS_SHOWN]) + more)
+
+
+def _run_tc(host: EmulatedHost, items: list[shaping.Shaping], use_netem: bool, timeout_s: float) -> str:
+    """Run one host's ``tc -batch`` in its namespace; '' if it succeeded, else the error."""
+    proc = subprocess.Popen(
+        ["mnexec", "-a", str(host.pid), "tc", "-batch", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _out, err = proc.communicate(shaping.tc_batch(items, use_netem), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        # not communicate(): a child tc left behind may hold the pipes; teardown ends it
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=timeout_s)
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()
+        return f"host {host.name}: tc did not finish within {timeout_s:g} s"
+    if proc.returncode == 0:
+        return ""
+    lines = err.strip().splitlines()
+    return f"host {host.name}: {lines[-1] if lines else f'tc exited with status {proc.returncode}'}"
+
+
+def check_qdiscs(
+    work: list[tuple[EmulatedHost, list[shaping.Shaping]]], use_netem: bool, timeout_s: float = READBACK_TIMEOUT_S
+) -> None:
+    """Read every host's qdiscs back and raise `ShapingError` on any cable not shaped as
+    planned. The read-back runs in a helper thread (it enters the hosts' namespaces) that
+    is waited for at most ``timeout_s``."""
+    problems: list[str] = []
+    failure: list[BaseException] = []
+
+    def read_all() -> None:
+        from pyroute2 import IPRoute
+
+        try:
+            for host, items in work:
+                with nsutil.in_netns_of(host.pid), IPRoute() as ipr:
+                    names = {ipr.link_lookup(ifname=s.ifname)[0]: s.ifname for s in items}
+                    actual = shaping.read_back(ipr, names)
+                problems.extend(shaping.check(items, actual, use_netem, host.name))
+        except BaseException as exc:  # handed to the waiting thread
+            failure.append(exc)
+
+    reader = threading.Thread(target=read_all, name="qdisc-readback", daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    if reader.is_alive():
+        raise ShapingError(f"reading the qdiscs back from the hosts took more than {timeout_s:g} s")
+    if failure:
+        raise failure[0]
+    shaping.raise_on(problems)

@@ -1,0 +1,322 @@
+"""`EmulatedNetwork`: a `contract.network.Network` as Mininet hosts in network namespaces
+with shaped veth cables; its life cycle.
+
+Build (`start`, or entering the ``with`` block), in this order, so a failure at any step
+tears down what exists and nothing is created before the input is checked:
+1. validate the network and the config (`validate.validate`), detect netem;
+2. take the run lock (bounded wait), write the state file, catch SIGINT/SIGTERM/SIGHUP;
+3. one Mininet host per node (`emulator.host`: servers ``h<i>``, switch nodes ``s<j>`` that
+   only forward): hosts only, no switch, no controller, no Open vSwitch;
+4. one veth per cable, created directly inside the two hosts' namespaces (never in the
+   root namespace), MTU set on both ends (`emulator.cable`);
+5. per host, over netlink in its namespace: addresses, links up, identity /32 on ``lo``,
+   sysctls and one static route per destination from ``network.next_hop``
+   (`emulator.hostconfig`);
+6. per host, one ``tc -batch`` (all hosts in parallel, bounded): HTB at each cable's
+   emulated rate, netem with the dilated latency where available;
+7. read every qdisc back and raise `ShapingError` if any cable is not shaped as planned.
+
+Teardown (`stop`, leaving the block, an exception or a signal): end the processes started in
+the hosts (SIGTERM, then SIGKILL, by PID), then anything else living in our namespaces, then the
+host shells (bounded waits); the kernel then frees each namespace and its cables. Mininet's
+``net.stop()`` is not used: it does not end ``popen``-ed processes and takes twice as long.
+The state file goes last, and stays if a host shell would not die, so `topolab clean` can
+finish the job (``docs/emulation.md`` section 4).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyroute2  # noqa: F401  (imported up front: it takes 0.15 s)
+from mininet.net import Mininet
+
+from contract.network import Network, network_of
+from contract.physics import tcp_goodput_fraction, time_scale
+
+from . import nsutil, shaping
+from .addressing import RANGE, Port, identity, node_name, ports_of
+from .cable import cable_shaping, emulated_rate_bps, make_cables
+from .config import EmulationConfig
+from .errors import EmulationError, EmulationInputError
+from .host import HOST_START_TIMEOUT_S, EmulatedHost, end_hosts
+from .hostconfig import apply_qdiscs, check_qdiscs, configure_host
+from .state import ENV_MARK, RunLock, RunState, run_dir_path, terminate_pids
+from .validate import validate
+
+PROCESS_GRACE_S = 1.0
+"""How long processes started in the hosts get between SIGTERM and SIGKILL."""
+PROCESS_REAP_S = 2.0
+"""How long each of our own (SIGKILLed) processes may take to be reaped."""
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_netem_cache: bool | None = None
+_netem_warned = False
+
+
+def netem_present() -> bool:
+    """Whether this kernel has netem (probed once per process)."""
+    global _netem_cache
+    if _netem_cache is None:
+        _netem_cache = shaping.netem_available()
+    return _netem_cache
+
+
+def as_network(description: Any) -> Network:
+    """A `Network` as is; anything else (a `contract.plan.Plan`) through `network_of`."""
+    return description if isinstance(description, Network) else network_of(description)
+
+
+class EmulatedNetwork:
+    """A network (or a plan's network) built as an emulated network; use as a context manager.
+
+    ``net.host_address(i)``, ``net.popen(i, argv)``, ``net.time_scale``, ``net.link_mbps``,
+    ``net.mtu``, ``net.netem``, ``net.link_rate_bps`` and ``net.facts`` are the public
+    interface; ``net.network`` is the `Network` it builds, ``net.mininet`` Mininet's view
+    of it (for Mininet's CLI)."""
+
+    def __init__(self, network: Any, config: Any = None, *, log: Callable[[str], None] | None = None):
+        self.network = as_network(network)
+        self.config = EmulationConfig.from_any(config)
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        validate(self.network, self.config)
+        self.servers = int(self.network.servers)
+        self.nodes = self.network.nodes
+        self.link_mbps = float(self.config.link_mbps)
+        self.mtu = int(self.config.mtu)
+        self.reference_gbps = float(self.config.reference_gbps or self.network.link_gbps)
+        self.time_scale = time_scale(self.reference_gbps, self.link_mbps)
+        self.netem = False
+        self.ports: list[list[Port]] = ports_of(self.network.links, self.nodes, self.servers)
+        self.link_rate_bps = [emulated_rate_bps(l, self.reference_gbps, self.link_mbps) for l in self.network.links]
+        self.delay_us = float(self.network.latency_us) * self.time_scale
+        self.facts: dict[str, Any] = {}
+        self.mininet: Mininet | None = None
+        self.hosts: list[EmulatedHost] = []
+        self._procs: list[subprocess.Popen] = []
+        self._lock: RunLock | None = None
+        self._state: RunState | None = None
+        self._old_handlers: dict[int, Any] = {}
+        self._started = self._stopped = False
+        self._netns: set[int] = set()
+
+    # ---- public interface ------------------------------------------------------------
+    def host_address(self, i: int) -> str:
+        """Identity IPv4 address of node ``i`` (reachable from every host)."""
+        if not 0 <= i < self.nodes:
+            raise IndexError(f"no node {i} (network has {self.nodes} nodes)")
+        return identity(i)
+
+    def host_name(self, i: int) -> str:
+        return node_name(i, self.servers)
+
+    def popen(self, i: int, argv: Sequence[str], **kw) -> subprocess.Popen:
+        """Start ``argv`` in node ``i``'s namespace, in its own session (a Ctrl-C at the
+        terminal reaches the run, which ends its processes in order). Tracked and ended by
+        PID at teardown; marked with ``TOPOLAB_RUN`` so `topolab clean` finds it if we die."""
+        if not self._started or self._stopped or self._state is None:
+            raise EmulationError("popen on a network that is not up")
+        if not 0 <= i < len(self.hosts):
+            raise IndexError(f"no node {i} (network has {self.nodes} nodes)")
+        env = dict(kw.pop("env", None) or os.environ)
+        env[ENV_MARK] = self._state.run_id
+        kw.setdefault("start_new_session", True)
+        proc = subprocess.Popen(["mnexec", "-a", str(self.hosts[i].pid), *map(str, argv)], env=env, **kw)
+        self._procs.append(proc)
+        self._state.procs.append({"pid": proc.pid, "start": nsutil.start_time(proc.pid), "argv0": str(argv[0])})
+        self._state.save()
+        return proc
+
+    # ---- life cycle ------------------------------------------------------------------
+    def __enter__(self) -> EmulatedNetwork:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.stop()
+        return False
+
+    def start(self) -> None:
+        if self._started:
+            raise EmulationError("network already started")
+        t0 = time.perf_counter()
+        self._decide_netem()
+        run_dir = run_dir_path(self.config.run_dir)
+        self._lock = RunLock(run_dir)
+        self._lock.acquire(self.config.lock_wait_s)
+        self.facts["lock_wait_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        self._started = True
+        try:
+            self._install_signal_handlers()
+            self._state = RunState.new(run_dir)
+            self._state.save()
+            self._build()
+        except BaseException:
+            self.stop()
+            raise
+        self.facts.update(
+            {
+                "servers": self.servers,
+                "switch_nodes": self.nodes - self.servers,
+                "cables": len(self.network.links),
+                "link_mbps": self.link_mbps,
+                "reference_gbps": self.reference_gbps,
+                "time_scale": self.time_scale,
+                "mtu": self.mtu,
+                "rates_mbps": sorted({r / 1e6 for r in self.link_rate_bps}),
+                "tcp_max_fraction": tcp_goodput_fraction(self.mtu),
+                "netem": self.netem,
+                "delay_us": self.delay_us if self.netem else 0.0,
+                "plan_latency_us": float(self.network.latency_us),
+                "latency_note": (
+                    "plan latency applied with netem (dilated)"
+                    if self.netem
+                    else "netem absent or off: links add no latency; model it per hop in the workers"
+                ),
+                "build_s": time.perf_counter() - t0,
+            }
+        )
+
+    def stop(self) -> None:
+        """Tear down everything this network created. Safe to call twice."""
+        if not self._started or self._stopped:
+            return
+        self._stopped = True
+        t0 = time.perf_counter()
+        masked = self._mask_signals()
+        stuck: list[str] = []
+        try:
+            self._end_processes()
+            stuck = end_hosts(self.hosts)
+        finally:
+            if stuck:
+                self.log(
+                    f"emulator: host shell(s) {', '.join(stuck)} did not end; their namespaces may remain "
+                    "until `topolab clean` runs"
+                )
+            elif self._state is not None:
+                self._state.remove()
+            if self._lock is not None:
+                self._lock.release()
+            self._restore_signal_handlers(masked)
+            self.facts["teardown_s"] = time.perf_counter() - t0
+
+    # ---- build -----------------------------------------------------------------------
+    def _decide_netem(self) -> None:
+        global _netem_warned
+        mode = self.config.netem
+        if mode == "off":
+            self.netem = False
+            return
+        present = netem_present()
+        if mode == "on" and not present:
+            raise EmulationInputError("emulation.netem = 'on': this kernel has no netem qdisc (use 'auto' or 'off')")
+        self.netem = present
+        if not present and not _netem_warned:
+            _netem_warned = True
+            self.log(
+                "emulator: this kernel has no netem: links add no latency "
+                f"(plan {self.network.latency_us:g} us per hop, {self.delay_us:g} us dilated); recorded in facts"
+            )
+
+    def _build(self) -> None:
+        assert self._state is not None
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        Mininet.inited = True  # skip Mininet.init(): it raises sysctls of the ROOT namespace
+        t_hosts = time.perf_counter()
+        self.mininet = Mininet(topo=None, build=False, controller=None, ipBase=str(RANGE))
+        for u in range(self.nodes):
+            host = self.mininet.addHost(self.host_name(u), cls=EmulatedHost)
+            host.identity = identity(u)
+            self.hosts.append(host)
+        for u, host in enumerate(self.hosts):
+            host.list_interfaces((p.ifname, p.address) for p in self.ports[u])
+        deadline = time.monotonic() + HOST_START_TIMEOUT_S
+        for host in self.hosts:
+            host.finishShell(deadline)
+            self._netns.add(host.netns)
+            self._state.hosts[host.name] = {"pid": host.pid, "start": nsutil.start_time(host.pid), "netns": host.netns}
+        self._state.save()
+        phases = self.facts.setdefault("build_phases_s", {})
+        t = time.perf_counter()
+        phases["hosts"] = t - t_hosts
+        make_cables(self.network.links, self.ports, self.hosts, self.mtu)
+        phases["cables"] = -t + (t := time.perf_counter())
+        next_hop = self.network.next_hop
+        for u, host in enumerate(self.hosts):
+            configure_host(host, u, self.ports[u], next_hop, self.host_name)
+        phases["addresses_routes"] = -t + (t := time.perf_counter())
+        delay_us = self.delay_us if self.netem else 0.0
+        work = [
+            (host, cable_shaping(self.ports[u], self.link_rate_bps, delay_us))
+            for u, host in enumerate(self.hosts)
+            if self.ports[u]
+        ]
+        apply_qdiscs(work, self.netem)
+        phases["tc"] = -t + (t := time.perf_counter())
+        check_qdiscs(work, self.netem)
+        self.facts["shaping_checked"] = sum(len(items) for _host, items in work)
+        phases["readback"] = -t + (t := time.perf_counter())
+
+    # ---- teardown --------------------------------------------------------------------
+    def _end_processes(self) -> None:
+        shells = {h.pid for h in self.hosts if h.shell is not None}
+        live_ns = ({nsutil.netns_inode(pid) for pid in shells} & self._netns) - nsutil.protected_netns()
+        ours = [p.pid for p in self._procs if p.poll() is None]
+        strays = [pid for pid in nsutil.pids_in_netns(live_ns) if pid not in shells and pid != os.getpid()]
+        for pid in ours:  # signal whole sessions we started, so their children go too
+            try:
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+        terminate_pids(sorted(set(ours) | set(strays)), grace_s=PROCESS_GRACE_S)
+        for p in self._procs:
+            try:
+                p.wait(timeout=PROCESS_REAP_S)
+            except subprocess.TimeoutExpired:
+                pass
+
+    # ---- signals ---------------------------------------------------------------------
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in _SIGNALS:
+            self._old_handlers[sig] = signal.signal(sig, _raise_on_signal)
+
+    def _mask_signals(self) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        for sig in _SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        return True
+
+    def _restore_signal_handlers(self, masked: bool) -> None:
+        if not masked:
+            return
+        for sig in _SIGNALS:
+            old = self._old_handlers.get(sig)
+            signal.signal(sig, old if old is not None else _default_handler(sig))
+
+
+def _default_handler(sig: int):
+    return signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+
+
+def _raise_on_signal(signum: int, frame) -> None:
+    """SIGINT raises KeyboardInterrupt, SIGTERM/SIGHUP raise SystemExit(128 + signum): both
+    unwind through ``with EmulatedNetwork(...)``, whose exit tears the network down."""
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)
