@@ -2,8 +2,9 @@
 
 Imports nothing of topolab. The planner produces it, the emulator and the workers consume it:
 
-- `contract.plan`: the `Plan` (topology, routes, traffic, the strategy as a typed object)
-  and `Network`, the part of a plan an emulator builds;
+- `contract.plan`: the `Plan` (topology, routes, traffic, the strategy as a typed object);
+- `contract.network`: `Network`, the part of a plan an emulator builds (nodes, cables with
+  their rates, routes, latency);
 - `contract.schedule`: collective and iteration schedules as data (streams of send / recv /
   compute ops), the format the workers execute;
 - `contract.physics`: TCP goodput of a shaped cable, time dilation, compute time: each
