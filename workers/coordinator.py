@@ -19,6 +19,10 @@ for at most `ABORT_COLLECT_S`, and raises `WorkerFailure` with one line naming t
 host and the cause. Every process it started is ended by PID on exit, on exception, and on
 SIGTERM/SIGHUP (the context manager's ``__exit__``), never by name: a worker that ever
 talked gets ``stop`` and `STOP_GRACE_S` to exit, then SIGKILL; one that never did, SIGKILL.
+
+(Over 300 lines: one class whose methods (start, gather, blame, abort, stop) all share the
+run's state, i.e. the processes, who talked and when; split up, that state would be passed
+around instead.)
 """
 
 from __future__ import annotations
@@ -46,10 +50,11 @@ from .spec import DEFAULT_CHUNK, DEFAULT_TIMEOUT_S, WorkerSpec, specs_for_schedu
 Spawn = Callable[[int, list[str]], subprocess.Popen]
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-START_TIMEOUT_S = 8.0
+START_TIMEOUT_S = 7.0
 """Bound on each start phase (``ready``, then ``connected``). A worker's start is Python plus
-numpy and pyzmq imports, ~0.3 s of CPU: twelve on two busy cores take ~2-3 s, so 8 s is a
-~3x margin that still names a worker that never connects within 10 s."""
+numpy and pyzmq imports, ~0.3 s of CPU: twelve on two busy cores take ~2-3 s, so 7 s is a
+>2x margin that still names a worker that never connects, and ends every process, within
+10 s (the abort and stop that follow take well under a second)."""
 ABORT_COLLECT_S = 2.0
 """After an abort, how long the other workers' errors are collected (they answer at once)."""
 STOP_GRACE_S = 3.0  # a worker told ``stop`` exits within this (it flushes its sends), else SIGKILL
@@ -200,7 +205,7 @@ class Coordinator:
             except (OSError, subprocess.SubprocessError, ValueError) as exc:
                 raise WorkerFailure(
                     f"worker rank {spec.rank} (host {self.hosts[spec.rank]}) could not be started: "
-                    f"{argv[0]}: {getattr(exc, 'strerror', None) or exc}",
+                    f"{getattr(exc, 'filename', None) or argv[0]}: {getattr(exc, 'strerror', None) or exc}",
                     spec.rank,
                 ) from None
         self.progress(f"started {self.n} workers")
