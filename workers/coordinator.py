@@ -334,7 +334,8 @@ class Coordinator:
                     f"{t - self.last_heard[r]:.1f} s: hung or stopped?); rank "
                     f"{reporter} reported: {msg['message']}"
                 )
-        return named, msg["message"]
+        told = "" if named == reporter else f"rank {reporter} reported: "
+        return named, f"{self._who(named)}: {told}{msg['message']}"
 
     def _gather(self, kind: str, timeout: float, iteration: int | None = None) -> dict[int, dict[str, Any]]:
         """Wait for message ``kind`` from every rank; fail fast on deaths, errors, silence."""
