@@ -11,11 +11,18 @@ Iterations are barriers: ``start`` goes to every worker, the next one starts aft
 worker reported. An iteration's time is max(t_end) - min(t_start) over the ranks, on the
 system-wide CLOCK_MONOTONIC.
 
-Faults: a worker process that exits, reports an error, or stays silent (no message for
-``timeout_s`` + grace while an iteration runs) fails the iteration; the coordinator then
-sends ``abort`` naming the culprit to everyone else, collects their errors, and raises
-`WorkerFailure` with one clear message. Every process it started is ended by PID on exit,
-on exception, and on SIGTERM/SIGINT (the context manager's ``__exit__``), never by name.
+Faults: a worker that cannot be spawned, exits, reports an error, sends no ``ready`` /
+``connected`` within ``start_timeout_s`` (default `START_TIMEOUT_S`), or stays silent (no
+message for ``timeout_s`` + `ITERATION_GRACE_S` while an iteration runs) fails the run; the
+coordinator then sends ``abort`` naming the culprit to everyone else, collects their errors
+for at most `ABORT_COLLECT_S`, and raises `WorkerFailure` with one line naming the rank, its
+host and the cause. Every process it started is ended by PID on exit, on exception, and on
+SIGTERM/SIGHUP (the context manager's ``__exit__``), never by name: a worker that ever
+talked gets ``stop`` and `STOP_GRACE_S` to exit, then SIGKILL; one that never did, SIGKILL.
+
+(Over 300 lines: one class whose methods (start, gather, blame, abort, stop) all share the
+run's state, i.e. the processes, who talked and when; split up, that state would be passed
+around instead.)
 """
 
 from __future__ import annotations
@@ -35,15 +42,31 @@ from typing import Any
 
 import zmq
 
-from .executor import now
-from .spec import WorkerSpec, specs_for_schedule
+from contract.errors import RunError
+
+from .protocol import CONTROL_POLL_MS, ITERATION_GRACE_S, SILENCE_S, decode, encode, identity, now
+from .spec import DEFAULT_CHUNK, DEFAULT_TIMEOUT_S, WorkerSpec, specs_for_schedule
 
 Spawn = Callable[[int, list[str]], subprocess.Popen]
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SILENT_S = 1.2  # workers beat every 0.5 s during an iteration (workers/worker.py)
+
+START_TIMEOUT_S = 7.0
+"""Bound on each start phase (``ready``, then ``connected``). A worker's start is Python plus
+numpy and pyzmq imports, ~0.3 s of CPU: twelve on two busy cores take ~2-3 s, so 7 s is a
+>2x margin that still names a worker that never connects, and ends every process, within
+10 s (the abort and stop that follow take well under a second)."""
+ABORT_COLLECT_S = 2.0
+"""After an abort, how long the other workers' errors are collected (they answer at once)."""
+STOP_GRACE_S = 3.0  # a worker told ``stop`` exits within this (it flushes its sends), else SIGKILL
+REAP_S = 5.0  # bound on waiting for a SIGKILLed process to be reaped
+IDLE_TIMEOUTS = 4
+IDLE_MIN_S = 120.0
+"""A worker exits on its own once the coordinator is silent for max(IDLE_MIN_S, IDLE_TIMEOUTS
+x timeout_s) between iterations (the coordinator was killed so hard that PR_SET_PDEATHSIG did
+not reach the worker, e.g. a worker in a namespace started by a helper process)."""
 
 
-class WorkerFailure(RuntimeError):
+class WorkerFailure(RunError):
     """A worker died, failed or went silent; ``rank`` names the culprit when known."""
 
     def __init__(self, message: str, rank: int | None = None, errors: dict[int, str] | None = None) -> None:
@@ -97,10 +120,10 @@ class Coordinator:
         hosts: Sequence[str],
         *,
         spawn: Spawn | None = None,
-        chunk_bytes: int = 1 << 20,
-        timeout_s: float = 10.0,
+        chunk_bytes: int = DEFAULT_CHUNK,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         timestamps: str = "streams",
-        start_timeout_s: float = 60.0,
+        start_timeout_s: float = START_TIMEOUT_S,
         python: str = sys.executable,
         workdir: str | None = None,
         keep_workdir: bool = False,
@@ -128,13 +151,14 @@ class Coordinator:
             timeout_s=timeout_s,
             timestamps=timestamps,
             log_dir=str(self.workdir),
-            idle_timeout_s=max(120.0, 4 * timeout_s),
+            idle_timeout_s=max(IDLE_MIN_S, IDLE_TIMEOUTS * timeout_s),
         )
         self.procs: dict[int, subprocess.Popen] = {}
         self.addresses: dict[int, str] = {}
         self.ctx: zmq.Context | None = None
         self.sock: zmq.Socket | None = None
         self.last_heard: dict[int, float] = {}
+        self.talked: set[int] = set()  # ranks that ever sent a control message
         self.exited: dict[int, int] = {}
         self._old_handlers: dict[int, Any] = {}
 
@@ -168,38 +192,50 @@ class Coordinator:
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.sock.bind(self.control_endpoint)
+        try:
+            self.sock.bind(self.control_endpoint)
+        except zmq.ZMQError as exc:
+            raise WorkerFailure(f"cannot open the control endpoint {self.control_endpoint}: {exc}") from None
         for spec in self.specs:
             path = self.workdir / f"rank-{spec.rank}.json"
             path.write_text(json.dumps(spec.to_dict()))
             argv = [self.python, "-m", "workers.worker", str(path)]
-            self.procs[spec.rank] = self.spawn(spec.rank, argv)
+            try:
+                self.procs[spec.rank] = self.spawn(spec.rank, argv)
+            except (OSError, subprocess.SubprocessError, ValueError) as exc:
+                raise WorkerFailure(
+                    f"worker rank {spec.rank} (host {self.hosts[spec.rank]}) could not be started: "
+                    f"{getattr(exc, 'filename', None) or argv[0]}: {getattr(exc, 'strerror', None) or exc}",
+                    spec.rank,
+                ) from None
         self.progress(f"started {self.n} workers")
         ready = self._gather("ready", self.start_timeout_s)
         self.addresses = {r: m["address"] for r, m in ready.items()}
         for rank in range(self.n):
             peers = {str(p): self.addresses[p] for p in self.specs[rank].peers}
-            self._send(rank, {"type": "connect", "peers": peers})
+            self._send(rank, "connect", peers=peers)
         self._gather("connected", self.start_timeout_s)
 
     def close(self) -> None:
         """Stop the workers (politely, then by SIGKILL to their PIDs) and clean up."""
+        told = []
         if self.sock is not None:
-            for rank in self.procs:
+            for rank in self.talked:
                 if self.procs[rank].poll() is None:
-                    self._send(rank, {"type": "stop"}, quiet=True)
-            deadline = now() + 3.0
-            for proc in self.procs.values():
-                try:
-                    proc.wait(max(0.0, deadline - now()))
-                except subprocess.TimeoutExpired:
-                    pass
+                    self._send(rank, "stop", quiet=True)
+                    told.append(self.procs[rank])
+        deadline = now() + STOP_GRACE_S
+        for proc in told:
+            try:
+                proc.wait(max(0.0, deadline - now()))
+            except subprocess.TimeoutExpired:
+                pass
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.kill()
         for proc in self.procs.values():
             try:
-                proc.wait(5.0)
+                proc.wait(REAP_S)
             except subprocess.TimeoutExpired:
                 pass
         if self.sock is not None:
@@ -218,12 +254,26 @@ class Coordinator:
         return [p.pid for p in self.procs.values()]
 
     # ---- messaging -------------------------------------------------------------------
-    def _send(self, rank: int, msg: dict[str, Any], quiet: bool = False) -> None:
+    def _send(self, rank: int, kind: str, quiet: bool = False, **fields: Any) -> None:
         try:
-            self.sock.send_multipart([f"rank-{rank}".encode(), json.dumps(msg).encode()])
-        except zmq.ZMQError:
+            self.sock.send_multipart([identity(rank), encode(kind, **fields)], zmq.NOBLOCK)
+        except zmq.ZMQError:  # not connected (EHOSTUNREACH) or not reading (EAGAIN)
             if not quiet:
-                raise WorkerFailure(f"rank {rank} is not connected to the control plane", rank) from None
+                raise WorkerFailure(f"{self._who(rank)} is not connected to the control plane", rank) from None
+
+    def _recv(self) -> dict[str, Any]:
+        _ident, payload = self.sock.recv_multipart()
+        msg = decode(payload)
+        rank = int(msg["rank"])
+        self.last_heard[rank] = now()
+        self.talked.add(rank)
+        return msg
+
+    def _who(self, rank: int) -> str:
+        """``worker rank R (host H, pid P)``: how every failure names a worker."""
+        proc = self.procs.get(rank)
+        pid = f", pid {proc.pid}" if proc is not None else ""
+        return f"worker rank {rank} (host {self.hosts[rank]}{pid})"
 
     def _log_tail(self, rank: int, lines: int = 5) -> str:
         path = self.workdir / f"rank-{rank}.log"
@@ -245,13 +295,13 @@ class Coordinator:
         if self.relay_failures:
             for rank, proc in self.procs.items():
                 if proc.poll() is None and rank != culprit:
-                    self._send(rank, {"type": "abort", "reason": reason}, quiet=True)
+                    self._send(rank, "abort", quiet=True, reason=reason)
         # without relaying (tests of the workers' own detection) give them their timeout
-        deadline = now() + (2.0 if self.relay_failures else self.timeout_s + 2.0)
-        while now() < deadline and len(errors) + len(self._dead()) < self.n:
-            if self.sock.poll(100):
-                ident, payload = self.sock.recv_multipart()
-                msg = json.loads(payload)
+        deadline = now() + ABORT_COLLECT_S + (0.0 if self.relay_failures else self.timeout_s)
+        expected = set(self.talked) - {culprit}  # a rank that never talked will not answer
+        while now() < deadline and not expected <= set(errors) | set(self._dead()):
+            if self.sock.poll(CONTROL_POLL_MS):
+                msg = self._recv()
                 if msg.get("type") == "error":
                     errors.setdefault(int(msg["rank"]), msg["message"])
         raise WorkerFailure(reason, culprit, errors)
@@ -260,34 +310,32 @@ class Coordinator:
         """Who to blame for ``reporter``'s error. A rank that times out names the peer it
         waits for, but that peer may itself be blocked behind the real culprit; workers
         send a heartbeat every HEARTBEAT_S during iterations, so a rank not heard from for
-        SILENT_S while the named peer is alive is the one that hangs."""
+        SILENCE_S while the named peer is alive is the one that hangs."""
         named = msg.get("peer")
         named = reporter if named is None else int(named)
         dead = self._dead()
         if dead:
             rank = min(dead)
-            return rank, (
-                f"worker rank {rank} (pid {self.procs[rank].pid}) exited with code "
-                f"{dead[rank]}; rank {reporter} reported: {msg['message']}"
-            )
+            return rank, f"{self._who(rank)} exited with code {dead[rank]}; rank {reporter} reported: {msg['message']}"
         t = now()
-        if t - self.last_heard.get(named, 0.0) < SILENT_S:
+        if t - self.last_heard.get(named, 0.0) < SILENCE_S:
             silent = sorted(
                 (
                     r
                     for r in range(self.n)
-                    if r not in got and r not in errors and t - self.last_heard.get(r, 0.0) > SILENT_S
+                    if r not in got and r not in errors and t - self.last_heard.get(r, 0.0) > SILENCE_S
                 ),
                 key=lambda r: self.last_heard.get(r, 0.0),
             )
             if silent:
                 r = silent[0]
                 return r, (
-                    f"rank {r} went silent (no message for "
+                    f"{self._who(r)} went silent (no message for "
                     f"{t - self.last_heard[r]:.1f} s: hung or stopped?); rank "
                     f"{reporter} reported: {msg['message']}"
                 )
-        return named, msg["message"]
+        told = "" if named == reporter else f"rank {reporter} reported: "
+        return named, f"{self._who(named)}: {told}{msg['message']}"
 
     def _gather(self, kind: str, timeout: float, iteration: int | None = None) -> dict[int, dict[str, Any]]:
         """Wait for message ``kind`` from every rank; fail fast on deaths, errors, silence."""
@@ -297,11 +345,9 @@ class Coordinator:
         for r in range(self.n):
             self.last_heard[r] = start
         while len(got) < self.n:
-            if self.sock.poll(100):
-                ident, payload = self.sock.recv_multipart()
-                msg = json.loads(payload)
+            if self.sock.poll(CONTROL_POLL_MS):
+                msg = self._recv()
                 rank = int(msg["rank"])
-                self.last_heard[rank] = now()
                 if msg["type"] == kind and (iteration is None or msg.get("iteration") == iteration):
                     got[rank] = msg
                 elif msg["type"] == "error":
@@ -315,23 +361,32 @@ class Coordinator:
                 tail = self._log_tail(rank)
                 self._fail(
                     rank,
-                    f"worker rank {rank} (pid {self.procs[rank].pid}) exited "
-                    f"with code {code} during {kind if iteration is None else f'iteration {iteration}'}"
+                    f"{self._who(rank)} exited with code {code} during "
+                    f"{f'start (before {kind!r})' if iteration is None else f'iteration {iteration}'}"
                     + (f": {tail}" if tail else ""),
                     errors,
                 )
             t = now()
             if iteration is None and t - start > timeout:
                 missing = sorted(set(range(self.n)) - set(got))
-                self._fail(missing[0], f"ranks {missing} sent no {kind!r} within {timeout:g} s", errors)
+                others = f" (nor did ranks {missing[1:]})" if len(missing) > 1 else ""
+                self._fail(
+                    missing[0],
+                    f"{self._who(missing[0])} sent no {kind!r} within {timeout:g} s: "
+                    f"{'never connected to the coordinator' if missing[0] not in self.talked else 'stuck starting'}"
+                    f"{others}",
+                    errors,
+                )
             if iteration is not None:
                 silent = sorted(
-                    r for r in range(self.n) if r not in got and t - self.last_heard[r] > self.timeout_s + 5.0
+                    r
+                    for r in range(self.n)
+                    if r not in got and t - self.last_heard[r] > self.timeout_s + ITERATION_GRACE_S
                 )
                 if silent:
                     self._fail(
                         silent[0],
-                        f"rank {silent[0]} silent for "
+                        f"{self._who(silent[0])} silent for "
                         f"{t - self.last_heard[silent[0]]:.1f} s during "
                         f"iteration {iteration} (hung or stopped?)",
                         errors,
@@ -341,7 +396,7 @@ class Coordinator:
     # ---- iterations --------------------------------------------------------------------
     def run_iteration(self, iteration: int) -> IterationResult:
         for rank in range(self.n):
-            self._send(rank, {"type": "start", "iteration": iteration})
+            self._send(rank, "start", iteration=iteration)
         reports = self._gather("result", self.timeout_s, iteration)
         ranks = [reports[r] for r in range(self.n)]
         t0 = min(r["t_start"] for r in ranks)

@@ -11,7 +11,9 @@ Format ``topolab.worker/1`` (documented in docs/schedules.md):
     control                ipc:// endpoint of the coordinator
     buffers, checks        as in the schedule (topolab.schedule/1)
     streams                this rank's program: {stream: [op, ...]}
-    chunk_bytes            wire chunk size for pipelined sends (64 KiB .. 4 MiB)
+    chunk_bytes            wire chunk size for pipelined sends: MIN_CHUNK .. MAX_CHUNK
+                           (4 KiB .. 64 MiB) is accepted; 64 KiB .. 4 MiB reach the TCP
+                           floor (docs/emulation.md, pyzmq)
     timeout_s              a peer that sends nothing for this long while data from it is
                            awaited (or accepts nothing while a send to it is pending) fails
                            the iteration with an error naming the peer
@@ -26,12 +28,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.errors import UsageError
+
 WORKER_FORMAT = "topolab.worker/1"
 MIN_CHUNK, MAX_CHUNK = 4 << 10, 64 << 20
+DEFAULT_CHUNK = 1 << 20  # 1 MiB: inside the 64 KiB .. 4 MiB range that reaches the TCP floor
+DEFAULT_TIMEOUT_S = 10.0  # longer than any legitimate wait for a peer in the loopback tests
+DEFAULT_IDLE_TIMEOUT_S = 300.0  # a worker outlives a silent coordinator by at most 5 minutes
 
 
-class SpecError(ValueError):
-    """A worker spec is malformed; the message names the field."""
+class SpecError(UsageError):
+    """A worker spec is malformed; the message names the field (a ValueError, exit 2)."""
 
 
 @dataclass
@@ -44,9 +51,9 @@ class WorkerSpec:
     buffers: list[dict[str, Any]]
     checks: list[dict[str, Any]]
     streams: dict[str, list[dict[str, Any]]]
-    chunk_bytes: int = 1 << 20
-    timeout_s: float = 10.0
-    idle_timeout_s: float = 300.0
+    chunk_bytes: int = DEFAULT_CHUNK
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     timestamps: str = "streams"
     log: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -89,9 +96,9 @@ class WorkerSpec:
                 buffers=list(need("buffers")),
                 checks=list(d.get("checks", [])),
                 streams=dict(need("streams")),
-                chunk_bytes=int(d.get("chunk_bytes", 1 << 20)),
-                timeout_s=float(d.get("timeout_s", 10.0)),
-                idle_timeout_s=float(d.get("idle_timeout_s", 300.0)),
+                chunk_bytes=int(d.get("chunk_bytes", DEFAULT_CHUNK)),
+                timeout_s=float(d.get("timeout_s", DEFAULT_TIMEOUT_S)),
+                idle_timeout_s=float(d.get("idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S)),
                 timestamps=str(d.get("timestamps", "streams")),
                 log=str(d.get("log", "")),
                 extra=dict(d.get("extra", {})),
@@ -164,10 +171,10 @@ def specs_for_schedule(
     control: str,
     *,
     port: int = 0,
-    chunk_bytes: int = 1 << 20,
-    timeout_s: float = 10.0,
+    chunk_bytes: int = DEFAULT_CHUNK,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     timestamps: str = "streams",
-    idle_timeout_s: float = 300.0,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     log_dir: str = "",
 ) -> list[WorkerSpec]:
     """One spec per rank from a schedule dict (``Schedule.to_dict()``) and each rank's host

@@ -1,17 +1,8 @@
 """A worker process: ``python -m workers.worker SPEC.json``.
 
-Reads only the JSON worker spec (workers/spec.py), binds its data-plane socket, then follows
-the coordinator over the ipc:// control plane (one JSON object per message):
-
-    worker -> coordinator   ready {rank, address, pid}       data socket bound
-                            connected {rank}                  PUSH sockets to peers made
-                            progress {rank, iteration, done, total}   every 0.5 s
-                            result {rank, iteration, ok, t_start, t_end, mismatches, ...}
-                            error {rank, iteration, message, peer}    then the worker exits 1
-    coordinator -> worker   connect {peers: {rank: "host:port"}}
-                            start {iteration}
-                            abort {reason}     (also honoured in the middle of an iteration)
-                            stop
+Reads only the JSON worker spec (`workers.spec`), binds its data-plane socket, then follows
+the coordinator over the ipc:// control plane (`workers.protocol`: ``ready``, ``connect`` /
+``connected``, then ``start`` / ``result`` per iteration until ``stop``).
 
 Exit codes: 0 after ``stop``; 1 after a failure (peer died or went silent, abort, coordinator
 gone); 2 for a bad spec (one line on stderr naming the field).
@@ -20,7 +11,6 @@ gone); 2 for a bad spec (one line on stderr naming the field).
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import signal
 import sys
@@ -28,14 +18,21 @@ import traceback
 
 import zmq
 
-from .executor import Aborted, Executor, PeerFailure, now
+from .executor import Executor
+from .protocol import (
+    CONTROL_LINGER_MS,
+    ITERATION_GRACE_S,
+    Aborted,
+    CoordinatorGone,
+    PeerFailure,
+    decode,
+    encode,
+    identity,
+    now,
+)
 from .spec import SpecError, load_spec
 
 PR_SET_PDEATHSIG = 1
-
-
-class CoordinatorGone(PeerFailure):
-    """The coordinator stopped talking: nobody is left to wait for."""
 
 
 def _die_with_parent() -> None:
@@ -57,22 +54,21 @@ class Worker:
             os.close(fd)
         self.ctx = zmq.Context(io_threads=int(self.spec.extra.get("io_threads", 1)))
         self.control = self.ctx.socket(zmq.DEALER)
-        self.control.setsockopt(zmq.IDENTITY, f"rank-{self.spec.rank}".encode())
-        self.control.setsockopt(zmq.LINGER, 2000)
+        self.control.setsockopt(zmq.IDENTITY, identity(self.spec.rank))
+        self.control.setsockopt(zmq.LINGER, CONTROL_LINGER_MS)
         self.control.connect(self.spec.control)
         self.executor: Executor | None = None
         self.iteration = -1
 
     def send(self, kind: str, **fields) -> None:
-        fields.update(type=kind, rank=self.spec.rank)
-        self.control.send(json.dumps(fields).encode())
+        self.control.send(encode(kind, rank=self.spec.rank, **fields))
 
     def recv_control(self) -> dict:
         if not self.control.poll(self.spec.idle_timeout_s * 1000):
             raise CoordinatorGone(
                 f"rank {self.spec.rank}: no word from the coordinator for {self.spec.idle_timeout_s:g} s; exiting"
             )
-        return json.loads(self.control.recv())
+        return decode(self.control.recv())
 
     def run(self) -> int:
         spec = self.spec
@@ -104,19 +100,19 @@ class Worker:
 
     def linger_after_failure(self) -> None:
         """Keep the data sockets open until the coordinator says ``stop`` (at most
-        timeout_s + 5 s): if a failed or aborted worker vanished at once, its neighbours
+        timeout_s + ITERATION_GRACE_S): if a failed or aborted worker vanished at once, its neighbours
         would see *it* disconnect and blame it instead of the peer that really failed."""
-        deadline = now() + self.spec.timeout_s + 5.0
+        deadline = now() + self.spec.timeout_s + ITERATION_GRACE_S
         while (left := deadline - now()) > 0:
             if not self.control.poll(left * 1000):
                 return
-            if json.loads(self.control.recv()).get("type") == "stop":
+            if decode(self.control.recv()).get("type") == "stop":
                 return
 
     def close(self) -> None:
         if self.executor is not None:
             self.executor.close()
-        self.control.close(linger=1000)
+        self.control.close(linger=CONTROL_LINGER_MS)
         self.ctx.term()
 
 

@@ -1,0 +1,87 @@
+"""Workers that fail while starting, caused for real on loopback: a command that exits at once,
+a command that cannot be executed, a process that never connects. Each must end the start
+with one line naming the rank, its host and the cause, within 10 s, leaving no process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from contract.errors import RunError
+from planner.collectives import ring_allreduce
+from workers.coordinator import Coordinator, WorkerFailure, loopback_spawn
+
+LOOP = "127.0.0.1"
+BOUND_S = 10.0  # every start failure is reported (and cleaned up) within this
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def start_with(victim: int, replace_argv, n: int = 4):
+    """Start a ring of ``n`` loopback workers where rank ``victim`` runs ``replace_argv(argv)``
+    instead. Returns (WorkerFailure or None, elapsed incl. clean-up, every Popen started)."""
+    started: list[subprocess.Popen] = []
+    plain = loopback_spawn()
+
+    def spawn(rank: int, argv: list[str]) -> subprocess.Popen:
+        proc = plain(rank, replace_argv(argv) if rank == victim else argv)
+        started.append(proc)
+        return proc
+
+    t0 = time.monotonic()
+    failure = None
+    try:
+        with Coordinator(ring_allreduce(n, 1 << 16).to_dict(), [LOOP] * n, spawn=spawn, timeout_s=2.0) as coord:
+            coord.run(1, warmup=0)
+    except WorkerFailure as exc:
+        failure = exc
+    return failure, time.monotonic() - t0, started
+
+
+def assert_clean_failure(failure, elapsed, started, rank, cause):
+    assert failure is not None, "the start should have failed"
+    assert isinstance(failure, RunError) and failure.exit_code == 1
+    message = str(failure)
+    assert "\n" not in message
+    assert failure.rank == rank
+    assert f"rank {rank}" in message and f"host {LOOP}" in message, message
+    assert cause in message, message
+    assert elapsed < BOUND_S
+    assert all(proc.poll() is not None for proc in started)
+    assert not any(pid_alive(proc.pid) for proc in started)
+
+
+def test_a_healthy_start_succeeds():
+    """The harness itself: with no replacement every worker starts and the ring verifies."""
+    failure, elapsed, started = start_with(-1, lambda argv: argv)
+    assert failure is None
+    assert len(started) == 4 and all(proc.returncode == 0 for proc in started)
+
+
+def test_worker_command_that_exits_at_once_is_named():
+    failure, elapsed, started = start_with(1, lambda argv: [sys.executable, "-c", "raise SystemExit(3)"])
+    assert_clean_failure(failure, elapsed, started, 1, "exited with code 3 during start")
+
+
+def test_worker_command_that_cannot_be_executed_is_named():
+    failure, elapsed, started = start_with(2, lambda argv: ["/nonexistent/python", *argv[1:]])
+    assert_clean_failure(failure, elapsed, started, 2, "could not be started: /nonexistent/python")
+    assert len(started) == 2  # ranks 0 and 1 were started, and are gone again
+
+
+@pytest.mark.timeout(30)
+def test_worker_that_never_connects_is_named():
+    """A process that lives but never talks to the coordinator (here: sleep)."""
+    failure, elapsed, started = start_with(3, lambda argv: ["sleep", "60"])
+    assert_clean_failure(failure, elapsed, started, 3, "never connected to the coordinator")
+    assert "'ready'" in str(failure)

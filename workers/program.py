@@ -1,0 +1,71 @@
+"""One rank's program, parsed once from the worker spec into flat op records.
+
+The schedule format (contract/schedule.py, docs/schedules.md) gives each rank named streams
+of ops with integer ids; ``after`` names op ids. Here every op gets a dense ``index`` (its
+position in `Program.ops`) and ``after`` becomes indices, so the scheduler's per-op checks
+are list lookups.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+SEND, RECV, COMPUTE = 0, 1, 2
+KINDS = {"send": SEND, "recv": RECV, "compute": COMPUTE}
+
+
+@dataclass(slots=True)
+class Op:
+    index: int
+    id: int
+    kind: int
+    stream: int
+    peer: int = -1
+    buffer: str = ""
+    offset: int = 0
+    length: int = 0
+    tag: int = 0
+    reduce: bool = False
+    seconds: float = 0.0
+    after: tuple[int, ...] = ()
+
+
+class Program:
+    """``streams[i]``: the ops of stream ``stream_names[i]`` in order; ``ops``: all, by index;
+    ``ops_per_peer``: how many send/recv ops each peer takes part in."""
+
+    def __init__(self, streams: dict[str, list[dict[str, Any]]]) -> None:
+        self.stream_names = list(streams)
+        self.streams: list[list[Op]] = []
+        index_of: dict[int, int] = {}
+        ops: list[Op] = []
+        for si, name in enumerate(self.stream_names):
+            stream_ops = []
+            for d in streams[name]:
+                op = Op(
+                    index=len(ops),
+                    id=int(d["id"]),
+                    kind=KINDS[d["op"]],
+                    stream=si,
+                    peer=int(d.get("peer", -1)),
+                    buffer=str(d.get("buffer", "")),
+                    offset=int(d.get("offset", 0)),
+                    length=int(d.get("length", 0)),
+                    tag=int(d.get("tag", 0)),
+                    reduce=d.get("mode") == "reduce",
+                    seconds=float(d.get("seconds", 0.0)),
+                    after=tuple(int(a) for a in d.get("after", ())),
+                )
+                index_of[op.id] = op.index
+                ops.append(op)
+                stream_ops.append(op)
+            self.streams.append(stream_ops)
+        for op in ops:
+            op.after = tuple(index_of[a] for a in op.after)
+        self.ops = ops
+        self.ops_per_peer: dict[int, int] = defaultdict(int)
+        for op in ops:
+            if op.kind != COMPUTE:
+                self.ops_per_peer[op.peer] += 1

@@ -1,0 +1,206 @@
+"""The op scheduler: runs one iteration of a rank's program to completion, or fails naming why.
+
+Semantics are the schedule format's (contract/schedule.py, docs/schedules.md): the ops of a
+stream run in order, an op also waits for its ``after`` ops, sends are eager, and matching is
+FIFO per (src, dst, tag). The loop starts every stream head whose dependencies are done,
+lets `workers.transfers` move bytes, polls the data, monitor and control sockets for at most
+`POLL_S`, and checks for faults:
+
+- a peer's TCP connection dropped (`workers.channels` monitors) while ops with it remain:
+  fail at once naming it;
+- no progress for ``timeout_s`` (and no compute running): fail naming the peer whose data is
+  awaited longest, or the peer that accepts nothing, or a deadlock;
+- ``abort`` from the coordinator: `Aborted`.
+
+Every `HEARTBEAT_S` it reports progress (``heartbeat(done, total)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import zmq
+
+from .program import COMPUTE, RECV, SEND, Op
+from .protocol import HEARTBEAT_S, Aborted, PeerFailure, decode, now
+from .transfers import Active, Transfers
+
+if TYPE_CHECKING:
+    from .executor import Executor
+
+POLL_S = 0.05
+"""Longest poll of a loop turn: bounds how late a compute's end or a fault is noticed."""
+STASH_POLL_S = 0.0005
+"""Poll while early chunks wait for a tracked send to release their region: libzmq gives
+no event for that, and the region is typically free within a fraction of a millisecond."""
+
+
+class IterationRun:
+    """State of one iteration's execution (kept apart so a new iteration starts clean)."""
+
+    def __init__(
+        self,
+        ex: Executor,
+        iteration: int,
+        control: zmq.Socket | None,
+        heartbeat: Callable[[int, int], None] | None,
+    ) -> None:
+        self.program = program = ex.program
+        self.timeout_s = ex.spec.timeout_s
+        self.control = control
+        self.heartbeat = heartbeat
+        self.channels = channels = ex.channels
+        self.rank = ex.rank
+        self.xfer = Transfers(channels, ex.raw, ex.arrays, ex.scratch, ex.spec.chunk_bytes, iteration, self.complete)
+        n = len(program.ops)
+        self.done = [False] * n
+        self.started = [0.0] * n
+        self.ended = [0.0] * n
+        self.ndone = 0
+        self.cursor = [0] * len(program.streams)
+        self.busy = [False] * len(program.streams)  # stream's head op is in progress
+        self.computes: list[Active] = []
+        self.remaining_with = dict(program.ops_per_peer)
+        self.poller = zmq.Poller()
+        self.poller.register(channels.pull, zmq.POLLIN)
+        for mon in channels.monitors:
+            self.poller.register(mon, zmq.POLLIN)
+        if control is not None:
+            self.poller.register(control, zmq.POLLIN)
+
+    # ---- op life cycle ---------------------------------------------------------------
+    def complete(self, op: Op) -> None:
+        self.done[op.index] = True
+        self.ended[op.index] = t = now()
+        self.ndone += 1
+        self.cursor[op.stream] += 1
+        self.busy[op.stream] = False
+        if op.kind != COMPUTE:
+            self.remaining_with[op.peer] -= 1
+        self.xfer.last_progress = t
+
+    def advance(self) -> None:
+        """Start every stream head whose dependencies are done, until nothing changes."""
+        xfer = self.xfer
+        changed = True
+        while changed:
+            changed = False
+            for si, ops in enumerate(self.program.streams):
+                if self.busy[si] or self.cursor[si] >= len(ops):
+                    continue
+                op = ops[self.cursor[si]]
+                if not all(self.done[a] for a in op.after):
+                    continue
+                self.busy[si] = True
+                self.started[op.index] = now()
+                act = Active(op)
+                if op.kind == SEND:
+                    xfer.start_send(act)
+                elif op.kind == RECV:
+                    xfer.post_recv(act)
+                else:
+                    act.deadline = self.started[op.index] + op.seconds
+                    if op.seconds <= 0:
+                        self.complete(op)
+                    else:
+                        self.computes.append(act)
+                changed = changed or not self.busy[si]
+
+    # ---- faults ------------------------------------------------------------------------
+    def check_faults(self) -> None:
+        channels, xfer = self.channels, self.xfer
+        for peer in channels.peer_down:
+            if self.remaining_with.get(peer, 0) > 0:
+                # a peer that went down because the coordinator aborted everyone is not
+                # the culprit: report the abort (already queued) rather than the peer
+                if self.control is not None:
+                    self.check_control()
+                raise PeerFailure(
+                    f"rank {self.rank}: peer {channels.describe(peer)} disconnected "
+                    f"(its process ended?) with {self.remaining_with[peer]} ops "
+                    f"still to exchange with it",
+                    peer,
+                )
+        idle = now() - xfer.last_progress
+        if idle < self.timeout_s or self.computes:
+            return
+        waiting: dict[int, int] = {}
+        for (src, _tag), q in xfer.posted.items():
+            for act in q:
+                waiting[src] = waiting.get(src, 0) + act.op.length - act.pos
+        if waiting:
+            peer = min(waiting, key=lambda p: xfer.last_heard.get(p, 0.0))
+            others = ", ".join(f"rank {p}" for p in sorted(waiting) if p != peer)
+            raise PeerFailure(
+                f"rank {self.rank}: no data from peer {channels.describe(peer)} for {idle:.1f} s "
+                f"(timeout {self.timeout_s:g} s; {waiting[peer]} bytes still awaited"
+                + (f"; also waiting on {others}" if others else "")
+                + ")",
+                peer,
+            )
+        if xfer.blocked_push:
+            peer = min(xfer.blocked_push)
+            raise PeerFailure(
+                f"rank {self.rank}: peer {channels.describe(peer)} accepted no data for "
+                f"{idle:.1f} s (timeout {self.timeout_s:g} s)",
+                peer,
+            )
+        raise PeerFailure(
+            f"rank {self.rank}: no progress for {idle:.1f} s with "
+            f"{len(self.program.ops) - self.ndone} ops left (schedule deadlock?)"
+        )
+
+    def check_control(self) -> None:
+        while True:
+            try:
+                msg = decode(self.control.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                return
+            if msg.get("type") == "abort":
+                raise Aborted(f"rank {self.rank}: aborted by the coordinator: {msg.get('reason', '')}")
+
+    # ---- the loop --------------------------------------------------------------------
+    def execute(self) -> None:
+        channels, xfer = self.channels, self.xfer
+        total = len(self.program.ops)
+        next_beat = now() + HEARTBEAT_S
+        while True:
+            self.advance()
+            if self.ndone == total:
+                return
+            xfer.pump_sends()
+            for key in xfer.stash_pending():
+                xfer.drain_stash(key)
+            self.advance()
+            if self.ndone == total:
+                return
+            t = now()
+            wait = POLL_S
+            if self.computes:
+                wait = min(wait, max(0.0, min(a.deadline for a in self.computes) - t))
+            if xfer.stash_waiting():
+                wait = min(wait, STASH_POLL_S)
+            for peer in xfer.blocked_push:
+                self.poller.register(channels.push[peer], zmq.POLLOUT)
+            events = dict(self.poller.poll(wait * 1000))
+            for peer in xfer.blocked_push:
+                self.poller.unregister(channels.push[peer])
+            if channels.pull in events:
+                xfer.receive()
+            for mon in channels.monitors:
+                if mon in events:
+                    channels.check_monitor(mon)
+            if self.control is not None and self.control in events:
+                self.check_control()
+            if self.computes:
+                t = now()
+                due = [a for a in self.computes if a.deadline <= t]
+                if due:
+                    self.computes = [a for a in self.computes if a.deadline > t]
+                    for a in due:
+                        self.complete(a.op)
+            self.check_faults()
+            if self.heartbeat is not None and now() >= next_beat:
+                self.heartbeat(self.ndone, total)
+                next_beat = now() + HEARTBEAT_S

@@ -1,0 +1,207 @@
+"""Moving one iteration's bytes: pipelined sends and chunk-by-chunk receives (the hot path).
+
+Sends: a send op is cut into chunks of ``chunk_bytes``; each goes out as header + chunk, the
+chunk zero-copy and tracked (`workers.channels`) unless smaller than ``ZERO_COPY_MIN``. A peer
+whose PUSH queue is full stops the op (``blocked_push``) until the socket is writable again.
+
+Receives: FIFO matching per (src, tag) (docs/schedules.md). A chunk for a posted recv goes
+straight into place with ``recv_into`` (copy mode: into the target region; reduce mode: into
+a preallocated scratch chunk, then ``np.add`` in place); a chunk that arrives before its recv
+is posted, or while a send of its target region is still in flight, is kept as a zmq frame
+(no copy) in ``stash`` and applied once allowed.
+
+Nothing here blocks: the scheduler (`workers.scheduler`) polls and calls in. ``complete`` is
+its callback for an op whose last byte went out or came in.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import zmq
+
+from .channels import HEADER, ZERO_COPY_MIN, Channels
+from .program import Op
+from .protocol import PeerFailure, now
+
+RECEIVE_BUDGET = 64  # messages taken per poll, so sends and faults get their turn
+
+
+@dataclass(slots=True)
+class Active:
+    """An op in progress: a send being chunked, a posted recv, or a compute wait."""
+
+    op: Op
+    pos: int = 0  # bytes sent / received so far
+    deadline: float = 0.0  # compute
+
+
+class Transfers:
+    """The sends, posted recvs and early chunks of one iteration, with their byte counts."""
+
+    def __init__(
+        self,
+        channels: Channels,
+        raw: dict[str, np.ndarray],
+        arrays: dict[str, np.ndarray],
+        scratch: np.ndarray,
+        chunk_bytes: int,
+        iteration: int,
+        complete: Callable[[Op], None],
+    ) -> None:
+        self.channels = channels
+        self.rank = channels.rank
+        self.raw = raw
+        self.arrays = arrays
+        self.scratch = scratch
+        self.chunk_bytes = chunk_bytes
+        self.iteration = iteration
+        self.complete = complete
+        self.sends: list[Active] = []
+        self.posted: dict[tuple[int, int], deque[Active]] = defaultdict(deque)
+        self.stash: dict[tuple[int, int], deque] = defaultdict(deque)
+        self.blocked_push: set[int] = set()
+        self.last_heard: dict[int, float] = {}
+        self.last_progress = now()
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    # ---- sending ---------------------------------------------------------------------
+    def start_send(self, act: Active) -> None:
+        if not self.pump_send(act):
+            self.sends.append(act)
+
+    def pump_send(self, act: Active) -> bool:
+        """Queue as many chunks of ``act`` as the peer's socket takes; True when all are."""
+        op = act.op
+        channels = self.channels
+        sock = channels.push[op.peer]
+        raw = self.raw[op.buffer]
+        chunk = self.chunk_bytes
+        end = op.offset + op.length
+        while act.pos < op.length:
+            lo = op.offset + act.pos
+            n = min(chunk, end - lo)
+            try:
+                sock.send(HEADER.pack(self.iteration, self.rank, op.tag, n), zmq.SNDMORE | zmq.NOBLOCK)
+            except zmq.Again:
+                self.blocked_push.add(op.peer)
+                return False
+            if n < ZERO_COPY_MIN:
+                sock.send(raw[lo : lo + n], copy=True)  # copied now: nothing to track
+            else:
+                tracker = sock.send(raw[lo : lo + n], copy=False, track=True)
+                channels.trackers.append((op.buffer, lo, lo + n, tracker, op.peer))
+            act.pos += n
+            self.bytes_sent += n
+            self.last_progress = now()
+        self.complete(op)
+        return True
+
+    def pump_sends(self) -> None:
+        if not self.sends:
+            return
+        self.blocked_push.clear()
+        self.sends = [a for a in self.sends if not self.pump_send(a)]
+
+    # ---- receiving -------------------------------------------------------------------
+    def post_recv(self, act: Active) -> None:
+        key = (act.op.peer, act.op.tag)
+        self.posted[key].append(act)
+        self.drain_stash(key)
+
+    def stash_pending(self) -> list[tuple[int, int]]:
+        """Keys with a posted recv and early chunks waiting (for a tracked send to finish)."""
+        return [k for k, q in self.posted.items() if q and self.stash.get(k)]
+
+    def stash_waiting(self) -> bool:
+        return any(q and self.stash.get(k) for k, q in self.posted.items())
+
+    def _apply(self, act: Active, data: np.ndarray | None, n: int) -> None:
+        """Account ``n`` received bytes of ``act`` (``data`` given: reduce/copy it first)."""
+        op = act.op
+        lo = op.offset + act.pos
+        if data is not None:
+            target = self.raw[op.buffer][lo : lo + n]
+            dtype = self.arrays[op.buffer].dtype
+            if op.reduce:
+                tv = target.view(dtype)
+                np.add(tv, data.view(dtype), out=tv)
+            else:
+                target[:] = data
+        act.pos += n
+        self.bytes_received += n
+        t = now()
+        self.last_progress = self.last_heard[op.peer] = t
+        if act.pos == op.length:
+            self.posted[(op.peer, op.tag)].popleft()
+            self.complete(op)
+
+    def _check_fits(self, act: Active, n: int, src: int, tag: int) -> None:
+        if act.pos + n > act.op.length:
+            raise PeerFailure(
+                f"rank {self.rank}: {self.channels.describe(src)} sent more bytes "
+                f"on tag {tag} than op {act.op.id} expects ({act.op.length}): "
+                f"the peers run different schedules",
+                src,
+            )
+
+    def drain_stash(self, key: tuple[int, int]) -> None:
+        """Apply early chunks of ``key`` to its posted recvs, in order, where allowed."""
+        stash, posted = self.stash.get(key), self.posted.get(key)
+        while stash and posted:
+            act = posted[0]
+            frame = stash[0]
+            data = np.frombuffer(frame.buffer, dtype=np.uint8)
+            n = len(data)
+            self._check_fits(act, n, key[0], key[1])
+            lo = act.op.offset + act.pos
+            if not self.channels.region_free(act.op.buffer, lo, lo + n):
+                return
+            stash.popleft()
+            self._apply(act, data, n)
+
+    def receive(self, budget: int = RECEIVE_BUDGET) -> None:
+        """Take up to ``budget`` messages off the PULL socket."""
+        channels = self.channels
+        pull = channels.pull
+        for _ in range(budget):
+            try:
+                header = pull.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(header) != HEADER.size:
+                raise PeerFailure(f"rank {self.rank}: malformed message header ({len(header)} bytes)")
+            iteration, src, tag, n = HEADER.unpack(header)
+            if iteration != self.iteration:
+                raise PeerFailure(
+                    f"rank {self.rank}: {channels.describe(src)} sent data of iteration "
+                    f"{iteration} during iteration {self.iteration}",
+                    src,
+                )
+            key = (src, tag)
+            posted = self.posted.get(key)
+            if posted and not self.stash.get(key):
+                act = posted[0]
+                self._check_fits(act, n, src, tag)
+                lo = act.op.offset + act.pos
+                if channels.region_free(act.op.buffer, lo, lo + n):
+                    if act.op.reduce:
+                        got = pull.recv_into(self.scratch[:n])
+                        data = self.scratch[:n]
+                    else:
+                        got = pull.recv_into(self.raw[act.op.buffer][lo : lo + n])
+                        data = None
+                    if got != n:
+                        raise PeerFailure(
+                            f"rank {self.rank}: chunk from {channels.describe(src)} has {got} bytes, header said {n}",
+                            src,
+                        )
+                    self._apply(act, data, n)
+                    continue
+            frame = pull.recv(copy=False)
+            self.stash[key].append(frame)
+            self.last_heard[src] = self.last_progress = now()
