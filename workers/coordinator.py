@@ -12,7 +12,7 @@ worker reported. An iteration's time is max(t_end) - min(t_start) over the ranks
 system-wide CLOCK_MONOTONIC.
 
 Faults: a worker that cannot be spawned, exits, reports an error, sends no ``ready`` /
-``connected`` within ``start_timeout_s`` (default `START_TIMEOUT_S`), or stays silent (no
+``connected`` within ``start_timeout_s`` (default `start_timeout_for(n)`), or stays silent (no
 message for ``timeout_s`` + `ITERATION_GRACE_S` while an iteration runs) fails the run; the
 coordinator then sends ``abort`` naming the culprit to everyone else, collects their errors
 for at most `ABORT_COLLECT_S`, and raises `WorkerFailure` with one line naming the rank, its
@@ -55,6 +55,18 @@ START_TIMEOUT_S = 7.0
 numpy and pyzmq imports, ~0.3 s of CPU: twelve on two busy cores take ~2-3 s, so 7 s is a
 >2x margin that still names a worker that never connects, and ends every process, within
 10 s (the abort and stop that follow take well under a second)."""
+WORKER_START_CPU_S = 0.3  # one worker's start: Python, numpy and pyzmq imports
+START_MARGIN = 2.5  # how much slower than the CPU alone a start may be (a loaded machine)
+
+
+def start_timeout_for(workers: int) -> float:
+    """Bound on each start phase for ``workers`` workers: at least `START_TIMEOUT_S`, more
+    when their imports alone need longer on this machine's cores (64 workers on 2 cores:
+    about 10 s of CPU, so 24 s)."""
+    cores = os.cpu_count() or 1
+    return max(START_TIMEOUT_S, START_MARGIN * WORKER_START_CPU_S * workers / cores)
+
+
 ABORT_COLLECT_S = 2.0
 """After an abort, how long the other workers' errors are collected (they answer at once)."""
 STOP_GRACE_S = 3.0  # a worker told ``stop`` exits within this (it flushes its sends), else SIGKILL
@@ -123,7 +135,7 @@ class Coordinator:
         chunk_bytes: int = DEFAULT_CHUNK,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         timestamps: str = "streams",
-        start_timeout_s: float = START_TIMEOUT_S,
+        start_timeout_s: float | None = None,
         python: str = sys.executable,
         workdir: str | None = None,
         keep_workdir: bool = False,
@@ -135,7 +147,7 @@ class Coordinator:
         self.hosts = list(hosts)
         self.spawn = spawn or loopback_spawn()
         self.timeout_s = timeout_s
-        self.start_timeout_s = start_timeout_s
+        self.start_timeout_s = start_timeout_for(self.n) if start_timeout_s is None else start_timeout_s
         self.python = python
         self.keep_workdir = keep_workdir
         self.relay_failures = relay_failures
