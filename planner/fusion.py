@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .search.graph import Operator, OpGraph
+from .opgraph import Operator, OpGraph
 from .zoo import DEFAULT_DEVICE_TFLOPS
 
 
@@ -220,8 +220,19 @@ def _rebuild(graph: OpGraph, groups: _Groups) -> OpGraph:
     return fused
 
 
+def regroup(graph: OpGraph, groups: list[tuple[str, ...]]) -> OpGraph:
+    """``graph`` fused into the given groups of its operators' names (each group as
+    `Operator.members` lists them): rebuilds a fused graph from a stored placement."""
+    g = _Groups(graph)
+    for members in groups:
+        ids = [graph.index[name] for name in members]
+        for other in ids[1:]:
+            g.union(ids[0], other)
+    return _rebuild(graph, g)
+
+
 def fusion_summary(before: OpGraph, after: OpGraph) -> str:
     return f"{before.model}: {len(before)} operators fused into {len(after)} groups"
 
 
-__all__ = ["FusionConfig", "fuse", "fusion_summary", "operator_cost"]
+__all__ = ["FusionConfig", "fuse", "fusion_summary", "operator_cost", "regroup"]

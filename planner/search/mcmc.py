@@ -29,6 +29,7 @@ Everything random comes from one ``random.Random(seed)``: same inputs, same resu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -41,20 +42,27 @@ from contract.plan import Plan, TrafficDemand
 
 from ..costmodel.simulator import CostConfig, IterationCost, Simulator
 from ..fusion import FusionConfig, fuse
+from ..opgraph import OpGraph, model_graph
 from ..scenario import Scenario
-from .graph import OpGraph, model_graph
-from .strategy import (
+from ..strategy import (
     OpChoice,
     Strategy,
     TrafficArrays,
     data_parallel,
     describe,
     mp_options,
+    placement_of,
     shard_options,
     table_placement_start,
     traffic_arrays,
 )
-from .topology import TopologyCache
+from ..topologies import plan_for_demand
+from .topology import DemandSignature, TopologyCache
+
+# An MP demand with more than this many pairs per server makes TopologyFinder's matching
+# (networkx Blossom on the demand graph) cost seconds: such builds count against
+# `SearchConfig.max_topology_builds`.
+DENSE_MP_PAIRS_PER_SERVER = 4
 
 
 @dataclass(frozen=True)
@@ -127,7 +135,6 @@ class SearchResult:
                 "accepted": self.accepted,
                 "topology_changes": self.topology_changes,
                 "evaluations": self.evaluations,
-                "seconds": round(self.seconds, 3),
             }
         }
 
@@ -180,14 +187,14 @@ class _Scorer:
         self.graph = graph
         self.cost = cost
         self.n = scenario.cluster.servers
-        self._sims: dict[tuple, Simulator] = {}
+        self._sims: dict[DemandSignature, Simulator] = {}
         self._pieces: dict = {}
 
-    def traffic(self, strategy: Strategy) -> tuple[tuple, TrafficArrays]:
+    def traffic(self, strategy: Strategy) -> tuple[DemandSignature, TrafficArrays]:
         traffic = traffic_arrays(self.graph, strategy, self.n, self.cost.batch, self._pieces)
         return self.topologies.key(traffic), traffic
 
-    def sim(self, key: tuple, plan: Plan) -> Simulator:
+    def sim(self, key: DemandSignature, plan: Plan) -> Simulator:
         s = self._sims.get(key)
         if s is None:
             s = self._sims[key] = Simulator(plan, self.graph, self.cost)
@@ -220,7 +227,7 @@ def search(
     alternate = cfg.alternate and scenario.topology.kind == "topoopt"
     rng = random.Random(cfg.seed)
 
-    def own_pair(strategy: Strategy) -> tuple[IterationCost, tuple, Plan, TrafficArrays]:
+    def own_pair(strategy: Strategy) -> tuple[IterationCost, DemandSignature, Plan, TrafficArrays]:
         key, traffic = scorer.traffic(strategy)
         plan = cache.plan(key, traffic)
         return scorer.sim(key, plan).iteration(strategy), key, plan, traffic
@@ -238,13 +245,13 @@ def search(
     accepted = changes = extra_builds = 0
     history = [(0, cur_s)]
 
-    def topology_for(key: tuple, traffic: TrafficArrays) -> Plan | None:
+    def topology_for(key: DemandSignature, traffic: TrafficArrays) -> Plan | None:
         """The plan for a traffic signature: cached, cheap, or within the build budget."""
         nonlocal extra_builds
         plan = cache.cached(key)
         if plan is not None:
             return plan
-        if len(key) == 4 and np.count_nonzero(traffic.pair) > 4 * n:  # dense MP demand: Blossom is slow
+        if key.d_mp and np.count_nonzero(traffic.pair) > DENSE_MP_PAIRS_PER_SERVER * n:
             if extra_builds >= cfg.max_topology_builds:
                 return None
             extra_builds += 1
@@ -300,15 +307,16 @@ def search(
         if r.iteration_s < best[0]:
             best = (r.iteration_s, r, strategy, plan, traffic)
             history.append((cfg.steps, r.iteration_s))
-    _, best_r, best_strategy, best_plan, best_traffic = best
-    return SearchResult(
+    _, best_r, best_strategy, _, best_traffic = best
+    demand = best_traffic.demand()
+    result = SearchResult(
         model=w.model,
         topology=scenario.topology.kind,
         graph=graph,
         strategy=best_strategy,
-        plan=best_plan,
+        plan=plan_for_demand(scenario, demand, placement_of(graph, best_strategy)),
         cost=best_r,
-        demand=best_traffic.demand(),
+        demand=demand,
         data_parallel=dp_cost,
         steps=cfg.steps,
         accepted=accepted,
@@ -318,10 +326,5 @@ def search(
         seconds=time.perf_counter() - t0,
         history=history,
     )
-
-
-def search_strategy(scenario: Scenario) -> tuple[TrafficDemand, dict]:
-    """`build_plan`'s hook for ``[parallelism] strategy = "search"``: the best strategy's
-    traffic (TopologyFinder then rebuilds the same topology from it) and a JSON-safe note."""
-    result = search(scenario)
-    return result.demand, result.info()
+    result.plan = dataclasses.replace(result.plan, extra={**result.plan.extra, **result.info()})
+    return result

@@ -3,7 +3,7 @@
 import pytest
 
 from planner.fusion import FusionConfig, fuse, operator_cost
-from planner.search.graph import Operator, OpGraph, model_graph
+from planner.opgraph import Operator, OpGraph, model_graph
 from planner.zoo import MODELS, get_model
 
 

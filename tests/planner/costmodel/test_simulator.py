@@ -4,8 +4,8 @@ import pytest
 
 from planner import build_plan, parse_scenario
 from planner.costmodel import CostConfig, NetworkModel, Simulator
-from planner.search.graph import Operator, OpGraph
-from planner.search.strategy import OpChoice, data_parallel, strategy_demand
+from planner.opgraph import Operator, OpGraph
+from planner.strategy import OpChoice, data_parallel, strategy_demand
 
 MB = 1 << 20
 

@@ -10,8 +10,8 @@ from planner import Plan, build_plan, parse_scenario
 from planner.costmodel import CostConfig, Simulator
 from planner.fusion import fuse
 from planner.search import SearchConfig, data_parallel, model_graph, search, strategy_demand, table_placement_start
-from planner.search.strategy import traffic_arrays
 from planner.search.topology import TopologyCache
+from planner.strategy import traffic_arrays
 
 
 def _scenario(model, n=16, d=4, kind="topoopt", batch=128, steps=120, **topology):
@@ -111,7 +111,7 @@ def test_search_builds_valid_plans_through_build_plan(model, n, d):
     s = _scenario(model, n=n, d=d, steps=60)
     plan = build_plan(s)  # strategy = "search": build_plan calls planner.search.search_strategy
     assert plan.strategy == "search"
-    info = plan.extra["placement"]["search"]
+    info = plan.extra["search"]
     assert info["predicted_iteration_s"] <= info["data_parallel_iteration_s"]
     assert Plan.from_json(plan.to_json()) == plan
     json.dumps(plan.extra)  # JSON-safe

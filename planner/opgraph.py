@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..zoo import FLOAT_BYTES, Model, get_model
+from .zoo import FLOAT_BYTES, Model, get_model
 
 
 @dataclass(frozen=True)
