@@ -106,3 +106,18 @@ def test_search_plan_keeps_its_model_parallel_flows():
     assert plan.placement.tables and plan.demand.mp
     schedule = iteration_schedule(plan, get_model("dlrm"), IterationOptions(BATCH, 125.0))
     assert sum(_mp_bytes(schedule).values()) == pytest.approx(plan.demand.mp_bytes, rel=1e-3)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cost_model_workers_and_collective_use_the_same_rings(kind):
+    from planner.collectives.from_plan import allreduce_for_plan, allreduce_rings
+    from planner.costmodel import NetworkModel
+
+    plan = _plan(kind, "data", "candle")
+    workers = iteration_schedule(plan, get_model("candle"), IterationOptions(BATCH, 125.0, payload_scale=1e-4))
+    worker_rings = {s for s in workers.programs[0] if s.startswith("ar")}
+    collective = allreduce_for_plan(plan, "topoopt", 4 * N * 64)
+    _, cost_model_rings, _, _ = NetworkModel(plan).ring_unit_loads(1)
+    assert cost_model_rings == len(worker_rings) == len(collective.programs[0]) == len(allreduce_rings(plan))
+    if kind == "expander":  # the plan's ring order, both directions (the cost model used d/2 tours)
+        assert cost_model_rings == 2
