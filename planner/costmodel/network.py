@@ -1,5 +1,7 @@
 """The network of a `Plan` as the flow-level cost model sees it: directed links and routes.
 
+Links carry TCP goodput (`contract.physics.tcp_goodput_fraction`), as in `planner.predict`.
+
 Reference: docs/algorithms.md section 6. Every cable is full duplex, so each direction is a
 serial resource of its own; parallel cables between the same two nodes are merged into one
 directed link of their summed capacity (a transfer is spread over them, as a multi-ring
@@ -19,9 +21,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from contract.physics import tcp_goodput_fraction
 from contract.plan import Plan
 
 from ..collectives.from_plan import group_rings
+
+PLANNED_MTU = 9000  # jumbo frames, the default of planner.predict.plan_network
 
 
 @dataclass
@@ -29,6 +34,7 @@ class NetworkModel:
     """Directed links (capacity in bytes/s) and per-hop link tables of a plan's routes."""
 
     plan: Plan
+    mtu: int = PLANNED_MTU  # links carry TCP goodput at this MTU, as planner.predict assumes
     link_id: np.ndarray = field(init=False)  # nodes x nodes, -1 where no cable
     capacity: np.ndarray = field(init=False)  # bytes/s per directed link
     hop_links: list[np.ndarray] = field(init=False)  # per hop k: servers x servers link ids
@@ -38,9 +44,10 @@ class NetworkModel:
         plan = self.plan
         nodes, n = plan.nodes, plan.servers
         cables: dict[tuple[int, int], float] = {}
+        goodput = tcp_goodput_fraction(self.mtu)
         for link in plan.links:
             for a, b in ((link.a, link.b), (link.b, link.a)):
-                cables[(a, b)] = cables.get((a, b), 0.0) + link.gbps * 1e9 / 8
+                cables[(a, b)] = cables.get((a, b), 0.0) + link.gbps * 1e9 / 8 * goodput
         self.link_id = np.full((nodes, nodes), -1, dtype=np.int32)
         keys = sorted(cables)
         for i, (a, b) in enumerate(keys):

@@ -42,7 +42,9 @@ from contract.plan import Plan, TrafficDemand
 
 from ..costmodel.simulator import CostConfig, IterationCost, Simulator
 from ..fusion import FusionConfig, fuse
+from ..iteration import IterationOptions, iteration_schedule
 from ..opgraph import OpGraph, model_graph
+from ..predict import plan_network, predict
 from ..scenario import Scenario
 from ..strategy import (
     OpChoice,
@@ -57,6 +59,7 @@ from ..strategy import (
     traffic_arrays,
 )
 from ..topologies import plan_for_demand
+from ..zoo import get_model
 from .topology import DemandSignature, TopologyCache
 
 # An MP demand with more than this many pairs per server makes TopologyFinder's matching
@@ -92,6 +95,11 @@ class SearchConfig:
     # members) but can stall where the path goes through odd intermediate topologies
     # (CANDLE's towers sharded one at a time); "both" keeps both paths open.
     proposals: str = "both"
+    # After the search, the chosen strategy's iteration schedule (what the workers run) is
+    # predicted with planner.predict and recorded in the plan as "executed_iteration_s",
+    # when the schedule has at most this many ops (the predictor replays every op: a
+    # 32-server data-parallel CANDLE schedule of 2e5 ops takes tens of seconds).
+    rescore_max_ops: int = 20_000
 
 
 @dataclass
@@ -326,5 +334,16 @@ def search(
         seconds=time.perf_counter() - t0,
         history=history,
     )
-    result.plan = dataclasses.replace(result.plan, extra={**result.plan.extra, **result.info()})
+    info = result.info()
+    info["search"]["executed_iteration_s"] = _executed_seconds(result.plan, w, cfg)
+    result.plan = dataclasses.replace(result.plan, extra={**result.plan.extra, **info})
     return result
+
+
+def _executed_seconds(plan: Plan, w, cfg: SearchConfig) -> float | None:
+    """The predictor's time for the plan's iteration schedule (None: over the op budget)."""
+    opts = IterationOptions(batch=w.batch_per_server, device_tflops=w.device_tflops)
+    schedule = iteration_schedule(plan, get_model(w.model), opts)
+    if schedule.op_count() > cfg.rescore_max_ops:
+        return None
+    return predict(schedule, plan_network(plan)).seconds

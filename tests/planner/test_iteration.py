@@ -121,3 +121,10 @@ def test_cost_model_workers_and_collective_use_the_same_rings(kind):
     assert cost_model_rings == len(worker_rings) == len(collective.programs[0]) == len(allreduce_rings(plan))
     if kind == "expander":  # the plan's ring order, both directions (the cost model used d/2 tours)
         assert cost_model_rings == 2
+
+
+def test_search_records_the_prediction_of_the_executed_schedule():
+    plan = _plan("topoopt", "search", "dlrm")
+    schedule = iteration_schedule(plan, get_model("dlrm"), IterationOptions(BATCH, 125.0))
+    executed = plan.extra["search"]["executed_iteration_s"]
+    assert executed == pytest.approx(predict(schedule, plan_network(plan)).seconds, rel=1e-12)
