@@ -30,8 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contract.physics import compute_seconds
+
 from .opgraph import Operator, OpGraph
 from .zoo import DEFAULT_DEVICE_TFLOPS
+
+BACKWARD_PLUS_FORWARD = 3.0  # backward costs 2x the forward FLOPs
 
 
 @dataclass(frozen=True)
@@ -47,15 +51,21 @@ class FusionConfig:
 
 def operator_cost(op: Operator, cfg: FusionConfig) -> float:
     """Seconds: 3 x forward compute + 2 S / (d B) for its gradient AllReduce."""
-    compute = 3.0 * op.flops * cfg.batch / (cfg.device_tflops * 1e12)
-    sync = 2.0 * op.param_bytes / (cfg.server_gbps * 1e9 / 8)
-    return compute + sync
+    return _compute(op, cfg) + _sync(op, cfg)
+
+
+def _compute(op: Operator, cfg: FusionConfig) -> float:
+    """Forward + backward (2x) compute seconds of ``op``."""
+    return BACKWARD_PLUS_FORWARD * compute_seconds(op.flops, cfg.batch, cfg.device_tflops)
+
+
+def _sync(op: Operator, cfg: FusionConfig) -> float:
+    """Ring AllReduce of ``op``'s gradients at the server's total bandwidth (2 S / (d B))."""
+    return 2.0 * op.param_bytes / (cfg.server_gbps * 1e9 / 8)
 
 
 def _intensity(op: Operator, cfg: FusionConfig) -> float:
-    compute = 3.0 * op.flops * cfg.batch / (cfg.device_tflops * 1e12)
-    sync = 2.0 * op.param_bytes / (cfg.server_gbps * 1e9 / 8)
-    return (sync + 1e-12) / (compute + 1e-12)
+    return (_sync(op, cfg) + 1e-12) / (_compute(op, cfg) + 1e-12)
 
 
 class _Groups:

@@ -87,10 +87,8 @@ class Prediction:
 
     seconds: float  # makespan
     rank_seconds: list[float]  # when each rank's last op ends
-    op_times: dict[tuple[int, int], tuple[float, float]]  # (rank, op id) -> (start, end)
     link_bytes: dict[tuple[int, int], float]  # bytes each directed link carried
     relayed_bytes: dict[tuple[int, int], float]  # of those, bytes relayed by another server
-    stream_seconds: dict[tuple[int, str], float]  # (rank, stream) -> end of its last op
 
     def link_bytes_list(self) -> list[dict]:
         return [{"src": a, "dst": b, "bytes": v} for (a, b), v in sorted(self.link_bytes.items())]
@@ -141,7 +139,6 @@ def predict(schedule, network: Network) -> Prediction:
     cursor = [{stream: 0 for stream in prog} for prog in schedule.programs]
     done: list[dict[int, float]] = [dict() for _ in range(ranks)]
     started: list[set[int]] = [set() for _ in range(ranks)]
-    op_times: dict[tuple[int, int], tuple[float, float]] = {}
     stream_free = {(r, s): 0.0 for r in range(ranks) for s in schedule.programs[r]}
 
     queues: dict[tuple[int, int], deque] = defaultdict(deque)  # (src,dst) -> waiting messages
@@ -174,7 +171,6 @@ def predict(schedule, network: Network) -> Prediction:
 
     def finish(rank: int, op, stream: str, start: float, end: float) -> None:
         done[rank][op.id] = end
-        op_times[(rank, op.id)] = (start, end)
         stream_free[(rank, stream)] = end
         cursor[rank][stream] += 1
 
@@ -287,6 +283,4 @@ def predict(schedule, network: Network) -> Prediction:
             f"{schedule.programs[r][s][cursor[r][s]].id}"
         )
     rank_seconds = [max((done[r][i] for i in done[r]), default=0.0) for r in range(ranks)]
-    return Prediction(
-        max(rank_seconds, default=0.0), rank_seconds, op_times, dict(link_bytes), dict(relayed_bytes), dict(stream_free)
-    )
+    return Prediction(max(rank_seconds, default=0.0), rank_seconds, dict(link_bytes), dict(relayed_bytes))

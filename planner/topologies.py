@@ -26,7 +26,7 @@ from .baseline_graphs import expander_cables, ring_cables, ring_order, switch_ca
 from .routing import circulant_hop_counts, coin_change_first_strides, hop_counts, next_hop_table
 from .scenario import Scenario, _torus_shape
 from .topology_finder import find_topology
-from .topology_summary import summarize
+from .topology_summary import summarize_topology
 
 
 @dataclass
@@ -162,7 +162,7 @@ def plan_for_demand(s: Scenario, demand: TrafficDemand, placement: Placement | N
         links=links,
         routes=topo.routes,
         demand=topo.demand,
-        summary=summarize(np.zeros((1, 1)), 1, []),
+        summary=summarize_topology(np.zeros((1, 1)), 1, []),
         model=s.workload.model,
         strategy=s.parallelism.strategy,
         switches=topo.switches,
@@ -177,4 +177,4 @@ def plan_for_demand(s: Scenario, demand: TrafficDemand, placement: Placement | N
     else:
         hops = hop_counts(plan.next_hop, n)
     direct = None if not topo.switches else np.ones((n, n), dtype=bool)  # the switch relays nothing
-    return dataclasses.replace(plan, summary=summarize(hops, n, list(links), topo.switches, direct))
+    return dataclasses.replace(plan, summary=summarize_topology(hops, n, list(links), topo.switches, direct))

@@ -68,10 +68,6 @@ class IterationCost:
     allreduce_bytes: float  # bytes the AllReduce groups reduce (sum of S over groups)
     mp_bytes: float
 
-    @property
-    def exposed_comm_s(self) -> float:
-        return max(0.0, self.iteration_s - self.compute_s)
-
 
 @dataclass
 class _Resources:

@@ -147,7 +147,7 @@ class SearchResult:
         }
 
 
-def _propose(graph: OpGraph, strategy: Strategy, n: int, rng: random.Random, cfg: SearchConfig) -> Strategy:
+def propose(graph: OpGraph, strategy: Strategy, n: int, rng: random.Random, cfg: SearchConfig) -> Strategy:
     """Change one operator's choice (local moves more often than jumps), or, with
     probability `SearchConfig.block_moves`, give every dense operator the same
     tensor-parallel degree (a coordinated move: mixed layouts pay re-distribution
@@ -267,7 +267,7 @@ def search(
 
     score_own = alternate and cfg.proposals in ("own", "both")
     for step in range(1, cfg.steps + 1):
-        cand = _propose(graph, current, n, rng, cfg)
+        cand = propose(graph, current, n, rng, cfg)
         own = r_own = None
         if score_own:
             key, traffic = scorer.traffic(cand)

@@ -134,7 +134,7 @@ def test_topology_signature_matches_topology_finder_inputs():
     # full TrafficDemand, for strategies with every kind of choice.
     import random
 
-    from planner.search.mcmc import _propose
+    from planner.search.mcmc import propose
     from planner.search.topology import demand_signature
     from planner.topology_finder import allreduce_network_bytes, class_traffic, split_degree, split_ports
 
@@ -143,7 +143,7 @@ def test_topology_signature_matches_topology_finder_inputs():
         graph = fuse(model_graph(model))
         st = table_placement_start(graph, 16)
         for _ in range(25):
-            st = _propose(graph, st, 16, rng, SearchConfig())
+            st = propose(graph, st, 16, rng, SearchConfig())
             traffic = traffic_arrays(graph, st, 16, 512)
             demand = traffic.demand()
             d_ar, d_mp = split_degree(8, allreduce_network_bytes(demand), float(demand.mp_bytes))
