@@ -14,7 +14,7 @@ repeated entries), full duplex, ``gbps`` in each direction.
 Routes are destination based, as the kernel's forwarding is: ``next_hop[u][v]`` is the
 neighbour node ``u`` forwards to on the way to ``v`` (``-1`` on the diagonal). For
 circulant TopoOpt graphs the table is derived from a per-offset first stride (coin change,
-reference section 1.3 step 7), which is how it is stored, so a 1024-server plan stays small.
+docs/algorithms.md section 4), which is how it is stored, so a 1024-server plan stays small.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class MPFlow:
 
 @dataclass(frozen=True)
 class TrafficDemand:
-    """Per-iteration traffic of a parallelization strategy (reference section 1.3 step 1)."""
+    """Per-iteration traffic of a parallelization strategy (docs/algorithms.md section 2, step 1)."""
 
     allreduce: tuple[AllReduceGroup, ...]
     mp: tuple[MPFlow, ...]

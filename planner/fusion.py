@@ -1,4 +1,4 @@
-"""Operator fusion before the parallelization search (reference section 4).
+"""Operator fusion before the parallelization search (docs/algorithms.md section 9).
 
 The search assigns one parallel configuration per operator; fewer, larger operators make
 its state space smaller and every cost evaluation cheaper, so the graph is shrunk first:

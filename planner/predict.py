@@ -10,7 +10,7 @@ exactly the schedule the workers run (contract.schedule), op by op:
   on. A connection is one TCP stream, so messages between one pair are served first in,
   first out (only the head message is on the wire);
 - every message is one flow along the plan's route (``Plan.path``: relayed hops included,
-  the forwarding tax of algorithms.md 1.3); directed links are shared max-min fairly among
+  the forwarding tax of docs/algorithms.md section 4); directed links are shared max-min fairly among
   the flows crossing them (the TCP steady state, computed by progressive filling), each at
   the TCP goodput of the link (payload / wire bytes at the MTU);
 - a message arrives ``hops * alpha`` after its last byte left (per-hop latency, 1.5) and a

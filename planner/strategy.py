@@ -1,13 +1,13 @@
 """Parallelization strategies: one choice per (fused) operator, and the traffic they cause.
 
-The state of the MCMC search (reference section 1.4). Every server processes
+The state of the MCMC search (docs/algorithms.md section 5). Every server processes
 ``batch`` samples per iteration; a strategy decides, per operator:
 
 - dense operators (`OpChoice.mp` = m): tensor-parallel over blocks of m consecutive
   servers; the block's m x batch samples are processed by all m members, each holding 1/m of
   the weights. Shard s of every block is replicated on the coset {s, s + m, s + 2m, ...},
   so its gradients AllReduce in a group of n/m on a coset, where TopoOpt's sub-group rings
-  apply (reference section 1.1). Data-parallel degree = n/m; m = 1 is pure data
+  apply (docs/algorithms.md section 1). Data-parallel degree = n/m; m = 1 is pure data
   parallelism. Per-server compute is the same for every m (m x batch samples, 1/m of the
   work each); what changes is the traffic:
   * forward: the block all-gathers the op's output (a ring all-gather over the block:
@@ -295,7 +295,7 @@ def traffic_arrays(graph: OpGraph, strategy: Strategy, n: int, batch: int, cache
 
 
 def strategy_demand(graph: OpGraph, strategy: Strategy, n: int, batch: int) -> TrafficDemand:
-    """The per-iteration traffic of ``strategy`` for TopologyFinder (reference 1.3 step 1):
+    """The per-iteration traffic of ``strategy`` for TopologyFinder (docs/algorithms.md section 2, step 1):
     one AllReduce group per coset and layout, MP bytes merged by ordered pair."""
     return traffic_arrays(graph, strategy, n, batch).demand()
 

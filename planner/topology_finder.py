@@ -1,6 +1,6 @@
 """TopologyFinder: TopoOpt's direct-connect topology for a given traffic demand.
 
-Reference: TopoOpt (NSDI 2023) section 4, algorithms.md section 1.3 steps 2-6.
+Reference: TopoOpt (NSDI 2023) section 4, docs/algorithms.md section 2.
 
 1. Split the degree: d_AR = d * T_AR / (T_AR + T_MP), rounded to an even number (rings are
    used in both directions) and at least 2 whenever an AllReduce exists; d_MP = d - d_AR.

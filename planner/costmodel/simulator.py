@@ -1,4 +1,4 @@
-"""Flow-level simulator of one training iteration (reference section 1.5).
+"""Flow-level simulator of one training iteration (docs/algorithms.md section 6).
 
 Task graph, in the order the tasks become ready:
 

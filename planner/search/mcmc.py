@@ -1,9 +1,9 @@
 """Alternating MCMC search over parallelization strategies and TopoOpt topologies.
 
-Reference: algorithms.md section 1.4 (TopoOpt's alternating optimization on FlexFlow's
+Reference: docs/algorithms.md section 5 (TopoOpt's alternating optimization on FlexFlow's
 MCMC). The loop:
 
-1. Fuse the model's operator graph (planner.fusion, reference section 4).
+1. Fuse the model's operator graph (planner.fusion, docs/algorithms.md section 9).
 2. Start from the better of pure data parallelism and the table-placement hybrid, each on
    the topology TopologyFinder builds for its own traffic.
 3. Each step proposes a change of ONE operator's choice (a tensor-parallel degree, or an
@@ -86,7 +86,7 @@ class SearchConfig:
     # the best of them is verified on its own topology at the end.
     max_topology_builds: int = 6
     # Which topology a proposal is scored on. "current": the topology of the last accepted
-    # strategy (the paper's alternation, section 1.4). "own": the topology TopologyFinder
+    # strategy (the paper's alternation, docs/algorithms.md section 5). "own": the topology TopologyFinder
     # builds for the proposal's own traffic whenever it is cached, cheap (ring-only or
     # sparse MP demand) or within the build budget, else the current one. "both" (default):
     # the better of the two decides acceptance. Either way an accepted strategy then moves

@@ -1,6 +1,6 @@
 """Topologies for strategies during the search: TopologyFinder (or a fixed baseline), cached.
 
-The alternating loop (reference section 1.4) hands every accepted strategy's traffic to
+The alternating loop (docs/algorithms.md section 5) hands every accepted strategy's traffic to
 TopologyFinder. Strategies that differ only in ways TopologyFinder cannot see map to the
 same topology, so plans are cached under a signature of what TopologyFinder reads:
 

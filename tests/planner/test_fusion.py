@@ -1,4 +1,4 @@
-"""Operator DAGs of the zoo and their fusion (reference section 4)."""
+"""Operator DAGs of the zoo and their fusion (docs/algorithms.md section 9)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The flow-level simulator against the closed forms of reference section 1.5."""
+"""The flow-level simulator against the closed forms of docs/algorithms.md section 6."""
 
 import pytest
 

@@ -1,5 +1,5 @@
 """The alternating MCMC search: never worse than data parallelism, reproducible, and the
-topology follows the strategy's traffic (reference sections 1.3-1.4)."""
+topology follows the strategy's traffic (docs/algorithms.md sections 2 and 5)."""
 
 import json
 
