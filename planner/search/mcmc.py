@@ -47,59 +47,19 @@ from ..opgraph import OpGraph, model_graph
 from ..predict import plan_network, predict
 from ..scenario import Scenario
 from ..strategy import (
-    OpChoice,
     Strategy,
     TrafficArrays,
     data_parallel,
     describe,
-    mp_options,
     placement_of,
-    shard_options,
     table_placement_start,
     traffic_arrays,
 )
 from ..topologies import plan_for_demand
 from ..zoo import get_model
+from .config import DENSE_MP_PAIRS_PER_SERVER, SearchConfig
+from .proposals import propose
 from .topology import DemandSignature, TopologyCache
-
-# An MP demand with more than this many pairs per server makes TopologyFinder's matching
-# (networkx Blossom on the demand graph) cost seconds: such builds count against
-# `SearchConfig.max_topology_builds`.
-DENSE_MP_PAIRS_PER_SERVER = 4
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    steps: int = 400
-    seed: int = 1
-    alpha: float = 25.0  # Metropolis: accept a relative slowdown delta with exp(-alpha delta)
-    alternate: bool = True  # feed accepted strategies to TopologyFinder (TopoOpt only)
-    max_mp: int = 32
-    max_shards: int = 16
-    block_moves: float = 0.15  # share of proposals that set one degree for all dense operators
-    fuse: bool = True
-    # TopologyFinder calls with model-parallel ports (d_MP > 0) beyond the starting points.
-    # At 128 servers one such call costs seconds (networkx Blossom on a dense demand
-    # graph), so the loop re-plans the topology for at most this many new MP traffic
-    # signatures (ring-only topologies cost milliseconds and are always re-planned); later
-    # accepted strategies with an unseen signature are scored on the current topology, and
-    # the best of them is verified on its own topology at the end.
-    max_topology_builds: int = 6
-    # Which topology a proposal is scored on. "current": the topology of the last accepted
-    # strategy (the paper's alternation, docs/algorithms.md section 5). "own": the topology TopologyFinder
-    # builds for the proposal's own traffic whenever it is cached, cheap (ring-only or
-    # sparse MP demand) or within the build budget, else the current one. "both" (default):
-    # the better of the two decides acceptance. Either way an accepted strategy then moves
-    # to its own topology, as in the paper. "own" alone reaches strategies whose benefit
-    # needs a different topology (tensor-parallel BERT needs MP links between block
-    # members) but can stall where the path goes through odd intermediate topologies
-    # (CANDLE's towers sharded one at a time); "both" keeps both paths open.
-    proposals: str = "both"
-    # After the search, the chosen strategy's iteration schedule (what the workers run) is
-    # predicted with planner.predict and recorded in the plan as "executed_iteration_s",
-    # when the schedule has at most this many ops (the predictor replays every op: a
-    # 32-server data-parallel CANDLE schedule of 2e5 ops takes tens of seconds).
-    rescore_max_ops: int = 20_000
 
 
 @dataclass
@@ -147,46 +107,6 @@ class SearchResult:
         }
 
 
-def propose(graph: OpGraph, strategy: Strategy, n: int, rng: random.Random, cfg: SearchConfig) -> Strategy:
-    """Change one operator's choice (local moves more often than jumps), or, with
-    probability `SearchConfig.block_moves`, give every dense operator the same
-    tensor-parallel degree (a coordinated move: mixed layouts pay re-distribution
-    all-gathers, so single moves towards a uniformly sharded model look worse than they
-    are)."""
-    dense = [i for i, op in enumerate(graph.ops) if not op.is_embedding]
-    if len(dense) > 1 and rng.random() < cfg.block_moves:
-        m = rng.choice(mp_options(n, cfg.max_mp))
-        out = list(strategy)
-        for i in dense:
-            out[i] = OpChoice(mp=m)
-        return tuple(out)
-    movable = [i for i, op in enumerate(graph.ops) if op.is_embedding or len(mp_options(n, cfg.max_mp)) > 1]
-    i = rng.choice(movable)
-    op, cur = graph.ops[i], strategy[i]
-    if op.is_embedding:
-        shards = shard_options(n, cfg.max_shards)
-        r = rng.random()
-        if cur.owner < 0:
-            new = OpChoice(owner=rng.randrange(n), shards=1)
-        elif r < 0.6:
-            new = OpChoice(owner=rng.randrange(n), shards=cur.shards)
-        elif r < 0.95:
-            new = OpChoice(owner=cur.owner, shards=rng.choice([s for s in shards if s != cur.shards] or shards))
-        else:
-            new = OpChoice(owner=-1)
-    else:
-        opts = mp_options(n, cfg.max_mp)
-        k = opts.index(cur.mp) if cur.mp in opts else 0
-        if rng.random() < 0.5:
-            k = min(len(opts) - 1, max(0, k + rng.choice((-1, 1))))
-            if opts[k] == cur.mp:
-                k = (k + 1) % len(opts)
-        else:
-            k = rng.choice([j for j in range(len(opts)) if j != k] or [k])
-        new = OpChoice(mp=opts[k])
-    return strategy[:i] + (new,) + strategy[i + 1 :]
-
-
 class _Scorer:
     """Simulators per topology (one per cached plan), so caches survive topology changes."""
 
@@ -213,6 +133,17 @@ class _Scorer:
         return sum(s.evaluations for s in self._sims.values())
 
 
+def _search_graph(scenario: Scenario, cfg: SearchConfig) -> OpGraph:
+    """The model's operator graph, fused unless `SearchConfig.fuse` is off."""
+    c, w = scenario.cluster, scenario.workload
+    graph = model_graph(w.model)
+    if not cfg.fuse:
+        return graph
+    return fuse(
+        graph, FusionConfig(batch=w.batch_per_server, device_tflops=w.device_tflops, server_gbps=c.degree * c.link_gbps)
+    )
+
+
 def search(
     scenario: Scenario, config: SearchConfig | None = None, progress: Callable[[int, int, float], None] | None = None
 ) -> SearchResult:
@@ -224,12 +155,7 @@ def search(
     c, w = scenario.cluster, scenario.workload
     n = c.servers
     cost_cfg = CostConfig(batch=w.batch_per_server, device_tflops=w.device_tflops)
-    graph = model_graph(w.model)
-    if cfg.fuse:
-        graph = fuse(
-            graph,
-            FusionConfig(batch=w.batch_per_server, device_tflops=w.device_tflops, server_gbps=c.degree * c.link_gbps),
-        )
+    graph = _search_graph(scenario, cfg)
     scorer = _Scorer(scenario, graph, cost_cfg)
     cache = scorer.topologies
     alternate = cfg.alternate and scenario.topology.kind == "topoopt"
