@@ -26,7 +26,7 @@ from planner.build import build_plan
 from planner.costmodel import CostConfig, Simulator
 from planner.fusion import FusionConfig, fuse
 from planner.search import SearchConfig, data_parallel, model_graph, search, strategy_demand
-from planner.search.mcmc import _propose
+from planner.search.mcmc import propose
 from planner.zoo import MODELS
 
 TARGET_S = 60.0
@@ -54,7 +54,7 @@ def simulator_throughput(model: str, n: int, d: int, gbps: float, seconds: float
     count = 0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        strategy = _propose(graph, strategy, n, rng, SearchConfig())
+        strategy = propose(graph, strategy, n, rng, SearchConfig())
         sim.iteration(strategy)
         count += 1
     elapsed = time.perf_counter() - t0

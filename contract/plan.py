@@ -14,7 +14,7 @@ repeated entries), full duplex, ``gbps`` in each direction.
 Routes are destination based, as the kernel's forwarding is: ``next_hop[u][v]`` is the
 neighbour node ``u`` forwards to on the way to ``v`` (``-1`` on the diagonal). For
 circulant TopoOpt graphs the table is derived from a per-offset first stride (coin change,
-reference section 1.3 step 7), which is how it is stored, so a 1024-server plan stays small.
+docs/algorithms.md section 4), which is how it is stored, so a 1024-server plan stays small.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class MPFlow:
 
 @dataclass(frozen=True)
 class TrafficDemand:
-    """Per-iteration traffic of a parallelization strategy (reference section 1.3 step 1)."""
+    """Per-iteration traffic of a parallelization strategy (docs/algorithms.md section 2, step 1)."""
 
     allreduce: tuple[AllReduceGroup, ...]
     mp: tuple[MPFlow, ...]
@@ -71,6 +71,44 @@ class TrafficDemand:
     @property
     def mp_bytes(self) -> int:
         return sum(f.bytes for f in self.mp)
+
+
+@dataclass(frozen=True)
+class OperatorChoice:
+    """The parallel configuration of one operator of the model's operator graph.
+
+    ``layers`` names the zoo layers the operator consists of (several when the planner fused
+    them). Dense operators: ``mp`` = tensor-parallel degree over blocks of ``mp``
+    consecutive servers (1 = data parallel). Embedding tables: ``owner = -1`` replicates the
+    table; otherwise it is row-sharded over ``shards`` servers ``owner + j n / shards``."""
+
+    layers: tuple[str, ...]
+    mp: int = 1
+    owner: int = -1
+    shards: int = 1
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A parallelization strategy: one `OperatorChoice` per operator, in the operator
+    graph's topological order. Empty means every zoo layer is data parallel."""
+
+    operators: tuple[OperatorChoice, ...] = ()
+
+    @property
+    def tables(self) -> dict[str, int]:
+        """Embedding layer -> the server holding it (its first shard), for placed tables."""
+        return {layer: op.owner for op in self.operators if op.owner >= 0 for layer in op.layers}
+
+    @property
+    def sharded(self) -> tuple[str, ...]:
+        """Zoo layers that are tensor-parallel (``mp > 1``)."""
+        return tuple(layer for op in self.operators if op.mp > 1 for layer in op.layers)
+
+    @property
+    def mp_degree(self) -> int:
+        """The largest tensor-parallel degree of any operator (1: no tensor parallelism)."""
+        return max((op.mp for op in self.operators), default=1)
 
 
 @dataclass(frozen=True)
@@ -116,6 +154,7 @@ class Plan:
     strides: tuple[int, ...] = ()  # TopoOpt: the positive strides of the full-ring AllReduce
     rings: tuple[tuple[int, ...], ...] = ()  # each ring as the server order it visits
     notes: tuple[str, ...] = ()
+    placement: Placement = field(default_factory=Placement)
     extra: dict[str, Any] = field(default_factory=dict)
 
     # ---- derived views -------------------------------------------------------------
@@ -193,6 +232,17 @@ class Plan:
             strides=tuple(int(s) for s in d.get("strides", ())),
             rings=tuple(tuple(int(x) for x in r) for r in d.get("rings", ())),
             notes=tuple(d.get("notes", ())),
+            placement=Placement(
+                tuple(
+                    OperatorChoice(
+                        tuple(str(x) for x in op["layers"]),
+                        int(op.get("mp", 1)),
+                        int(op.get("owner", -1)),
+                        int(op.get("shards", 1)),
+                    )
+                    for op in d.get("placement", {}).get("operators", ())
+                )
+            ),
             extra=dict(d.get("extra", {})),
         )
 

@@ -210,27 +210,10 @@ class Schedule:
     def from_json(cls, text: str) -> Schedule:
         return cls.from_dict(json.loads(text))
 
-    def rank_dict(self, rank: int) -> dict[str, Any]:
-        """The part of the schedule one worker needs: its program, buffers and checks."""
-        full = self.to_dict()
-        return {
-            "format": SCHEDULE_FORMAT,
-            "algorithm": self.algorithm,
-            "ranks": self.ranks,
-            "rank": rank,
-            "buffers": full["buffers"],
-            "checks": full["checks"],
-            "streams": full["programs"][rank],
-        }
-
-    def peers_of(self, rank: int) -> list[int]:
-        """Ranks that ``rank`` sends to or receives from."""
-        return sorted({op.peer for ops in self.programs[rank].values() for op in ops if op.kind in ("send", "recv")})
-
     # ---- validation ------------------------------------------------------------------
     def validate(self) -> None:
         """Raise ValueError naming the first structural problem (not a deadlock check:
-        `simulate.run_schedule` does that by executing the schedule)."""
+        `planner.collectives.simulate.simulate_schedule` does that by executing the schedule)."""
         if len(self.programs) != self.ranks:
             raise ValueError(f"{len(self.programs)} programs for {self.ranks} ranks")
         for rank, program in enumerate(self.programs):
@@ -338,10 +321,6 @@ class ScheduleBuilder:
 
     def compute(self, rank: int, stream: str, seconds: float, after: Iterable[int] = ()) -> int:
         return self._add(rank, stream, Op(0, "compute", seconds=float(seconds), after=list(after)))
-
-    def last_op(self, rank: int, stream: str) -> int | None:
-        ops = self.programs[rank].get(stream)
-        return ops[-1].id if ops else None
 
     def check(self, check: Check) -> None:
         self.checks.append(check)

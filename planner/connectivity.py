@@ -1,15 +1,23 @@
 """Make a multigraph connected without changing any node's degree.
 
-TopoOpt's released code stubs this step out (algorithms.md section 1.3 step 6); the planner
+TopoOpt's released code stubs this step out (docs/algorithms.md section 2, step 6); the planner
 guarantees it with degree-preserving 2-swaps: for two components X and Y take a cable (a, b)
 in X and (c, e) in Y and rewire them as (a, c), (b, e). Each swap merges two components and
 keeps every server's interface count, so the result is still d-regular. Model-parallel
 cables are rewired before ring cables, since the rings carry the AllReduce schedule.
+A connected graph on n servers needs n - 1 cables, so degree 1 (a perfect matching, n/2
+cables) can never be connected: `connect` rejects it with `UnconnectableDegreeError`.
 """
 
 from __future__ import annotations
 
 import networkx as nx
+
+from contract.errors import UsageError
+
+
+class UnconnectableDegreeError(UsageError):
+    """Too few cables for any connected graph (degree 1)."""
 
 
 def components(n: int, cables: list[tuple[int, int]]) -> list[set[int]]:
@@ -25,6 +33,12 @@ def connect(n: int, cables: list[tuple[int, int]], protected: int = 0) -> tuple[
     The first ``protected`` cables (ring cables) are only touched when a component has no
     other cable. Raises ValueError when a component has no cable at all (degree 0)."""
     cables = list(cables)
+    if n > 1 and len(cables) < n - 1:
+        degree = 2 * len(cables) / n
+        raise UnconnectableDegreeError(
+            f"cluster.degree {degree:g}: {n} servers need at least {n - 1} cables to be connected, "
+            f"degree {degree:g} gives {len(cables)}; use degree >= 2"
+        )
     swaps = 0
     while True:
         comps = components(n, cables)

@@ -1,4 +1,4 @@
-"""Operator fusion before the parallelization search (reference section 4).
+"""Operator fusion before the parallelization search (docs/algorithms.md section 9).
 
 The search assigns one parallel configuration per operator; fewer, larger operators make
 its state space smaller and every cost evaluation cheaper, so the graph is shrunk first:
@@ -30,8 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .search.graph import Operator, OpGraph
+from contract.physics import compute_seconds
+
+from .opgraph import Operator, OpGraph
 from .zoo import DEFAULT_DEVICE_TFLOPS
+
+BACKWARD_PLUS_FORWARD = 3.0  # backward costs 2x the forward FLOPs
 
 
 @dataclass(frozen=True)
@@ -47,15 +51,21 @@ class FusionConfig:
 
 def operator_cost(op: Operator, cfg: FusionConfig) -> float:
     """Seconds: 3 x forward compute + 2 S / (d B) for its gradient AllReduce."""
-    compute = 3.0 * op.flops * cfg.batch / (cfg.device_tflops * 1e12)
-    sync = 2.0 * op.param_bytes / (cfg.server_gbps * 1e9 / 8)
-    return compute + sync
+    return _compute(op, cfg) + _sync(op, cfg)
+
+
+def _compute(op: Operator, cfg: FusionConfig) -> float:
+    """Forward + backward (2x) compute seconds of ``op``."""
+    return BACKWARD_PLUS_FORWARD * compute_seconds(op.flops, cfg.batch, cfg.device_tflops)
+
+
+def _sync(op: Operator, cfg: FusionConfig) -> float:
+    """Ring AllReduce of ``op``'s gradients at the server's total bandwidth (2 S / (d B))."""
+    return 2.0 * op.param_bytes / (cfg.server_gbps * 1e9 / 8)
 
 
 def _intensity(op: Operator, cfg: FusionConfig) -> float:
-    compute = 3.0 * op.flops * cfg.batch / (cfg.device_tflops * 1e12)
-    sync = 2.0 * op.param_bytes / (cfg.server_gbps * 1e9 / 8)
-    return (sync + 1e-12) / (compute + 1e-12)
+    return (_sync(op, cfg) + 1e-12) / (_compute(op, cfg) + 1e-12)
 
 
 class _Groups:
@@ -220,8 +230,19 @@ def _rebuild(graph: OpGraph, groups: _Groups) -> OpGraph:
     return fused
 
 
+def regroup(graph: OpGraph, groups: list[tuple[str, ...]]) -> OpGraph:
+    """``graph`` fused into the given groups of its operators' names (each group as
+    `Operator.members` lists them): rebuilds a fused graph from a stored placement."""
+    g = _Groups(graph)
+    for members in groups:
+        ids = [graph.index[name] for name in members]
+        for other in ids[1:]:
+            g.union(ids[0], other)
+    return _rebuild(graph, g)
+
+
 def fusion_summary(before: OpGraph, after: OpGraph) -> str:
     return f"{before.model}: {len(before)} operators fused into {len(after)} groups"
 
 
-__all__ = ["FusionConfig", "fuse", "fusion_summary", "operator_cost"]
+__all__ = ["FusionConfig", "fuse", "fusion_summary", "operator_cost", "regroup"]

@@ -1,19 +1,24 @@
 """One training iteration of a plan as a schedule the workers execute and the model predicts.
 
-Per server (rank), in the schedule format of contract.schedule:
+The schedule executes the plan's strategy (`Plan.placement`, regrouped into the operator
+graph it was chosen on by `planner.strategy.strategy_of`) with the traffic model the
+strategy's demand was computed with (`planner.strategy.op_traffic`), so every
+model-parallel byte of ``plan.demand`` is a transfer of the schedule and vice versa
+(docs/algorithms.md section 6). Per server (rank), in the schedule format of
+contract.schedule:
 
-- stream ``compute``: forward compute of every layer in order, then backward in reverse
-  order (backward = 2x forward FLOPs), as timed waits from the model zoo's FLOPs at the
-  scenario's device throughput, multiplied by the time-dilation factor so compute and the
-  slowed-down emulated links keep the real cluster's ratio;
-- model-parallel transfers where the strategy has them: DLRM/NCF embedding lookups go from
-  each table owner to every other server after the lookup and before the interaction layer,
-  and their gradients come back after the interaction's backward (all-to-all); sharded dense
-  layers exchange activations inside their block forward and backward;
-- gradient AllReduce in buckets (PyTorch DDP: 25 MB by default) over the plan's rings, each
-  bucket starting as soon as the backward of its last layer is done, so communication
-  overlaps the rest of the backward pass. Buckets are serialized on the ring streams
-  (``ar0``, ``ar1``, ... one per ring), as DDP serializes them on its communication stream.
+- stream ``compute``: forward compute of every operator in topological order, then
+  backward in reverse order (backward = 2x forward FLOPs), as timed waits
+  (`contract.physics.compute_seconds`) multiplied by the time-dilation factor so compute
+  and the slowed-down emulated links keep the real cluster's ratio;
+- model-parallel transfers (streams ``mp>peer`` / ``mp<peer``): an operator's input
+  all-gather before its forward compute, its output all-gather or embedding lookups after
+  it, and the mirrored transfers of the gradients in the backward pass;
+- gradient AllReduce in buckets (PyTorch DDP: 25 MB by default) of one layout (the full
+  group, or the cosets of a tensor-parallel degree), each bucket starting as soon as the
+  backward of its last operator is done, so communication overlaps the rest of the backward
+  pass. Buckets are serialized on the ring streams (``ar0``, ``ar1``, ... one per ring), as
+  DDP serializes them on its communication stream. Rings: `planner.collectives.from_plan`.
 
 Every AllReduce bucket and every transfer carries a check, so each worker verifies its
 result every iteration.
@@ -21,19 +26,22 @@ result every iteration.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from math import gcd
 
-from contract.physics import compute_seconds
 from contract.plan import Plan
 from contract.schedule import Check, Schedule, ScheduleBuilder
 
-from .collectives.from_plan import plan_rings
+from .collectives.from_plan import group_rings
 from .collectives.p2p import add_p2p_transfers
-from .collectives.rings import add_multiring_allreduce, coset_rings
-from .zoo import Layer, Model
+from .collectives.rings import add_multiring_allreduce
+from .strategy import Flows, OpTraffic, op_traffic, strategy_of
+from .zoo import Model
 
 DDP_BUCKET_BYTES = 25 * 2**20
+ITEMSIZE = 4  # float32 buffers: every transfer is a whole number of elements
+
+Deps = dict[int, list[int]]  # rank -> ops its next op waits for
 
 
 @dataclass(frozen=True)
@@ -46,185 +54,118 @@ class IterationOptions:
     min_transfer_bytes: int = 4  # floor of every scaled transfer (a zero-payload twin keeps every op)
 
 
-def _scaled(nbytes: float, opts: IterationOptions) -> int:
-    return max(opts.min_transfer_bytes // 4 * 4, 4, int(nbytes * opts.payload_scale) // 4 * 4)
+def scaled_bytes(nbytes: float, opts: IterationOptions) -> int:
+    """A transfer of ``nbytes`` as the schedule carries it: scaled, whole elements, floored."""
+    floor = max(opts.min_transfer_bytes // ITEMSIZE * ITEMSIZE, ITEMSIZE)
+    return max(floor, int(nbytes * opts.payload_scale) // ITEMSIZE * ITEMSIZE)
 
 
-def allreduce_rings(plan: Plan) -> list[list[int]]:
-    """Rings the full-group AllReduce uses: the plan's rings in both directions (every
-    TopoOpt stride p and n - p; elsewhere the plan's ring order, whose logical edges are
-    relayed where servers are not cabled), as `topolab collective` runs them; through a
-    switch one ring, since both directions of a ring would share the same ports."""
-    rings = plan_rings(plan)
-    return rings[:1] if plan.switches else rings
+def _merge(deps: Iterable[Deps]) -> Deps:
+    out: Deps = {}
+    for d in deps:
+        for r, ops in d.items():
+            out.setdefault(r, []).extend(ops)
+    return out
 
 
-def _group_rings(plan: Plan, members: tuple[int, ...]) -> list[list[list[int]]]:
-    """Ring orders for a coset AllReduce class (every coset of the group's size)."""
-    n, g = plan.servers, len(members)
-    strides = [p for grp in plan.demand.allreduce if len(grp.members) == g for p in grp.rings][:2]
-    ks = [p // (n // g) for p in strides] or [1]
-    ks = [k for k in ks if gcd(k, g) == 1] or [1]
-    return coset_rings(n, g, ks)
+class _IterationBuilder:
+    """The named steps of `iteration_schedule` around one `ScheduleBuilder`."""
+
+    def __init__(self, plan: Plan, opts: IterationOptions):
+        self.plan, self.opts, self.n = plan, opts, plan.servers
+        self.b = ScheduleBuilder(plan.servers, f"iteration/{plan.topology}")
+        self.grad_offset = 0
+        self.checks: list[Check] = []
+        self.buckets = 0
+
+    def transfers(self, flows: Flows, after: Deps) -> Deps:
+        """One p2p transfer per (src, dst) pair of ``flows``; each rank's ops that finish its part."""
+        if not len(flows):
+            return {}
+        per_pair: dict[tuple[int, int], float] = {}
+        for s, d, v in zip(flows.src.tolist(), flows.dst.tolist(), flows.nbytes.tolist()):
+            per_pair[(s, d)] = per_pair.get((s, d), 0.0) + v
+        transfers = [(s, d, scaled_bytes(v, self.opts)) for (s, d), v in sorted(per_pair.items())]
+        base = self.b.buffers["act"].bytes if "act" in self.b.buffers else 0
+        return add_p2p_transfers(self.b, transfers, "act", base, "mp", after=after)
+
+    def compute(self, t: OpTraffic, factor: float, after: Deps) -> Deps:
+        """The operator's compute (``factor`` x forward) on every server that has a share."""
+        out: Deps = {}
+        for r in range(self.n):
+            if t.compute[r] > 0:
+                secs = factor * float(t.compute[r]) * self.opts.time_scale
+                out[r] = [self.b.compute(r, "compute", secs, after=after.get(r, ()))]
+        return out
+
+    def forward(self, t: OpTraffic, inputs: Deps) -> Deps:
+        """Input all-gather -> compute -> output transfers; the ops consumers wait for."""
+        ready = _merge([inputs, self.transfers(t.fwd_in, inputs)])
+        ready = _merge([ready, self.compute(t, 1.0, ready)])
+        return _merge([ready, self.transfers(t.fwd_out, ready)])
+
+    def backward(self, t: OpTraffic, grads: Deps) -> Deps:
+        """Mirrored output transfers -> 2x compute -> mirrored input transfers."""
+        ready = _merge([grads, self.transfers(t.fwd_out.reversed(), grads)])
+        done = self.compute(t, 2.0, ready)
+        ready = _merge([ready, done])
+        return _merge([done, self.transfers(t.fwd_in.reversed(), ready)])
+
+    def allreduce(self, layout: int, nbytes_per_group: float, after: Deps) -> None:
+        """One bucket: every coset group of step ``layout`` AllReduces ``nbytes_per_group``."""
+        n = self.n
+        nbytes = scaled_bytes(nbytes_per_group, self.opts)
+        self.b.buffer("grad", self.grad_offset + nbytes)
+        for rings in group_rings(self.plan, n // layout):
+            members = rings[0]
+            deps = {r: after.get(r, []) for r in members}
+            add_multiring_allreduce(self.b, rings, "grad", self.grad_offset, nbytes, "ar", after=deps)
+        cosets = [list(range(s, n, layout)) for s in range(layout)]
+        self.checks.append(Check("allreduce", "grad", self.grad_offset, nbytes, groups=cosets))
+        self.grad_offset += nbytes
+        self.buckets += 1
 
 
 def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Schedule:
+    """The schedule of one training iteration of ``plan`` (module docstring)."""
     n = plan.servers
-    b = ScheduleBuilder(n, f"iteration/{plan.topology}")
-    placement = plan.extra.get("placement", {}) or {}
-    tables: dict[str, int] = placement.get("tables", {}) or {}
-    sharded = set(placement.get("sharded", []) or [])
-    m = int(placement.get("mp_degree", 1) or 1)
+    graph, strategy = strategy_of(model, plan.placement)
+    it = _IterationBuilder(plan, opts)
+    traffic = [op_traffic(graph, strategy, i, n, opts.batch, opts.device_tflops) for i in range(len(graph))]
 
-    def seconds(layer: Layer, factor: float) -> float:
-        split = m if layer.name in sharded else 1
-        return factor * compute_seconds(
-            layer.flops, opts.batch, opts.device_tflops, split=split, time_scale=opts.time_scale
-        )
+    outputs: list[Deps] = []
+    for i, t in enumerate(traffic):  # forward, in topological order
+        outputs.append(it.forward(t, _merge(outputs[p] for p in graph.preds[i])))
 
-    layers = [l for l in model.layers if l.kind != "embedding" or l.name in tables]
-    embeddings = [l for l in layers if l.kind == "embedding"]
-    dense = [l for l in layers if l.kind != "embedding"]
-
-    # ---- forward ------------------------------------------------------------------
-    lookup_done: dict[int, list[int]] = {r: [] for r in range(n)}
-    for table in embeddings:
-        owner = tables[table.name]
-        op = b.compute(owner, "compute", seconds(table, 1.0))
-        lookup_done[owner].append(op)
-    mp_recv: dict[int, list[int]] = {r: [] for r in range(n)}
-    if embeddings:
-        fwd = _table_transfers(embeddings, tables, n, opts, forward=True)
-        mp_recv = add_p2p_transfers(
-            b,
-            fwd,
-            "act",
-            b.buffers["act"].bytes if "act" in b.buffers else 0,
-            "mp",
-            after={r: lookup_done[r][-1:] for r in range(n)},
-        )
-    interaction_seen = False
-    for layer in dense:
-        if layer.kind == "interaction" and embeddings:
-            interaction_seen = True
-        per_rank = {}
-        for r in range(n):
-            d = mp_recv.get(r, []) if (layer.kind == "interaction" and embeddings) else []
-            per_rank[r] = b.compute(r, "compute", seconds(layer, 1.0), after=d)
-        if layer.name in sharded and m > 1:
-            _block_exchange(b, plan, layer, m, opts, per_rank)
-    if embeddings and not interaction_seen:  # models whose tables feed the head directly
-        for r in range(n):
-            b.compute(r, "compute", 0.0, after=mp_recv.get(r, []))
-
-    # ---- backward, with bucketed AllReduce -----------------------------------------
-    full_rings = allreduce_rings(plan)
-    grad_offset = 0
-    bucket: list[Layer] = []
-    bucket_bytes = 0
-    allreduce_checks: list[Check] = []
-
-    def flush(after_ops: dict[int, int]) -> None:
-        nonlocal grad_offset, bucket, bucket_bytes
-        if not bucket:
-            return
-        nbytes = _scaled(bucket_bytes, opts)
-        b.buffer("grad", grad_offset + nbytes)
-        add_multiring_allreduce(
-            b, full_rings, "grad", grad_offset, nbytes, "ar", after={r: [op] for r, op in after_ops.items()}
-        )
-        allreduce_checks.append(Check("allreduce", "grad", grad_offset, nbytes, groups=[list(range(n))]))
-        grad_offset += nbytes
-        bucket, bucket_bytes = [], 0
-
-    sharded_done: dict[int, int] = {}
-    last_ops: dict[int, int] = {}
-    for layer in reversed(dense):
-        if layer.kind == "interaction" and embeddings:
-            ops = {r: b.compute(r, "compute", seconds(layer, 2.0)) for r in range(n)}
-            back = _table_transfers(embeddings, tables, n, opts, forward=False)
-            done = add_p2p_transfers(
-                b, back, "act", b.buffers["act"].bytes, "mp", after={r: [ops[r]] for r in range(n)}
-            )
-            for table in embeddings:  # owners apply the returned gradients
-                owner = tables[table.name]
-                b.compute(owner, "compute", seconds(table, 2.0), after=done.get(owner, []))
-            last_ops = ops
+    grads: list[Deps] = [{} for _ in graph.ops]  # backward, reversed, with DDP buckets
+    bucket_layout, bucket_bytes, bucket_after = 0, 0.0, {}
+    for i in reversed(range(len(graph))):
+        t = traffic[i]
+        done = it.backward(t, grads[i])
+        for p in graph.preds[i]:
+            grads[p] = _merge([grads[p], done])
+        if not (t.ar_layout and t.ar_bytes > 0):
             continue
-        ops = {r: b.compute(r, "compute", seconds(layer, 2.0)) for r in range(n)}
-        last_ops = ops
-        if layer.name in sharded and m > 1:
-            _block_exchange(b, plan, layer, m, opts, ops)
-            sharded_done = ops
-            continue
-        if layer.params:
-            bucket.append(layer)
-            bucket_bytes += layer.param_bytes
-            if bucket_bytes >= opts.bucket_bytes:
-                flush(ops)
-    flush(last_ops)
+        if bucket_bytes and bucket_layout != t.ar_layout:
+            it.allreduce(bucket_layout, bucket_bytes, bucket_after)
+            bucket_bytes = 0.0
+        bucket_layout, bucket_after = t.ar_layout, done
+        bucket_bytes += t.ar_bytes
+        if bucket_bytes >= opts.bucket_bytes:
+            it.allreduce(bucket_layout, bucket_bytes, bucket_after)
+            bucket_bytes = 0.0
+    if bucket_bytes:
+        it.allreduce(bucket_layout, bucket_bytes, bucket_after)
 
-    # ---- sharded layers: AllReduce of each shard on its coset ring ------------------
-    if sharded and m > 1 and n // m > 1:
-        shard_bytes = sum(l.param_bytes for l in dense if l.name in sharded) // m
-        nbytes = _scaled(shard_bytes, opts)
-        b.buffer("grad", grad_offset + nbytes)
-        groups = _group_rings(plan, tuple(range(0, n, m)))
-        for rings in groups:
-            add_multiring_allreduce(
-                b, rings, "grad", grad_offset, nbytes, "shard", after={r: [sharded_done[r]] for r in rings[0]}
-            )
-        allreduce_checks.append(
-            Check("allreduce", "grad", grad_offset, nbytes, groups=[sorted(rings[0]) for rings in groups])
-        )
-        grad_offset += nbytes
-    for check in allreduce_checks:
-        b.check(check)
-    if "grad" not in b.buffers:
-        b.buffer("grad", 4)
-    b.params.update(
+    for check in it.checks:
+        it.b.check(check)
+    if "grad" not in it.b.buffers:
+        it.b.buffer("grad", ITEMSIZE)
+    it.b.params.update(
         model=model.name,
         batch=opts.batch,
         time_scale=opts.time_scale,
         payload_scale=opts.payload_scale,
-        buckets=len(allreduce_checks),
+        buckets=it.buckets,
     )
-    return b.build()
-
-
-def _table_transfers(
-    embeddings: list[Layer], tables: dict[str, int], n: int, opts: IterationOptions, forward: bool
-) -> list[tuple[int, int, int]]:
-    """One transfer per (owner, other server): all of the owner's lookups for that server."""
-    per_pair: dict[tuple[int, int], float] = {}
-    for table in embeddings:
-        owner = tables[table.name]
-        for other in range(n):
-            if other != owner:
-                key = (owner, other) if forward else (other, owner)
-                per_pair[key] = per_pair.get(key, 0.0) + table.out_bytes * opts.batch
-    return [(s, d, _scaled(v, opts)) for (s, d), v in sorted(per_pair.items())]
-
-
-def _block_exchange(
-    b: ScheduleBuilder, plan: Plan, layer: Layer, m: int, opts: IterationOptions, after: dict[int, int]
-) -> None:
-    """Tensor-parallel activation exchange inside each block of m consecutive servers."""
-    nbytes = _scaled(layer.out_bytes * opts.batch / m, opts)
-    transfers = [
-        (a, c, nbytes)
-        for blk in range(0, plan.servers, m)
-        for a in range(blk, blk + m)
-        for c in range(blk, blk + m)
-        if a != c
-    ]
-    done = add_p2p_transfers(
-        b,
-        transfers,
-        "act",
-        b.buffers["act"].bytes if "act" in b.buffers else 0,
-        "tp",
-        after={r: [op] for r, op in after.items()},
-    )
-    for r, ops in done.items():  # the next layer needs the gathered activations
-        b.compute(r, "compute", 0.0, after=ops)
+    return it.b.build()

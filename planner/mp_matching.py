@@ -1,6 +1,6 @@
 """Model-parallel sub-topology: rounds of maximum-weight matching with demand damping.
 
-Reference: TopoOpt section 4 / algorithms.md section 1.3 step 5. Each of the d_MP rounds
+Reference: TopoOpt section 4 / docs/algorithms.md section 3. Each of the d_MP rounds
 finds a maximum-weight matching (Edmonds' Blossom algorithm, networkx.max_weight_matching)
 on the remaining symmetric MP demand and adds one cable per matched pair; that pair's
 demand is then scaled by c / (c + 1), where c is the number of cables it now has, so later

@@ -10,7 +10,7 @@ exactly the schedule the workers run (contract.schedule), op by op:
   on. A connection is one TCP stream, so messages between one pair are served first in,
   first out (only the head message is on the wire);
 - every message is one flow along the plan's route (``Plan.path``: relayed hops included,
-  the forwarding tax of algorithms.md 1.3); directed links are shared max-min fairly among
+  the forwarding tax of docs/algorithms.md section 4); directed links are shared max-min fairly among
   the flows crossing them (the TCP steady state, computed by progressive filling), each at
   the TCP goodput of the link (payload / wire bytes at the MTU);
 - a message arrives ``hops * alpha`` after its last byte left (per-hop latency, 1.5) and a
@@ -87,10 +87,8 @@ class Prediction:
 
     seconds: float  # makespan
     rank_seconds: list[float]  # when each rank's last op ends
-    op_times: dict[tuple[int, int], tuple[float, float]]  # (rank, op id) -> (start, end)
     link_bytes: dict[tuple[int, int], float]  # bytes each directed link carried
     relayed_bytes: dict[tuple[int, int], float]  # of those, bytes relayed by another server
-    stream_seconds: dict[tuple[int, str], float]  # (rank, stream) -> end of its last op
 
     def link_bytes_list(self) -> list[dict]:
         return [{"src": a, "dst": b, "bytes": v} for (a, b), v in sorted(self.link_bytes.items())]
@@ -134,159 +132,173 @@ def max_min_rates(flows: Iterable[_Flow], capacity: dict[tuple[int, int], float]
                     count[other] -= 1
 
 
-def predict(schedule, network: Network) -> Prediction:
-    """Predict one execution of ``schedule`` (a planner.collectives Schedule) on ``network``."""
-    ranks = schedule.ranks
-    ops_by_id = [{op.id: (stream, op) for stream, ops in prog.items() for op in ops} for prog in schedule.programs]
-    cursor = [{stream: 0 for stream in prog} for prog in schedule.programs]
-    done: list[dict[int, float]] = [dict() for _ in range(ranks)]
-    started: list[set[int]] = [set() for _ in range(ranks)]
-    op_times: dict[tuple[int, int], tuple[float, float]] = {}
-    stream_free = {(r, s): 0.0 for r in range(ranks) for s in schedule.programs[r]}
+class _Replay:
+    """The event-driven replay of one schedule on one network (module docstring)."""
 
-    queues: dict[tuple[int, int], deque] = defaultdict(deque)  # (src,dst) -> waiting messages
-    active: dict[tuple[int, int], _Flow] = {}  # (src,dst) -> flow on the wire
-    arrived: dict[tuple[int, int, int], deque] = defaultdict(deque)  # (src,dst,tag) -> arrival times
-    waiting_recv: dict[tuple[int, int, int], deque] = defaultdict(deque)  # posted recvs
-    link_bytes: dict[tuple[int, int], float] = defaultdict(float)
-    relayed_bytes: dict[tuple[int, int], float] = defaultdict(float)
-    timers: list[tuple[float, int, str, tuple]] = []  # (time, seq, kind, payload)
-    seq = 0
-    now = 0.0
-    cpu_free = [0.0] * ranks
-    overhead = network.op_overhead_s
+    def __init__(self, schedule, network: Network):
+        ranks = self.ranks = schedule.ranks
+        self.schedule, self.network = schedule, network
+        self.ops_by_id = [
+            {op.id: (stream, op) for stream, ops in prog.items() for op in ops} for prog in schedule.programs
+        ]
+        self.cursor = [{stream: 0 for stream in prog} for prog in schedule.programs]
+        self.done: list[dict[int, float]] = [dict() for _ in range(ranks)]
+        self.started: list[set[int]] = [set() for _ in range(ranks)]
+        self.stream_free = {(r, s): 0.0 for r in range(ranks) for s in schedule.programs[r]}
+        self.queues: dict[tuple[int, int], deque] = defaultdict(deque)  # (src,dst) -> waiting messages
+        self.active: dict[tuple[int, int], _Flow] = {}  # (src,dst) -> flow on the wire
+        self.arrived: dict[tuple[int, int, int], deque] = defaultdict(deque)  # (src,dst,tag) -> arrival times
+        self.waiting_recv: dict[tuple[int, int, int], deque] = defaultdict(deque)  # posted recvs
+        self.link_bytes: dict[tuple[int, int], float] = defaultdict(float)
+        self.relayed_bytes: dict[tuple[int, int], float] = defaultdict(float)
+        self.timers: list[tuple[float, int, str, tuple]] = []  # (time, seq, kind, payload)
+        self.seq = 0
+        self.now = 0.0
+        self.cpu_free = [0.0] * ranks
 
-    def cpu(rank: int, t: float) -> float:
+    def cpu(self, rank: int, t: float) -> float:
         """Charge one op's software cost to ``rank``'s processor from time ``t`` on."""
+        overhead = self.network.op_overhead_s
         if overhead <= 0:
             return t
-        t = max(t, cpu_free[rank]) + overhead
-        cpu_free[rank] = t
+        t = max(t, self.cpu_free[rank]) + overhead
+        self.cpu_free[rank] = t
         return t
 
-    def reduce_time(length: int) -> float:
-        return min(length, network.reduce_cap_bytes) / network.reduce_bytes_per_s
+    def reduce_time(self, length: int) -> float:
+        return min(length, self.network.reduce_cap_bytes) / self.network.reduce_bytes_per_s
 
-    def push(t: float, kind: str, payload: tuple) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(timers, (t, seq, kind, payload))
+    def push(self, t: float, kind: str, payload: tuple) -> None:
+        self.seq += 1
+        heapq.heappush(self.timers, (t, self.seq, kind, payload))
 
-    def finish(rank: int, op, stream: str, start: float, end: float) -> None:
-        done[rank][op.id] = end
-        op_times[(rank, op.id)] = (start, end)
-        stream_free[(rank, stream)] = end
-        cursor[rank][stream] += 1
+    def finish(self, rank: int, op, stream: str, end: float) -> None:
+        self.done[rank][op.id] = end
+        self.stream_free[(rank, stream)] = end
+        self.cursor[rank][stream] += 1
 
-    def start_ready(rank: int) -> bool:
+    def start_ready(self, rank: int) -> bool:
+        """Start every op of ``rank`` whose stream, dependencies and message allow it."""
         progressed = False
-        for stream, ops in schedule.programs[rank].items():
-            while cursor[rank][stream] < len(ops):
-                op = ops[cursor[rank][stream]]
-                if op.id in started[rank]:
+        now, done = self.now, self.done[rank]
+        for stream, ops in self.schedule.programs[rank].items():
+            while self.cursor[rank][stream] < len(ops):
+                op = ops[self.cursor[rank][stream]]
+                if op.id in self.started[rank]:
                     break
-                if any(a not in done[rank] or done[rank][a] > now for a in op.after):
+                if any(a not in done or done[a] > now for a in op.after):
                     break
-                if stream_free[(rank, stream)] > now:
+                if self.stream_free[(rank, stream)] > now:
                     break
-                started[rank].add(op.id)
+                self.started[rank].add(op.id)
                 progressed = True
                 if op.kind == "compute":
-                    push(now + op.seconds, "compute", (rank, stream, op.id, now))
+                    self.push(now + op.seconds, "compute", (rank, stream, op.id, now))
                     break
                 if op.kind == "send":
-                    t_send = cpu(rank, now)
+                    t_send = self.cpu(rank, now)
                     if t_send <= now:
-                        queues[(rank, op.peer)].append((op.tag, op.length))
-                        finish(rank, op, stream, now, now)
+                        self.queues[(rank, op.peer)].append((op.tag, op.length))
+                        self.finish(rank, op, stream, now)
                         continue
-                    push(t_send, "send", (rank, stream, op.id, now))
+                    self.push(t_send, "send", (rank, stream, op.id, now))
                     break
                 # recv: completes when the matching message has arrived
                 key = (op.peer, rank, op.tag)
-                if arrived[key]:
-                    t_arr = arrived[key].popleft()
-                    end = cpu(rank, max(now, t_arr)) + reduce_time(op.length)
-                    push(end, "recv", (rank, stream, op.id, now))
+                if self.arrived[key]:
+                    t_arr = self.arrived[key].popleft()
+                    end = self.cpu(rank, max(now, t_arr)) + self.reduce_time(op.length)
+                    self.push(end, "recv", (rank, stream, op.id, now))
                 else:
-                    waiting_recv[key].append((rank, stream, op.id, now))
+                    self.waiting_recv[key].append((rank, stream, op.id, now))
                 break
         return progressed
 
-    def launch_flows() -> bool:
-        changed = False
-        for key, q in queues.items():
-            if q and key not in active:
+    def launch_flows(self) -> None:
+        """Put the head message of every idle connection on the wire."""
+        limit = self.network.servers if self.network.servers is not None else float("inf")
+        for key, q in self.queues.items():
+            if q and key not in self.active:
                 tag, length = q.popleft()
                 src, dst = key
-                links = network.links(src, dst)
-                relays = [b for _, b in links[:-1]]
-                limit = network.servers if network.servers is not None else float("inf")
-                active[key] = _Flow(src, dst, tag, length, float(length), links, relayed=any(v < limit for v in relays))
-                changed = True
-        return changed
+                links = self.network.links(src, dst)
+                relayed = any(b < limit for _, b in links[:-1])
+                self.active[key] = _Flow(src, dst, tag, length, float(length), links, relayed=relayed)
 
-    def deliver(flow: _Flow, t: float) -> None:
+    def deliver(self, flow: _Flow, t: float) -> None:
         key = (flow.src, flow.dst, flow.tag)
-        t_arr = t + network.alpha_s * len(flow.links)
-        if waiting_recv[key]:
-            rank, stream, op_id, t_post = waiting_recv[key].popleft()
-            _, op = ops_by_id[rank][op_id]
-            push(cpu(rank, max(t_arr, t_post)) + reduce_time(op.length), "recv", (rank, stream, op_id, t_post))
+        t_arr = t + self.network.alpha_s * len(flow.links)
+        if self.waiting_recv[key]:
+            rank, stream, op_id, t_post = self.waiting_recv[key].popleft()
+            _, op = self.ops_by_id[rank][op_id]
+            end = self.cpu(rank, max(t_arr, t_post)) + self.reduce_time(op.length)
+            self.push(end, "recv", (rank, stream, op_id, t_post))
         else:
-            arrived[key].append(t_arr)
+            self.arrived[key].append(t_arr)
 
-    while True:
-        progressed = True
-        while progressed:
-            progressed = any([start_ready(r) for r in range(ranks)])
-        launch_flows()
-        max_min_rates(active.values(), network.capacity)
-        # next event: a timer or the first flow to finish
-        t_flow, first = float("inf"), None
+    def advance(self) -> bool:
+        """Move the clock to the next event (a timer or the first flow to finish); False
+        when nothing is left to happen."""
+        t_flow = float("inf")
         finish_at: dict[tuple[int, int], float] = {}
-        for key, f in active.items():
-            t = now + (f.remaining / f.rate if f.rate > 0 else 0.0)
+        for key, f in self.active.items():
+            t = self.now + (f.remaining / f.rate if f.rate > 0 else 0.0)
             finish_at[key] = t
-            if t < t_flow:
-                t_flow, first = t, key
-        t_timer = timers[0][0] if timers else float("inf")
-        if first is None and not timers:
-            break
+            t_flow = min(t_flow, t)
+        t_timer = self.timers[0][0] if self.timers else float("inf")
+        if not self.active and not self.timers:
+            return False
         t_next = min(t_flow, t_timer)
-        dt = t_next - now
-        for f in active.values():
+        dt = t_next - self.now
+        for f in self.active.values():
             moved = min(f.remaining, f.rate * dt)
             f.remaining -= moved
-            for link in f.links:
-                link_bytes[link] += moved
-                if f.relayed:
-                    relayed_bytes[link] += moved
-        now = t_next
+            self._account(f, moved)
+        self.now = t_next
         # a flow is done when its finish time is reached (comparing times, not leftover bytes,
         # stays exact when a transfer is far shorter than the clock's float resolution)
-        for key in [k for k, f in active.items() if finish_at[k] <= now or f.remaining <= 1e-6 * max(1, f.length)]:
-            f = active.pop(key)
-            for link in f.links:  # account rounding leftovers
-                link_bytes[link] += f.remaining
-                if f.relayed:
-                    relayed_bytes[link] += f.remaining
-            deliver(f, now)
-        while timers and timers[0][0] <= now + 1e-15:
-            _, _, kind, (rank, stream, op_id, t_start) = heapq.heappop(timers)
-            _, op = ops_by_id[rank][op_id]
+        for key in [
+            k for k, f in self.active.items() if finish_at[k] <= t_next or f.remaining <= 1e-6 * max(1, f.length)
+        ]:
+            f = self.active.pop(key)
+            self._account(f, f.remaining)  # rounding leftovers
+            self.deliver(f, t_next)
+        while self.timers and self.timers[0][0] <= t_next + 1e-15:
+            _, _, kind, (rank, stream, op_id, _t_start) = heapq.heappop(self.timers)
+            _, op = self.ops_by_id[rank][op_id]
             if kind == "send":
-                queues[(rank, op.peer)].append((op.tag, op.length))
-            finish(rank, op, stream, t_start, now)
+                self.queues[(rank, op.peer)].append((op.tag, op.length))
+            self.finish(rank, op, stream, t_next)
+        return True
 
-    unfinished = [(r, s) for r in range(ranks) for s, ops in schedule.programs[r].items() if cursor[r][s] < len(ops)]
-    if unfinished:
-        r, s = unfinished[0]
-        raise RuntimeError(
-            f"schedule deadlocks in the model: rank {r} stream {s!r} stops at op "
-            f"{schedule.programs[r][s][cursor[r][s]].id}"
-        )
-    rank_seconds = [max((done[r][i] for i in done[r]), default=0.0) for r in range(ranks)]
-    return Prediction(
-        max(rank_seconds, default=0.0), rank_seconds, op_times, dict(link_bytes), dict(relayed_bytes), dict(stream_free)
-    )
+    def _account(self, f: _Flow, nbytes: float) -> None:
+        for link in f.links:
+            self.link_bytes[link] += nbytes
+            if f.relayed:
+                self.relayed_bytes[link] += nbytes
+
+    def run(self) -> Prediction:
+        while True:
+            while any([self.start_ready(r) for r in range(self.ranks)]):
+                pass
+            self.launch_flows()
+            max_min_rates(self.active.values(), self.network.capacity)
+            if not self.advance():
+                break
+        programs = self.schedule.programs
+        unfinished = [
+            (r, s) for r in range(self.ranks) for s, ops in programs[r].items() if self.cursor[r][s] < len(ops)
+        ]
+        if unfinished:
+            r, s = unfinished[0]
+            raise RuntimeError(
+                f"schedule deadlocks in the model: rank {r} stream {s!r} stops at op "
+                f"{programs[r][s][self.cursor[r][s]].id}"
+            )
+        rank_seconds = [max(self.done[r].values(), default=0.0) for r in range(self.ranks)]
+        return Prediction(max(rank_seconds, default=0.0), rank_seconds, dict(self.link_bytes), dict(self.relayed_bytes))
+
+
+def predict(schedule, network: Network) -> Prediction:
+    """Predict one execution of ``schedule`` (a contract.schedule Schedule) on ``network``."""
+    return _Replay(schedule, network).run()

@@ -1,6 +1,6 @@
 """Routes for every ordered pair, destination based (what the kernel's forwarding does).
 
-Reference: algorithms.md section 1.3 step 7.
+Reference: docs/algorithms.md section 4.
 
 - Circulant graphs (TopoOpt rings only, plain ring): "coin change" over Z_n. A BFS from
   offset 0 where each coin is a chosen stride or its negative gives, for every offset r, the

@@ -1,6 +1,6 @@
 """TopologyFinder: TopoOpt's direct-connect topology for a given traffic demand.
 
-Reference: TopoOpt (NSDI 2023) section 4, algorithms.md section 1.3 steps 2-6.
+Reference: TopoOpt (NSDI 2023) section 4, docs/algorithms.md section 2.
 
 1. Split the degree: d_AR = d * T_AR / (T_AR + T_MP), rounded to an even number (rings are
    used in both directions) and at least 2 whenever an AllReduce exists; d_MP = d - d_AR.
@@ -98,7 +98,7 @@ def find_topology(n: int, d: int, demand: TrafficDemand, rule: str = "paper") ->
     class_strides: dict[int, list[int]] = {}
     ring: list[tuple[int, int]] = []
     for size, p in sorted(ports.items(), key=lambda kv: -kv[0]):
-        strides = select_permutations(totient_strides(n, size), p // 2)
+        strides = select_permutations(totient_strides(n, size), p // 2, n)
         class_strides[size] = strides
         ring += circulant_cables(n, strides)
     if d_ar and not ring:  # no AllReduce class could use its ports (e.g. n = 2 sub-groups)

@@ -1,16 +1,23 @@
 """TotientPerms and SelectPermutations: the AllReduce rings of TopoOpt.
 
-Reference: TopoOpt (NSDI 2023) section 4, algorithms.md sections 1.1 and 1.2.
+Reference: Wang et al., "TopoOpt: Co-optimizing Network Topology and Parallelization
+Strategy for Distributed Training Jobs", NSDI 2023, section 4, as implemented by the
+authors (FlexFlow's TopoOpt branch, ``SpMulMat::construct_candidate_jumps`` and
+``choose_n_geo``); docs/algorithms.md section 1.
 
-A p-ring sends server i to (i + p) mod n and visits every server iff gcd(p, n) = 1, so the
-candidate strides of a full AllReduce are the phi(n) numbers coprime with n. A sub-group of
-size g (g divides n) whose members sit on a coset {s, s + n/g, ...} has candidates
-(n/g) * k with gcd(k, g) = 1. Since p and n - p are the same ring reversed and TopoOpt uses
-every ring in both directions, only strides up to n/2 are candidates here.
+A p-ring sends server i to (i + p) mod n and visits every server iff gcd(p, n) = 1. A
+group of size g (g divides n) whose members sit on a coset {s, s + n/g, ...} has the
+candidate strides (n/g) k for every k = 1 .. g-1 with gcd(k, g) = 1 (the full group:
+the phi(n) numbers coprime with n). The whole list is kept: p and n - p are both
+candidates, and a stride above n/2 is a valid choice.
 
-SelectPermutations picks m strides in a geometric sequence between the smallest and the
-largest candidate, which keeps the circulant graph's diameter small for the model-parallel
-traffic that rides the rings.
+SelectPermutations picks m = d_k / 2 strides in a geometric sequence between the smallest
+and the largest candidate: ratio = (max/min)^(1/m), and for i = 0 .. m-1 the smallest
+candidate >= min ratio^i not yet taken. Every stride is wired in both directions (the
+p-ring and its reverse, the (n-p)-ring, are the same cables), so a candidate whose
+negation was already taken counts as taken: the circulant stays d-regular without
+duplicate rings. This keeps the circulant's diameter small for the model-parallel traffic
+that rides the rings (n = 1024, d = 8: strides 1, 7, 33, 181, diameter 8).
 """
 
 from __future__ import annotations
@@ -19,50 +26,49 @@ from math import gcd
 
 
 def totient_strides(n: int, group_size: int | None = None) -> list[int]:
-    """Candidate strides (1 <= p <= n/2) of AllReduce rings for a group of ``group_size``.
+    """Candidate strides of AllReduce rings for a group of ``group_size`` (default n).
 
     >>> totient_strides(12)
-    [1, 5]
+    [1, 5, 7, 11]
     >>> totient_strides(12, 4)
-    [3]
+    [3, 9]
     """
     g = n if group_size is None else group_size
     if g < 1 or n % g:
         raise ValueError(f"group size {g} does not divide {n}")
-    if g == 1:
-        return []
     step = n // g
-    return [step * k for k in range(1, g + 1) if gcd(k, g) == 1 and step * k <= n // 2]
+    return [step * k for k in range(1, g) if gcd(k, g) == 1]
 
 
-def select_permutations(candidates: list[int], m: int) -> list[int]:
-    """Choose ``m`` strides from ``candidates`` (sorted ascending), reference section 1.2.
+def select_permutations(candidates: list[int], m: int, n: int | None = None) -> list[int]:
+    """Choose ``m`` strides from ``candidates`` (module docstring; ``n``: the ring size,
+    so that p and n - p count as one ring; default: no negation).
 
-    m = 1 gives the smallest candidate. For m > 1, ratio = (max/min) ** (1/m) and step i
-    takes the smallest unused candidate >= min * ratio**i. When there are fewer candidates
-    than m, strides repeat (parallel rings on parallel cables), smallest first.
+    m = 1 gives the smallest candidate. When every candidate (or its negation) is taken,
+    strides repeat, smallest first (parallel rings on parallel cables).
 
-    >>> select_permutations([1, 5], 2)
+    >>> select_permutations([1, 5, 7, 11], 2, 12)
     [1, 5]
-    >>> select_permutations([1, 3, 5, 7, 9, 11, 13, 15], 3)
-    [1, 3, 7]
+    >>> select_permutations([1, 3, 5, 7, 9, 11, 13, 15], 4, 16)
+    [1, 3, 5, 9]
     """
     if m <= 0 or not candidates:
         return []
     cands = sorted(candidates)
-    if m == 1:
-        return [cands[0]]
     lo, hi = cands[0], cands[-1]
     ratio = (hi / lo) ** (1.0 / m)
     chosen: list[int] = []
+    taken: set[int] = set()
     for i in range(m):
         target = lo * ratio**i
-        pick = next((c for c in cands if c >= target - 1e-9 and c not in chosen), None)
-        if pick is None:
-            pick = next((c for c in cands if c not in chosen), None)
-        if pick is None:  # every candidate used: repeat, round robin
-            pick = cands[len(chosen) % len(cands)]
+        free = [c for c in cands if c not in taken]
+        pick = next((c for c in free if c >= target - 1e-9), free[0] if free else None)
+        if pick is None:  # every ring used: repeat, round robin
+            pick = chosen[len(chosen) % len(set(chosen))]
         chosen.append(pick)
+        taken.add(pick)
+        if n is not None:
+            taken.add((n - pick) % n)
     return chosen
 
 

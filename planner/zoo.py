@@ -71,12 +71,6 @@ class Model:
     def dense_layers(self) -> tuple[Layer, ...]:
         return tuple(l for l in self.layers if l.kind != "embedding")
 
-    def forward_seconds(self, layer: Layer, batch: int, tflops: float = DEFAULT_DEVICE_TFLOPS) -> float:
-        return layer.flops * batch / (tflops * 1e12)
-
-    def backward_seconds(self, layer: Layer, batch: int, tflops: float = DEFAULT_DEVICE_TFLOPS) -> float:
-        return 2.0 * self.forward_seconds(layer, batch, tflops)
-
 
 def _mlp(prefix: str, widths: list[int], kind: str = "dense") -> list[Layer]:
     layers = []

@@ -18,7 +18,7 @@ from .rings import (
     subgroup_allreduce,
     topoopt_rings,
 )
-from .simulate import ScheduleError, make_inputs, run_schedule, simulate_and_verify, verify
+from .simulate import ScheduleError, make_inputs, simulate_and_verify, simulate_schedule, verify
 from .trees import (
     add_dbtree_allreduce,
     add_tree_allreduce,
@@ -51,7 +51,7 @@ __all__ = [
     "multiring_allreduce",
     "p2p_transfers",
     "ring_allreduce",
-    "run_schedule",
+    "simulate_schedule",
     "simulate_and_verify",
     "split_region",
     "stride_ring",

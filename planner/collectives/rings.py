@@ -1,17 +1,17 @@
 """Ring AllReduce schedules: one ring, TopoOpt's multi-ring, and sub-group coset rings.
 
-Ring AllReduce over k members (reduce-scatter then all-gather, reference section 1.5):
+Ring AllReduce over k members (reduce-scatter then all-gather, docs/algorithms.md section 6):
 the region is cut into k chunks; in reduce-scatter step s the member at ring position j
 sends chunk (j - s) mod k to its successor and reduces chunk (j - s - 1) mod k received
 from its predecessor; after k-1 steps position j holds the full sum of chunk (j + 1) mod k.
 All-gather then circulates the reduced chunks for k-1 more steps (receive = copy). Every
-member sends 2 (k-1) S / k bytes, the lower bound of reference section 5 for one link.
+member sends 2 (k-1) S / k bytes, the lower bound of docs/algorithms.md section 7 for one link.
 
-TopoOpt multi-ring (section 1.1): the buffer is split across several rings (for every chosen
+TopoOpt multi-ring (docs/algorithms.md section 1): the buffer is split across several rings (for every chosen
 stride p, the p-ring and its reverse, the (n-p)-ring), each in its own stream, all at once,
 so all d interfaces of every server carry traffic: T = 2 (k-1) S / (k P B).
 
-Sub-group AllReduce (section 1.1): a group of size g | n sits on a coset {s, s + n/g, ...};
+Sub-group AllReduce (docs/algorithms.md section 1): a group of size g | n sits on a coset {s, s + n/g, ...};
 its rings have strides (n/g) * k with gcd(k, g) = 1. A ring edge between members that are
 not cabled is a logical edge: the schedule names the logical peer and the hosts' IP
 forwarding relays the packets along the plan's coin-change route.
@@ -48,7 +48,7 @@ def topoopt_rings(n: int, strides: Sequence[int]) -> list[list[int]]:
 
 
 def coset_rings(n: int, group_size: int, ks: Sequence[int]) -> list[list[list[int]]]:
-    """Rings of every coset group of size ``group_size`` (reference section 1.1).
+    """Rings of every coset group of size ``group_size`` (docs/algorithms.md section 1).
 
     Returns, for each coset s = 0 .. n/g - 1, the ring orders for strides (n/g) * k (k in
     ``ks``, gcd(k, g) = 1), each used in both directions."""

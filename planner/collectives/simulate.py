@@ -42,7 +42,7 @@ def make_inputs(schedule: Schedule, seed: int = 0, high: int = 16) -> dict[str, 
     return out
 
 
-def run_schedule(schedule: Schedule, inputs: dict[str, np.ndarray] | None = None, seed: int = 0) -> SimResult:
+def simulate_schedule(schedule: Schedule, inputs: dict[str, np.ndarray] | None = None, seed: int = 0) -> SimResult:
     """Execute ``schedule`` on copies of ``inputs`` (default `make_inputs`)."""
     schedule.validate()
     inputs = inputs if inputs is not None else make_inputs(schedule, seed)
@@ -152,5 +152,5 @@ def verify(schedule: Schedule, inputs: dict[str, np.ndarray], final: dict[str, n
 def simulate_and_verify(schedule: Schedule, seed: int = 0) -> list[str]:
     """Run with random inputs and return the mismatches (empty list: correct)."""
     inputs = make_inputs(schedule, seed)
-    result = run_schedule(schedule, inputs, seed)
+    result = simulate_schedule(schedule, inputs, seed)
     return verify(schedule, inputs, result.buffers)

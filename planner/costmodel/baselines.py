@@ -1,4 +1,4 @@
-"""The networks of the evaluation as scenarios the planner can build (reference section 1.6).
+"""The networks of the evaluation as scenarios the planner can build (docs/algorithms.md section 8).
 
 ``NETWORKS`` names what a sweep compares; each maps to a plain topology kind of the
 scenario schema, so every cell of a sweep is a plan `topolab plan` could produce too:

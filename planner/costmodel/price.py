@@ -1,4 +1,4 @@
-"""Price model of the networks compared in the evaluation (reference section 1.6).
+"""Price model of the networks compared in the evaluation (docs/algorithms.md section 8).
 
 TopoOpt compares itself with a Fat-tree "at similar cost": the per-server bandwidth of a
 non-blocking Fat-tree is swept (10 to 1600 Gbps in the paper) until the Fat-tree costs what

@@ -1,4 +1,4 @@
-"""Flow-level simulator of one training iteration (reference section 1.5).
+"""Flow-level simulator of one training iteration (docs/algorithms.md section 6).
 
 Task graph, in the order the tasks become ready:
 
@@ -43,8 +43,8 @@ import numpy as np
 
 from contract.plan import Plan
 
-from ..search.graph import OpGraph
-from ..search.strategy import Flows, Strategy, op_traffic
+from ..opgraph import OpGraph
+from ..strategy import Flows, Strategy, op_traffic
 from .network import NetworkModel
 
 
@@ -68,10 +68,6 @@ class IterationCost:
     allreduce_bytes: float  # bytes the AllReduce groups reduce (sum of S over groups)
     mp_bytes: float
 
-    @property
-    def exposed_comm_s(self) -> float:
-        return max(0.0, self.iteration_s - self.compute_s)
-
 
 @dataclass
 class _Resources:
@@ -92,7 +88,6 @@ class Simulator:
         self.config = config or CostConfig()
         self.net = NetworkModel(plan)
         self.alpha = plan.latency_us * 1e-6
-        self.flops_per_s = self.config.device_tflops * 1e12
         self._flow_cache: dict[tuple, tuple[np.ndarray, np.ndarray, float, float]] = {}
         self._ring_cache: dict[int, tuple[np.ndarray, np.ndarray, int, int]] = {}
         self._traffic_cache: dict[tuple, object] = {}
@@ -104,7 +99,7 @@ class Simulator:
         key = (i, strategy[i], preds)
         t = self._traffic_cache.get(key)
         if t is None:
-            t = op_traffic(self.graph, strategy, i, self.plan.servers, self.config.batch, self.flops_per_s)
+            t = op_traffic(self.graph, strategy, i, self.plan.servers, self.config.batch, self.config.device_tflops)
             self._traffic_cache[key] = t
         return t
 

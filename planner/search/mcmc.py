@@ -1,9 +1,9 @@
 """Alternating MCMC search over parallelization strategies and TopoOpt topologies.
 
-Reference: algorithms.md section 1.4 (TopoOpt's alternating optimization on FlexFlow's
+Reference: docs/algorithms.md section 5 (TopoOpt's alternating optimization on FlexFlow's
 MCMC). The loop:
 
-1. Fuse the model's operator graph (planner.fusion, reference section 4).
+1. Fuse the model's operator graph (planner.fusion, docs/algorithms.md section 9).
 2. Start from the better of pure data parallelism and the table-placement hybrid, each on
    the topology TopologyFinder builds for its own traffic.
 3. Each step proposes a change of ONE operator's choice (a tensor-parallel degree, or an
@@ -29,6 +29,7 @@ Everything random comes from one ``random.Random(seed)``: same inputs, same resu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -41,49 +42,24 @@ from contract.plan import Plan, TrafficDemand
 
 from ..costmodel.simulator import CostConfig, IterationCost, Simulator
 from ..fusion import FusionConfig, fuse
+from ..iteration import IterationOptions, iteration_schedule
+from ..opgraph import OpGraph, model_graph
+from ..predict import plan_network, predict
 from ..scenario import Scenario
-from .graph import OpGraph, model_graph
-from .strategy import (
-    OpChoice,
+from ..strategy import (
     Strategy,
     TrafficArrays,
     data_parallel,
     describe,
-    mp_options,
-    shard_options,
+    placement_of,
     table_placement_start,
     traffic_arrays,
 )
-from .topology import TopologyCache
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    steps: int = 400
-    seed: int = 1
-    alpha: float = 25.0  # Metropolis: accept a relative slowdown delta with exp(-alpha delta)
-    alternate: bool = True  # feed accepted strategies to TopologyFinder (TopoOpt only)
-    max_mp: int = 32
-    max_shards: int = 16
-    block_moves: float = 0.15  # share of proposals that set one degree for all dense operators
-    fuse: bool = True
-    # TopologyFinder calls with model-parallel ports (d_MP > 0) beyond the starting points.
-    # At 128 servers one such call costs seconds (networkx Blossom on a dense demand
-    # graph), so the loop re-plans the topology for at most this many new MP traffic
-    # signatures (ring-only topologies cost milliseconds and are always re-planned); later
-    # accepted strategies with an unseen signature are scored on the current topology, and
-    # the best of them is verified on its own topology at the end.
-    max_topology_builds: int = 6
-    # Which topology a proposal is scored on. "current": the topology of the last accepted
-    # strategy (the paper's alternation, section 1.4). "own": the topology TopologyFinder
-    # builds for the proposal's own traffic whenever it is cached, cheap (ring-only or
-    # sparse MP demand) or within the build budget, else the current one. "both" (default):
-    # the better of the two decides acceptance. Either way an accepted strategy then moves
-    # to its own topology, as in the paper. "own" alone reaches strategies whose benefit
-    # needs a different topology (tensor-parallel BERT needs MP links between block
-    # members) but can stall where the path goes through odd intermediate topologies
-    # (CANDLE's towers sharded one at a time); "both" keeps both paths open.
-    proposals: str = "both"
+from ..topologies import plan_for_demand
+from ..zoo import get_model
+from .config import DENSE_MP_PAIRS_PER_SERVER, SearchConfig
+from .proposals import propose
+from .topology import DemandSignature, TopologyCache
 
 
 @dataclass
@@ -127,49 +103,8 @@ class SearchResult:
                 "accepted": self.accepted,
                 "topology_changes": self.topology_changes,
                 "evaluations": self.evaluations,
-                "seconds": round(self.seconds, 3),
             }
         }
-
-
-def _propose(graph: OpGraph, strategy: Strategy, n: int, rng: random.Random, cfg: SearchConfig) -> Strategy:
-    """Change one operator's choice (local moves more often than jumps), or, with
-    probability `SearchConfig.block_moves`, give every dense operator the same
-    tensor-parallel degree (a coordinated move: mixed layouts pay re-distribution
-    all-gathers, so single moves towards a uniformly sharded model look worse than they
-    are)."""
-    dense = [i for i, op in enumerate(graph.ops) if not op.is_embedding]
-    if len(dense) > 1 and rng.random() < cfg.block_moves:
-        m = rng.choice(mp_options(n, cfg.max_mp))
-        out = list(strategy)
-        for i in dense:
-            out[i] = OpChoice(mp=m)
-        return tuple(out)
-    movable = [i for i, op in enumerate(graph.ops) if op.is_embedding or len(mp_options(n, cfg.max_mp)) > 1]
-    i = rng.choice(movable)
-    op, cur = graph.ops[i], strategy[i]
-    if op.is_embedding:
-        shards = shard_options(n, cfg.max_shards)
-        r = rng.random()
-        if cur.owner < 0:
-            new = OpChoice(owner=rng.randrange(n), shards=1)
-        elif r < 0.6:
-            new = OpChoice(owner=rng.randrange(n), shards=cur.shards)
-        elif r < 0.95:
-            new = OpChoice(owner=cur.owner, shards=rng.choice([s for s in shards if s != cur.shards] or shards))
-        else:
-            new = OpChoice(owner=-1)
-    else:
-        opts = mp_options(n, cfg.max_mp)
-        k = opts.index(cur.mp) if cur.mp in opts else 0
-        if rng.random() < 0.5:
-            k = min(len(opts) - 1, max(0, k + rng.choice((-1, 1))))
-            if opts[k] == cur.mp:
-                k = (k + 1) % len(opts)
-        else:
-            k = rng.choice([j for j in range(len(opts)) if j != k] or [k])
-        new = OpChoice(mp=opts[k])
-    return strategy[:i] + (new,) + strategy[i + 1 :]
 
 
 class _Scorer:
@@ -180,14 +115,14 @@ class _Scorer:
         self.graph = graph
         self.cost = cost
         self.n = scenario.cluster.servers
-        self._sims: dict[tuple, Simulator] = {}
+        self._sims: dict[DemandSignature, Simulator] = {}
         self._pieces: dict = {}
 
-    def traffic(self, strategy: Strategy) -> tuple[tuple, TrafficArrays]:
+    def traffic(self, strategy: Strategy) -> tuple[DemandSignature, TrafficArrays]:
         traffic = traffic_arrays(self.graph, strategy, self.n, self.cost.batch, self._pieces)
         return self.topologies.key(traffic), traffic
 
-    def sim(self, key: tuple, plan: Plan) -> Simulator:
+    def sim(self, key: DemandSignature, plan: Plan) -> Simulator:
         s = self._sims.get(key)
         if s is None:
             s = self._sims[key] = Simulator(plan, self.graph, self.cost)
@@ -196,6 +131,17 @@ class _Scorer:
     @property
     def evaluations(self) -> int:
         return sum(s.evaluations for s in self._sims.values())
+
+
+def _search_graph(scenario: Scenario, cfg: SearchConfig) -> OpGraph:
+    """The model's operator graph, fused unless `SearchConfig.fuse` is off."""
+    c, w = scenario.cluster, scenario.workload
+    graph = model_graph(w.model)
+    if not cfg.fuse:
+        return graph
+    return fuse(
+        graph, FusionConfig(batch=w.batch_per_server, device_tflops=w.device_tflops, server_gbps=c.degree * c.link_gbps)
+    )
 
 
 def search(
@@ -209,18 +155,13 @@ def search(
     c, w = scenario.cluster, scenario.workload
     n = c.servers
     cost_cfg = CostConfig(batch=w.batch_per_server, device_tflops=w.device_tflops)
-    graph = model_graph(w.model)
-    if cfg.fuse:
-        graph = fuse(
-            graph,
-            FusionConfig(batch=w.batch_per_server, device_tflops=w.device_tflops, server_gbps=c.degree * c.link_gbps),
-        )
+    graph = _search_graph(scenario, cfg)
     scorer = _Scorer(scenario, graph, cost_cfg)
     cache = scorer.topologies
     alternate = cfg.alternate and scenario.topology.kind == "topoopt"
     rng = random.Random(cfg.seed)
 
-    def own_pair(strategy: Strategy) -> tuple[IterationCost, tuple, Plan, TrafficArrays]:
+    def own_pair(strategy: Strategy) -> tuple[IterationCost, DemandSignature, Plan, TrafficArrays]:
         key, traffic = scorer.traffic(strategy)
         plan = cache.plan(key, traffic)
         return scorer.sim(key, plan).iteration(strategy), key, plan, traffic
@@ -238,13 +179,13 @@ def search(
     accepted = changes = extra_builds = 0
     history = [(0, cur_s)]
 
-    def topology_for(key: tuple, traffic: TrafficArrays) -> Plan | None:
+    def topology_for(key: DemandSignature, traffic: TrafficArrays) -> Plan | None:
         """The plan for a traffic signature: cached, cheap, or within the build budget."""
         nonlocal extra_builds
         plan = cache.cached(key)
         if plan is not None:
             return plan
-        if len(key) == 4 and np.count_nonzero(traffic.pair) > 4 * n:  # dense MP demand: Blossom is slow
+        if key.d_mp and np.count_nonzero(traffic.pair) > DENSE_MP_PAIRS_PER_SERVER * n:
             if extra_builds >= cfg.max_topology_builds:
                 return None
             extra_builds += 1
@@ -252,7 +193,7 @@ def search(
 
     score_own = alternate and cfg.proposals in ("own", "both")
     for step in range(1, cfg.steps + 1):
-        cand = _propose(graph, current, n, rng, cfg)
+        cand = propose(graph, current, n, rng, cfg)
         own = r_own = None
         if score_own:
             key, traffic = scorer.traffic(cand)
@@ -300,15 +241,16 @@ def search(
         if r.iteration_s < best[0]:
             best = (r.iteration_s, r, strategy, plan, traffic)
             history.append((cfg.steps, r.iteration_s))
-    _, best_r, best_strategy, best_plan, best_traffic = best
-    return SearchResult(
+    _, best_r, best_strategy, _, best_traffic = best
+    demand = best_traffic.demand()
+    result = SearchResult(
         model=w.model,
         topology=scenario.topology.kind,
         graph=graph,
         strategy=best_strategy,
-        plan=best_plan,
+        plan=plan_for_demand(scenario, demand, placement_of(graph, best_strategy)),
         cost=best_r,
-        demand=best_traffic.demand(),
+        demand=demand,
         data_parallel=dp_cost,
         steps=cfg.steps,
         accepted=accepted,
@@ -318,10 +260,16 @@ def search(
         seconds=time.perf_counter() - t0,
         history=history,
     )
+    info = result.info()
+    info["search"]["executed_iteration_s"] = _executed_seconds(result.plan, w, cfg)
+    result.plan = dataclasses.replace(result.plan, extra={**result.plan.extra, **info})
+    return result
 
 
-def search_strategy(scenario: Scenario) -> tuple[TrafficDemand, dict]:
-    """`build_plan`'s hook for ``[parallelism] strategy = "search"``: the best strategy's
-    traffic (TopologyFinder then rebuilds the same topology from it) and a JSON-safe note."""
-    result = search(scenario)
-    return result.demand, result.info()
+def _executed_seconds(plan: Plan, w, cfg: SearchConfig) -> float | None:
+    """The predictor's time for the plan's iteration schedule (None: over the op budget)."""
+    opts = IterationOptions(batch=w.batch_per_server, device_tflops=w.device_tflops)
+    schedule = iteration_schedule(plan, get_model(w.model), opts)
+    if schedule.op_count() > cfg.rescore_max_ops:
+        return None
+    return predict(schedule, plan_network(plan)).seconds

@@ -1,9 +1,9 @@
-"""Operator DAGs of the zoo and their fusion (reference section 4)."""
+"""Operator DAGs of the zoo and their fusion (docs/algorithms.md section 9)."""
 
 import pytest
 
 from planner.fusion import FusionConfig, fuse, operator_cost
-from planner.search.graph import Operator, OpGraph, model_graph
+from planner.opgraph import Operator, OpGraph, model_graph
 from planner.zoo import MODELS, get_model
 
 

@@ -1,4 +1,4 @@
-"""The flow-level predictor against closed forms (algorithms.md 1.5 and 5)."""
+"""The flow-level predictor against closed forms (docs/algorithms.md sections 6 and 7)."""
 
 import pytest
 
@@ -57,7 +57,7 @@ def test_topoopt_multiring_meets_the_bandwidth_bound(n):
     size = n * 4 * 2**16
     pred = predict(multiring_allreduce(n, size, topoopt_rings(n, list(plan.strides))), net)
     goodput = 1e9 * tcp_goodput_fraction(9000) / 8
-    bound = 2 * (n - 1) * size / (n * 4 * goodput)  # reference section 5, D = d B
+    bound = 2 * (n - 1) * size / (n * 4 * goodput)  # docs/algorithms.md section 7, D = d B
     assert pred.seconds == pytest.approx(bound, rel=0.02)
     one_ring = predict(ring_allreduce(n, size), net)
     assert one_ring.seconds == pytest.approx(4 * bound, rel=0.02)  # one of d interfaces busy

@@ -172,3 +172,13 @@ def test_absorb_free_ports_splits_a_model_parallel_cable():
         degree[a] += 1
         degree[b] += 1
     assert degree == [4, 4, 4, 4, 4]
+
+
+def test_connect_rejects_degree_one_in_one_line():
+    from contract.errors import UsageError
+    from planner.connectivity import UnconnectableDegreeError, connect
+
+    matching = [(2 * i, 2 * i + 1) for i in range(6)]
+    with pytest.raises(UnconnectableDegreeError, match="degree 1") as err:
+        connect(12, matching)
+    assert isinstance(err.value, UsageError) and "\n" not in str(err.value)

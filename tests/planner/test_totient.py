@@ -1,4 +1,4 @@
-"""TotientPerms / SelectPermutations against the rule of algorithms.md 1.1-1.2."""
+"""TotientPerms / SelectPermutations against the authors' rule (docs/algorithms.md section 1)."""
 
 from math import gcd
 
@@ -12,17 +12,17 @@ from planner.totient import select_permutations, totient_strides
 
 
 def test_paper_example_n12():
-    assert totient_strides(12) == [1, 5]
-    assert totient_strides(12, 6) == [2]  # {2, 10} up to reversal
-    assert totient_strides(12, 4) == [3]  # {3, 9}
-    assert totient_strides(12, 3) == [4]  # {4, 8}
+    assert totient_strides(12) == [1, 5, 7, 11]  # the whole list, p and n - p
+    assert totient_strides(12, 6) == [2, 10]
+    assert totient_strides(12, 4) == [3, 9]
+    assert totient_strides(12, 3) == [4, 8]
     assert totient_strides(12, 2) == [6]
 
 
 @given(st.integers(2, 400))
 def test_full_ring_candidates_are_the_coprime_strides(n):
     cands = totient_strides(n)
-    assert cands == [p for p in range(1, n // 2 + 1) if gcd(p, n) == 1]
+    assert cands == [p for p in range(1, n) if gcd(p, n) == 1]
     # every candidate ring visits every server
     for p in cands[:5]:
         assert len({(i * p) % n for i in range(n)}) == n
@@ -38,9 +38,31 @@ def test_subgroup_candidates_stay_on_cosets(n, data):
 
 
 def test_select_is_geometric_and_distinct():
-    cands = list(range(1, 64, 2))  # n = 128
-    assert select_permutations(cands, 4) == [1, 3, 9, 23]
+    assert select_permutations(totient_strides(16), 4, 16) == [1, 3, 5, 9]
+    assert select_permutations(totient_strides(128), 4, 128) == [1, 5, 13, 39]
+    assert select_permutations(totient_strides(1024), 4, 1024) == [1, 7, 33, 181]
     assert select_permutations([1], 3) == [1, 1, 1]  # fewer candidates: parallel rings
+
+
+@given(st.integers(3, 300), st.integers(1, 6))
+def test_select_never_takes_a_stride_and_its_negation(n, m):
+    chosen = select_permutations(totient_strides(n), m, n)
+    distinct = {min(p, n - p) for p in chosen}
+    assert len(chosen) == m
+    assert len(distinct) == min(m, len({min(p, n - p) for p in totient_strides(n)}))
+
+
+def test_1024_servers_degree_8_has_diameter_8():
+    plan = build_plan(
+        parse_scenario(
+            {
+                "cluster": {"servers": 1024, "degree": 8},
+                "workload": {"model": "resnet50"},
+                "parallelism": {"strategy": "data"},
+            }
+        )
+    )
+    assert plan.strides == (1, 7, 33, 181) and plan.summary.diameter == 8
 
 
 def _independent_diameter(n, strides):
@@ -54,7 +76,7 @@ def test_data_parallel_plan_matches_rule(n, d):
         {"cluster": {"servers": n, "degree": d}, "workload": {"model": "resnet50"}, "parallelism": {"strategy": "data"}}
     )
     plan = build_plan(s)
-    expected = select_permutations(totient_strides(n), d // 2)
+    expected = select_permutations(totient_strides(n), d // 2, n)
     assert list(plan.strides) == expected
     assert plan.summary.diameter == _independent_diameter(n, expected)
 

@@ -23,8 +23,8 @@ from planner.collectives import (
     multiring_allreduce,
     p2p_transfers,
     ring_allreduce,
-    run_schedule,
     simulate_and_verify,
+    simulate_schedule,
     subgroup_allreduce,
     topoopt_rings,
     tree_allreduce,
@@ -147,7 +147,7 @@ def test_simulator_reports_deadlock():
     b.recv(0, "s", 1, "grad", 0, 16, tag=1)
     b.recv(1, "s", 0, "grad", 0, 16, tag=1)
     with pytest.raises(ScheduleError, match="deadlock"):
-        run_schedule(b.build())
+        simulate_schedule(b.build())
 
 
 def test_simulator_reports_length_mismatch():
@@ -156,7 +156,7 @@ def test_simulator_reports_length_mismatch():
     b.send(0, "s", 1, "grad", 0, 8, tag=1)
     b.recv(1, "s", 0, "grad", 0, 16, tag=1)
     with pytest.raises(ScheduleError, match="expects 16 bytes"):
-        run_schedule(b.build())
+        simulate_schedule(b.build())
 
 
 def test_verify_catches_a_wrong_schedule():
@@ -165,7 +165,7 @@ def test_verify_catches_a_wrong_schedule():
     op = next(op for op in sched.programs[2]["ring0"] if op.kind == "recv")
     op.mode = "copy"
     inputs = make_inputs(sched, seed=1)
-    problems = verify(sched, inputs, run_schedule(sched, inputs, seed=1).buffers)
+    problems = verify(sched, inputs, simulate_schedule(sched, inputs, seed=1).buffers)
     assert problems and "expected" in problems[0]
 
 

@@ -1,4 +1,4 @@
-"""The price model and the similar-cost Fat-tree (reference section 1.6)."""
+"""The price model and the similar-cost Fat-tree (docs/algorithms.md section 8)."""
 
 import pytest
 

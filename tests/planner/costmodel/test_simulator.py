@@ -1,12 +1,15 @@
-"""The flow-level simulator against the closed forms of reference section 1.5."""
+"""The flow-level simulator against the closed forms of docs/algorithms.md section 6."""
 
 import pytest
 
+from contract.physics import tcp_goodput_fraction
 from planner import build_plan, parse_scenario
 from planner.costmodel import CostConfig, NetworkModel, Simulator
-from planner.search.graph import Operator, OpGraph
-from planner.search.strategy import OpChoice, data_parallel, strategy_demand
+from planner.costmodel.network import PLANNED_MTU
+from planner.opgraph import Operator, OpGraph
+from planner.strategy import OpChoice, data_parallel, strategy_demand
 
+GOODPUT = tcp_goodput_fraction(PLANNED_MTU)  # the cost model carries TCP goodput
 MB = 1 << 20
 
 
@@ -32,7 +35,7 @@ def test_ring_allreduce_on_own_rings_matches_the_formula():
     plan = build_plan(s, strategy_demand(g, data_parallel(g), n, 1))
     sim = Simulator(plan, g, CostConfig(batch=1, bucket_bytes=1 << 40))
     t = sim.iteration(data_parallel(g)).iteration_s
-    k, rings, S, B = n, d, 40 * MB, gbps * 1e9 / 8  # strides ±1, ±5: P = 4 rings
+    k, rings, S, B = n, d, 40 * MB, gbps * 1e9 / 8 * GOODPUT  # strides ±1, ±5: P = 4 rings
     assert t == pytest.approx(2 * (k - 1) * S / (k * rings * B) + 2 * (k - 1) * alpha, rel=1e-9)
 
 
@@ -42,7 +45,7 @@ def test_switch_allreduce_uses_the_full_port_and_pays_two_hops():
     g = _one_weight(16 * MB)
     plan = build_plan(s, strategy_demand(g, data_parallel(g), n, 1))
     t = Simulator(plan, g, CostConfig(batch=1, bucket_bytes=1 << 40)).iteration(data_parallel(g)).iteration_s
-    B = d * gbps * 1e9 / 8
+    B = d * gbps * 1e9 / 8 * GOODPUT
     assert t == pytest.approx(2 * (n - 1) * 16 * MB / (n * B) + 2 * (n - 1) * 2 * alpha, rel=1e-9)
 
 
@@ -84,7 +87,7 @@ def test_transfer_is_segmented_and_pipelined_over_hops():
     plan = build_plan(s, strategy_demand(g, st, n, 1))
     sim = Simulator(plan, g, CostConfig(batch=1))
     r = sim.iteration(st)
-    B = gbps * 1e9 / 8
+    B = gbps * 1e9 / 8 * GOODPUT
     # Clockwise and counter-clockwise links out of server 0 carry 1 + 1 + (1 for the
     # 3-hop server on one side) = 3 x 4 MiB at most; fill: 3 hops, (3-1) segments.
     one_way = 3 * 4 * MB / B + 3 * alpha + 2 * MB / B

@@ -1,5 +1,5 @@
 """The alternating MCMC search: never worse than data parallelism, reproducible, and the
-topology follows the strategy's traffic (reference sections 1.3-1.4)."""
+topology follows the strategy's traffic (docs/algorithms.md sections 2 and 5)."""
 
 import json
 
@@ -10,8 +10,8 @@ from planner import Plan, build_plan, parse_scenario
 from planner.costmodel import CostConfig, Simulator
 from planner.fusion import fuse
 from planner.search import SearchConfig, data_parallel, model_graph, search, strategy_demand, table_placement_start
-from planner.search.strategy import traffic_arrays
 from planner.search.topology import TopologyCache
+from planner.strategy import traffic_arrays
 
 
 def _scenario(model, n=16, d=4, kind="topoopt", batch=128, steps=120, **topology):
@@ -111,7 +111,7 @@ def test_search_builds_valid_plans_through_build_plan(model, n, d):
     s = _scenario(model, n=n, d=d, steps=60)
     plan = build_plan(s)  # strategy = "search": build_plan calls planner.search.search_strategy
     assert plan.strategy == "search"
-    info = plan.extra["placement"]["search"]
+    info = plan.extra["search"]
     assert info["predicted_iteration_s"] <= info["data_parallel_iteration_s"]
     assert Plan.from_json(plan.to_json()) == plan
     json.dumps(plan.extra)  # JSON-safe
@@ -134,7 +134,7 @@ def test_topology_signature_matches_topology_finder_inputs():
     # full TrafficDemand, for strategies with every kind of choice.
     import random
 
-    from planner.search.mcmc import _propose
+    from planner.search.mcmc import propose
     from planner.search.topology import demand_signature
     from planner.topology_finder import allreduce_network_bytes, class_traffic, split_degree, split_ports
 
@@ -143,7 +143,7 @@ def test_topology_signature_matches_topology_finder_inputs():
         graph = fuse(model_graph(model))
         st = table_placement_start(graph, 16)
         for _ in range(25):
-            st = _propose(graph, st, 16, rng, SearchConfig())
+            st = propose(graph, st, 16, rng, SearchConfig())
             traffic = traffic_arrays(graph, st, 16, 512)
             demand = traffic.demand()
             d_ar, d_mp = split_degree(8, allreduce_network_bytes(demand), float(demand.mp_bytes))

@@ -2,7 +2,7 @@
 
 `planner.zoo` describes each model as an ordered list of layers; the search needs the data
 flow between them (which layer's output feeds which), because a tensor that crosses servers
-becomes a transfer task (reference section 1.5). This module derives that DAG:
+becomes a transfer task (docs/algorithms.md section 6). This module derives that DAG:
 
 - DLRM (Naumov et al. 2019): the bottom MLP is a chain from the dense features; every
   embedding table and the bottom MLP feed the interaction; the top MLP follows.
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..zoo import FLOAT_BYTES, Model, get_model
+from .zoo import FLOAT_BYTES, Model, get_model
 
 
 @dataclass(frozen=True)

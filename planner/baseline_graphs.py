@@ -1,4 +1,4 @@
-"""Baseline topologies TopoOpt is compared with (algorithms.md section 1.6).
+"""Baseline topologies TopoOpt is compared with (docs/algorithms.md section 8).
 
 - ideal switch: every server has one port of ``switch_gbps`` (by default d x B, the same
   total bandwidth as its d direct-connect interfaces) into one non-blocking switch;

@@ -25,7 +25,7 @@ def bisection_estimate(servers: int, links: list[Link], switches: int = 0) -> fl
     return min(cut_gbps(links, c) for c in candidates)
 
 
-def summarize(
+def summarize_topology(
     hops: np.ndarray, servers: int, links: list[Link], switches: int = 0, direct: np.ndarray | None = None
 ) -> Summary:
     off_diag = hops[~np.eye(servers, dtype=bool)]

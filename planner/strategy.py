@@ -1,13 +1,13 @@
 """Parallelization strategies: one choice per (fused) operator, and the traffic they cause.
 
-The state of the MCMC search (reference section 1.4). Every server processes
+The state of the MCMC search (docs/algorithms.md section 5). Every server processes
 ``batch`` samples per iteration; a strategy decides, per operator:
 
 - dense operators (`OpChoice.mp` = m): tensor-parallel over blocks of m consecutive
   servers; the block's m x batch samples are processed by all m members, each holding 1/m of
   the weights. Shard s of every block is replicated on the coset {s, s + m, s + 2m, ...},
   so its gradients AllReduce in a group of n/m on a coset, where TopoOpt's sub-group rings
-  apply (reference section 1.1). Data-parallel degree = n/m; m = 1 is pure data
+  apply (docs/algorithms.md section 1). Data-parallel degree = n/m; m = 1 is pure data
   parallelism. Per-server compute is the same for every m (m x batch samples, 1/m of the
   work each); what changes is the traffic:
   * forward: the block all-gathers the op's output (a ring all-gather over the block:
@@ -30,9 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract.plan import AllReduceGroup, MPFlow, TrafficDemand
+from contract.physics import compute_seconds
+from contract.plan import AllReduceGroup, MPFlow, OperatorChoice, Placement, TrafficDemand
 
-from .graph import Operator, OpGraph
+from .fusion import regroup
+from .opgraph import Operator, OpGraph, model_graph
+from .zoo import Model
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,51 @@ def table_placement_start(graph: OpGraph, n: int) -> Strategy:
         owners[i] = s
         load[s] += graph.ops[i].params
     return tuple(OpChoice(owner=owners[i]) if i in owners else OpChoice() for i in range(len(graph)))
+
+
+def sharded_start(graph: OpGraph, mp_degree: int) -> Strategy:
+    """The dense `hybrid` strategy: the largest operators, holding half of the parameters,
+    tensor-parallel over blocks of ``mp_degree`` servers; the others data parallel."""
+    sharded: set[int] = set()
+    covered = 0
+    for i in sorted(range(len(graph)), key=lambda i: -graph.ops[i].params):
+        if covered >= graph.params / 2:
+            break
+        sharded.add(i)
+        covered += graph.ops[i].params
+    return tuple(OpChoice(mp=mp_degree) if i in sharded else OpChoice() for i in range(len(graph)))
+
+
+FIXED_STRATEGIES = ("data", "hybrid")
+
+
+def fixed_strategy(graph: OpGraph, n: int, name: str, mp_degree: int = 2) -> Strategy:
+    """``data``: every operator replicated. ``hybrid``: models with embedding tables place
+    each table on one server (`table_placement_start`); dense models shard their largest
+    operators (`sharded_start`)."""
+    if name == "data":
+        return data_parallel(graph)
+    if name == "hybrid":
+        if any(op.is_embedding for op in graph.ops):
+            return table_placement_start(graph, n)
+        return sharded_start(graph, mp_degree)
+    raise ValueError(f"strategy {name!r} is not one of {', '.join(FIXED_STRATEGIES)} (search builds its own)")
+
+
+def placement_of(graph: OpGraph, strategy: Strategy) -> Placement:
+    """The strategy as the plan stores it (`contract.plan.Placement`)."""
+    return Placement(tuple(OperatorChoice(op.members, c.mp, c.owner, c.shards) for op, c in zip(graph.ops, strategy)))
+
+
+def strategy_of(model: Model, placement: Placement) -> tuple[OpGraph, Strategy]:
+    """The operator graph and strategy a plan's placement describes (its inverse of
+    `placement_of`): the model's graph regrouped as the placement's operators."""
+    base = model_graph(model)
+    if not placement.operators:
+        return base, data_parallel(base)
+    graph = regroup(base, [op.layers for op in placement.operators])
+    by_layers = {op.layers: op for op in placement.operators}
+    return graph, tuple(OpChoice(c.mp, c.owner, c.shards) for c in (by_layers[op.members] for op in graph.ops))
 
 
 def layout(op: Operator, choice: OpChoice) -> tuple[str, int]:
@@ -148,20 +196,20 @@ class OpTraffic:
     ar_bytes: float  # bytes each of its m groups AllReduces
 
 
-def op_traffic(graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int, flops_per_s: float) -> OpTraffic:
+def op_traffic(graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int, device_tflops: float) -> OpTraffic:
     """The traffic and compute of operator ``i`` under ``strategy`` (module docstring)."""
     op, choice = graph.ops[i], strategy[i]
     if op.is_embedding:
         if choice.owner < 0:
-            compute = np.full(n, op.flops * batch / flops_per_s)
+            compute = np.full(n, compute_seconds(op.flops, batch, device_tflops))
             return OpTraffic(Flows.empty(), Flows.empty(), compute, 1, float(op.param_bytes))
         owners = shard_servers(n, choice)
         compute = np.zeros(n)
-        compute[owners] = op.flops * batch * n / choice.shards / flops_per_s
+        compute[owners] = compute_seconds(op.flops * n / choice.shards, batch, device_tflops)
         lookups = owner_fanout(n, owners, op.out_bytes * batch / choice.shards)
         return OpTraffic(Flows.empty(), lookups, compute, 0, 0.0)
     m = choice.mp
-    compute = np.full(n, op.flops * batch / flops_per_s)
+    compute = np.full(n, compute_seconds(op.flops, batch, device_tflops))
     fwd_in = Flows.empty()
     if m > 1:
         in_bytes = sum(
@@ -204,7 +252,7 @@ def _op_pairs(
     graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int
 ) -> tuple[int, float, np.ndarray, np.ndarray]:
     """(AllReduce layout, bytes, pair indices, bytes) of operator i's traffic."""
-    t = op_traffic(graph, strategy, i, n, batch, 1.0)
+    t = op_traffic(graph, strategy, i, n, batch, 1.0)  # traffic only: any device rate
     idx: list[np.ndarray] = []
     val: list[np.ndarray] = []
     for f in (t.fwd_in, t.fwd_out):  # forward, and the mirrored backward transfer
@@ -247,7 +295,7 @@ def traffic_arrays(graph: OpGraph, strategy: Strategy, n: int, batch: int, cache
 
 
 def strategy_demand(graph: OpGraph, strategy: Strategy, n: int, batch: int) -> TrafficDemand:
-    """The per-iteration traffic of ``strategy`` for TopologyFinder (reference 1.3 step 1):
+    """The per-iteration traffic of ``strategy`` for TopologyFinder (docs/algorithms.md section 2, step 1):
     one AllReduce group per coset and layout, MP bytes merged by ordered pair."""
     return traffic_arrays(graph, strategy, n, batch).demand()
 
