@@ -269,9 +269,9 @@ def next_hop_array(routes: Routes, nodes: int) -> np.ndarray:
         first = np.asarray(routes.first_stride, dtype=np.int64)
         u = np.arange(n)[:, None]
         v = np.arange(n)[None, :]
-        nh = (u + first[(v - u) % n]) % n
+        nh: np.ndarray = ((u + first[(v - u) % n]) % n).astype(np.int32)
         np.fill_diagonal(nh, -1)
-        return nh.astype(np.int32)
+        return nh
     if routes.kind == "table":
         arr = np.asarray(routes.table, dtype=np.int32)
         if arr.shape != (nodes, nodes):

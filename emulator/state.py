@@ -28,6 +28,7 @@ from . import nsutil
 from .errors import EmulationBusyError
 
 ENV_MARK = "TOPOLAB_RUN"
+KILL_WAIT_S = 3.0  # how long a SIGKILLed process may take to be gone on a loaded machine
 
 
 def run_dir_path(configured: str) -> str:
@@ -139,13 +140,32 @@ def terminate_pids(pids: list[int], grace_s: float = 1.0) -> list[int]:
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(nsutil.is_same_process(p, started[p]) for p in hit):
         time.sleep(0.02)
+    killed = []
     for pid in hit:
         if nsutil.is_same_process(pid, started[pid]):
             try:
                 os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
             except ProcessLookupError:
                 pass
+    # SIGKILL is delivered asynchronously: wait (bounded) until the processes are really gone,
+    # so that when this returns their namespaces are free (a loaded machine may take a moment)
+    deadline = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < deadline and any(_running(p, started[p]) for p in killed):
+        time.sleep(0.02)
     return hit
+
+
+def _running(pid: int, started: int | None) -> bool:
+    """True while ``pid`` is the same process and not yet a zombie."""
+    if not nsutil.is_same_process(pid, started):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return data[data.rindex(b")") + 2 : data.rindex(b")") + 3] != b"Z"
 
 
 def clean_dead_runs(run_dir: str, log=print) -> CleanReport:

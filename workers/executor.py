@@ -92,7 +92,9 @@ class Executor:
     ) -> IterationReport:
         """Fill inputs, run the program to completion, verify. Raises PeerFailure/Aborted."""
         self.fill_inputs(iteration)
-        run = IterationRun(self, iteration, control, heartbeat)
+        run = IterationRun(
+            self.program, self.spec, self.channels, (self.raw, self.arrays, self.scratch), iteration, control, heartbeat
+        )
         cpu0 = time.process_time()
         t_start = now()
         run.execute()

@@ -18,16 +18,15 @@ Every `HEARTBEAT_S` it reports progress (``heartbeat(done, total)``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 import zmq
 
-from .program import COMPUTE, RECV, SEND, Op
+from .channels import Channels
+from .program import COMPUTE, RECV, SEND, Op, Program
 from .protocol import HEARTBEAT_S, Aborted, PeerFailure, decode, now
+from .spec import WorkerSpec
 from .transfers import Active, Transfers
-
-if TYPE_CHECKING:
-    from .executor import Executor
 
 POLL_S = 0.05
 """Longest poll of a loop turn: bounds how late a compute's end or a fault is noticed."""
@@ -41,18 +40,23 @@ class IterationRun:
 
     def __init__(
         self,
-        ex: Executor,
+        program: Program,
+        spec: WorkerSpec,
+        channels: Channels,
+        buffers: tuple[Any, Any, Any],
         iteration: int,
         control: zmq.Socket | None,
         heartbeat: Callable[[int, int], None] | None,
     ) -> None:
-        self.program = program = ex.program
-        self.timeout_s = ex.spec.timeout_s
+        """``buffers``: the executor's (raw bytes, numpy views, scratch) of every buffer."""
+        self.program = program
+        self.timeout_s = spec.timeout_s
         self.control = control
         self.heartbeat = heartbeat
-        self.channels = channels = ex.channels
-        self.rank = ex.rank
-        self.xfer = Transfers(channels, ex.raw, ex.arrays, ex.scratch, ex.spec.chunk_bytes, iteration, self.complete)
+        self.channels = channels
+        self.rank = spec.rank
+        raw, arrays, scratch = buffers
+        self.xfer = Transfers(channels, raw, arrays, scratch, spec.chunk_bytes, iteration, self.complete)
         n = len(program.ops)
         self.done = [False] * n
         self.started = [0.0] * n

@@ -58,8 +58,12 @@ def _assert_gone(
             break
         time.sleep(0.05)
     assert alive == [], f"processes of the run still alive: {alive}"
-    left = [p for p in nsutil.pids_in_netns(netns) if (nsutil.start_time(p) or 0) <= now_ticks]
-    assert left == [], "a process still lives in one of the run's namespaces"
+    while True:
+        left = [p for p in nsutil.pids_in_netns(netns) if (nsutil.start_time(p) or 0) <= now_ticks]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert left == [], f"processes still live in one of the run's namespaces: {left}"
     assert _root_links() == root_links_before, "root namespace interfaces changed"
     assert not list(run_dir.glob("run-*.json")), "state file left behind"
 
