@@ -1,0 +1,164 @@
+"""Heuristic placement for large graphs: HEFT list scheduling plus a local search.
+
+1. HEFT (Topcuoglu, Hariri and Wu, IEEE TPDS 2002): the upward rank of a group is its
+   forward + backward seconds plus the largest (mean transfer time + rank) over its
+   consumers, the transfer counted twice (activation forward, gradient backward) at the
+   mean pair rate. Groups are taken in decreasing rank (a topological order, by Kahn's
+   algorithm with the rank as priority); each goes to the server where it would finish
+   first, a transfer from a producer on another server costing its time at that pair's
+   rate, among the servers with memory left for it.
+2. Local search on the model of `planner.placement.cost`: the search starts from the best
+   of HEFT and the baselines (so it is never worse than they are) and repeats, while the
+   makespan improves and ``time_limit`` allows, first-improvement moves of a group on the
+   critical path to another server, then swaps of such a group with a group of another
+   server. Every candidate is scored by `cost.makespan`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+
+import numpy as np
+
+from .baselines import contiguous_partition, round_robin
+from .cost import (
+    Placement,
+    PlacementError,
+    TaskGraph,
+    check_memory_feasible,
+    makespan,
+    server_memory,
+    timeline,
+)
+
+IMPROVEMENT = 1e-9  # relative makespan gain a move must bring to be taken
+
+
+def upward_ranks(tasks: TaskGraph, rates: np.ndarray) -> list[float]:
+    k = rates.shape[0]
+    off = rates[~np.eye(k, dtype=bool)] if k > 1 else np.array([np.inf])
+    mean_rate = float(np.mean(off))
+    rank = [0.0] * len(tasks)
+    for g in reversed(range(len(tasks))):
+        tail = max((2 * b / mean_rate + rank[v] for v, b in tasks.succs[g]), default=0.0)
+        rank[g] = tasks.forward[g] + tasks.backward[g] + tail
+    return rank
+
+
+def priority_order(tasks: TaskGraph, priority: list[float]) -> tuple[int, ...]:
+    """Kahn's topological order taking the highest-priority ready group first."""
+    indeg = [len(p) for p in tasks.preds]
+    ready = [(-priority[g], g) for g in range(len(tasks)) if indeg[g] == 0]
+    heapq.heapify(ready)
+    out: list[int] = []
+    while ready:
+        _, g = heapq.heappop(ready)
+        out.append(g)
+        for v, _ in tasks.succs[g]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(ready, (-priority[v], v))
+    return tuple(out)
+
+
+def heft(tasks: TaskGraph, rates: np.ndarray, memory_limit: float) -> Placement:
+    started = time.perf_counter()
+    k = rates.shape[0]
+    order = priority_order(tasks, upward_ranks(tasks, rates))
+    r = rates.tolist()
+    assignment = [0] * len(tasks)
+    end = [0.0] * len(tasks)
+    free = [0.0] * k
+    used = [0.0] * k
+    for g in order:
+        best: tuple[float, float, int] | None = None
+        work = tasks.forward[g] + tasks.backward[g]
+        for s in range(k):
+            if used[s] + tasks.memory[g] > memory_limit:
+                continue
+            t = free[s]
+            for p, nbytes in tasks.preds[g]:
+                sp = assignment[p]
+                t = max(t, end[p] + (0.0 if sp == s else 2 * nbytes / r[sp][s]))
+            cand = (t + work, used[s], s)
+            if best is None or cand < best:
+                best = cand
+        if best is None:
+            raise PlacementError(
+                f"memory limit {memory_limit / 1e9:.3g} GB per server: HEFT found no server for "
+                f"group {tasks.names[g]!r}"
+            )
+        end[g], _, s = best
+        assignment[g] = s
+        free[s] = end[g]
+        used[s] += tasks.memory[g]
+    a = tuple(assignment)
+    return Placement(a, order, makespan(tasks, a, order, rates), "heft", time.perf_counter() - started)
+
+
+def local_search(
+    tasks: TaskGraph, start: Placement, rates: np.ndarray, memory_limit: float, deadline: float
+) -> Placement:
+    """Moves and swaps of critical groups while the makespan improves (see module docstring)."""
+    k = rates.shape[0]
+    assignment = list(start.assignment)
+    order = start.order
+    best = makespan(tasks, assignment, order, rates)
+    used = server_memory(tasks, assignment, k)
+    improved = True
+    while improved and time.perf_counter() < deadline:
+        improved = False
+        critical = list(dict.fromkeys(timeline(tasks, assignment, order, rates).critical))
+        for g in critical:
+            if improved or time.perf_counter() >= deadline:
+                break
+            home = assignment[g]
+            for s in range(k):  # move g to s
+                if s == home or used[s] + tasks.memory[g] > memory_limit:
+                    continue
+                assignment[g] = s
+                score = makespan(tasks, assignment, order, rates)
+                if score < best * (1 - IMPROVEMENT):
+                    best, improved = score, True
+                    used[home] -= tasks.memory[g]
+                    used[s] += tasks.memory[g]
+                    break
+                assignment[g] = home
+            if improved:
+                break
+            for h in range(len(tasks)):  # swap g with h of another server
+                if time.perf_counter() >= deadline:
+                    break
+                s = assignment[h]
+                if s == home:
+                    continue
+                delta = tasks.memory[h] - tasks.memory[g]
+                if used[home] + delta > memory_limit or used[s] - delta > memory_limit:
+                    continue
+                assignment[g], assignment[h] = s, home
+                score = makespan(tasks, assignment, order, rates)
+                if score < best * (1 - IMPROVEMENT):
+                    best, improved = score, True
+                    used[home] += delta
+                    used[s] -= delta
+                    break
+                assignment[g], assignment[h] = home, s
+    return Placement(tuple(assignment), order, best, "heft+local", start.search_seconds)
+
+
+def place_heuristic(tasks: TaskGraph, rates: np.ndarray, memory_limit: float, time_limit: float = 60.0) -> Placement:
+    """HEFT, then the local search from the best of HEFT and the baselines."""
+    started = time.perf_counter()
+    k = rates.shape[0]
+    check_memory_feasible(tasks, k, memory_limit)
+    candidates = [heft(tasks, rates, memory_limit)]
+    for baseline in (round_robin, contiguous_partition):
+        try:
+            candidates.append(baseline(tasks, rates, memory_limit))
+        except PlacementError:
+            pass  # a baseline that cannot fit the memory is no starting point
+    start = min(candidates, key=lambda p: p.makespan)
+    result = local_search(tasks, start, rates, memory_limit, started + time_limit)
+    result.search_seconds = time.perf_counter() - started
+    return result
