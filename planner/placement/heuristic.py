@@ -8,15 +8,21 @@
    first, a transfer from a producer on another server costing its time at that pair's
    rate, among the servers with memory left for it.
 2. Local search on the model of `planner.placement.cost`: the search starts from the best
-   of HEFT and the baselines (so it is never worse than they are) and repeats, while the
+   of HEFT, the baselines (so it is never worse than they are) and the contiguous partition
+   over as few servers as the memory allows (no transfers where the network is slow for
+   the model: inter-operator parallelism without pipelining only pays where parallel
+   branches compute longer than their tensors take to cross) and repeats, while the
    makespan improves and ``time_limit`` allows, first-improvement moves of a group on the
    critical path to another server, then swaps of such a group with a group of another
-   server. Every candidate is scored by `cost.makespan`.
+   server, then merges of all groups of one server into another (a single move cannot
+   undo spreading parallel branches whose transfers cost more than they save). Every
+   candidate is scored by `cost.makespan`.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import time
 
 import numpy as np
@@ -144,7 +150,40 @@ def local_search(
                     used[s] -= delta
                     break
                 assignment[g], assignment[h] = home, s
+        if not improved:
+            improved, best = _merge_servers(tasks, assignment, order, rates, memory_limit, used, best)
     return Placement(tuple(assignment), order, best, "heft+local", start.search_seconds)
+
+
+def _merge_servers(
+    tasks: TaskGraph,
+    assignment: list[int],
+    order: tuple[int, ...],
+    rates: np.ndarray,
+    memory_limit: float,
+    used: list[float],
+    best: float,
+) -> tuple[bool, float]:
+    """Move every group of one server to another when that shortens the makespan (first
+    improvement); updates ``assignment`` and ``used`` in place."""
+    k = rates.shape[0]
+    for src in range(k):
+        moved = [g for g, s in enumerate(assignment) if s == src]
+        if not moved:
+            continue
+        for dst in range(k):
+            if dst == src or used[dst] + used[src] > memory_limit:
+                continue
+            for g in moved:
+                assignment[g] = dst
+            score = makespan(tasks, assignment, order, rates)
+            if score < best * (1 - IMPROVEMENT):
+                used[dst] += used[src]
+                used[src] = 0.0
+                return True, score
+            for g in moved:
+                assignment[g] = src
+    return False, best
 
 
 def place_heuristic(tasks: TaskGraph, rates: np.ndarray, memory_limit: float, time_limit: float = 60.0) -> Placement:
@@ -153,11 +192,14 @@ def place_heuristic(tasks: TaskGraph, rates: np.ndarray, memory_limit: float, ti
     k = rates.shape[0]
     check_memory_feasible(tasks, k, memory_limit)
     candidates = [heft(tasks, rates, memory_limit)]
-    for baseline in (round_robin, contiguous_partition):
+    fewest = max(1, min(k, math.ceil(sum(tasks.memory) / memory_limit)))
+    for baseline, servers in ((round_robin, k), (contiguous_partition, k), (contiguous_partition, fewest)):
         try:
-            candidates.append(baseline(tasks, rates, memory_limit))
+            candidate = baseline(tasks, rates[:servers, :servers], memory_limit)
         except PlacementError:
-            pass  # a baseline that cannot fit the memory is no starting point
+            continue  # a baseline that cannot fit the memory is no starting point
+        candidate.makespan = makespan(tasks, candidate.assignment, candidate.order, rates)
+        candidates.append(candidate)
     start = min(candidates, key=lambda p: p.makespan)
     result = local_search(tasks, start, rates, memory_limit, started + time_limit)
     result.search_seconds = time.perf_counter() - started
