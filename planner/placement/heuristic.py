@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -39,6 +40,8 @@ from .cost import (
 )
 
 IMPROVEMENT = 1e-9  # relative makespan gain a move must bring to be taken
+
+RatesOf = Callable[[Sequence[int]], np.ndarray]
 
 
 def upward_ranks(tasks: TaskGraph, rates: np.ndarray) -> list[float]:
@@ -104,18 +107,30 @@ def heft(tasks: TaskGraph, rates: np.ndarray, memory_limit: float) -> Placement:
 
 
 def local_search(
-    tasks: TaskGraph, start: Placement, rates: np.ndarray, memory_limit: float, deadline: float
+    tasks: TaskGraph,
+    start: Placement,
+    rates: np.ndarray | RatesOf,
+    memory_limit: float,
+    deadline: float,
 ) -> Placement:
-    """Moves and swaps of critical groups while the makespan improves (see module docstring)."""
-    k = rates.shape[0]
+    """Moves and swaps of critical groups while the makespan improves (see module docstring).
+
+    ``rates`` is the pair-rate matrix, or a function giving the rates an assignment runs at
+    (joint placement: the allocation of its own traffic)."""
+    rates_of: RatesOf = rates if callable(rates) else (lambda _a, fixed=rates: fixed)
+    k = rates_of(start.assignment).shape[0]
+
+    def score(a: Sequence[int]) -> float:
+        return makespan(tasks, a, order, rates_of(a))
+
     assignment = list(start.assignment)
     order = start.order
-    best = makespan(tasks, assignment, order, rates)
+    best = score(assignment)
     used = server_memory(tasks, assignment, k)
     improved = True
     while improved and time.perf_counter() < deadline:
         improved = False
-        critical = list(dict.fromkeys(timeline(tasks, assignment, order, rates).critical))
+        critical = list(dict.fromkeys(timeline(tasks, assignment, order, rates_of(assignment)).critical))
         for g in critical:
             if improved or time.perf_counter() >= deadline:
                 break
@@ -124,9 +139,9 @@ def local_search(
                 if s == home or used[s] + tasks.memory[g] > memory_limit:
                     continue
                 assignment[g] = s
-                score = makespan(tasks, assignment, order, rates)
-                if score < best * (1 - IMPROVEMENT):
-                    best, improved = score, True
+                new = score(assignment)
+                if new < best * (1 - IMPROVEMENT):
+                    best, improved = new, True
                     used[home] -= tasks.memory[g]
                     used[s] += tasks.memory[g]
                     break
@@ -143,30 +158,28 @@ def local_search(
                 if used[home] + delta > memory_limit or used[s] - delta > memory_limit:
                     continue
                 assignment[g], assignment[h] = s, home
-                score = makespan(tasks, assignment, order, rates)
-                if score < best * (1 - IMPROVEMENT):
-                    best, improved = score, True
+                new = score(assignment)
+                if new < best * (1 - IMPROVEMENT):
+                    best, improved = new, True
                     used[home] += delta
                     used[s] -= delta
                     break
                 assignment[g], assignment[h] = home, s
         if not improved:
-            improved, best = _merge_servers(tasks, assignment, order, rates, memory_limit, used, best)
+            improved, best = _merge_servers(assignment, k, score, memory_limit, used, best)
     return Placement(tuple(assignment), order, best, "heft+local", start.search_seconds)
 
 
 def _merge_servers(
-    tasks: TaskGraph,
     assignment: list[int],
-    order: tuple[int, ...],
-    rates: np.ndarray,
+    k: int,
+    score: Callable[[Sequence[int]], float],
     memory_limit: float,
     used: list[float],
     best: float,
 ) -> tuple[bool, float]:
     """Move every group of one server to another when that shortens the makespan (first
     improvement); updates ``assignment`` and ``used`` in place."""
-    k = rates.shape[0]
     for src in range(k):
         moved = [g for g, s in enumerate(assignment) if s == src]
         if not moved:
@@ -176,11 +189,11 @@ def _merge_servers(
                 continue
             for g in moved:
                 assignment[g] = dst
-            score = makespan(tasks, assignment, order, rates)
-            if score < best * (1 - IMPROVEMENT):
+            new = score(assignment)
+            if new < best * (1 - IMPROVEMENT):
                 used[dst] += used[src]
                 used[src] = 0.0
-                return True, score
+                return True, new
             for g in moved:
                 assignment[g] = src
     return False, best

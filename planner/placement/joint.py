@@ -2,7 +2,10 @@
 
 Alternate until the makespan stops improving:
 
-1. place the groups at the current pair rates (`place_heuristic` or `place_milp`);
+1. place the groups at the current pair rates (`place_heuristic` or `place_milp`), then
+   improve the placement by the local search of `planner.placement.heuristic` scoring
+   every candidate at the allocation of its own traffic (step 3), so moves that crowd a
+   receiver's ingress or a sender's egress are charged for it;
 2. the traffic matrix of that placement: bytes per ordered server pair per iteration
    (activations forward, their gradients backward);
 3. per-destination allocation: each server splits its egress (the goodput of all its
@@ -12,11 +15,13 @@ Alternate until the makespan stops improving:
    senders allocate scales those rates down to its ingress. On the network this is one HTB
    class per destination with a per-destination filter, the heavy classes spread over
    several cables by policy routing;
-4. score the placement at the rates its own traffic gets, keep the best.
+4. score the placement at its own allocation, keep the best, and place again at those
+   rates while the makespan improves.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -26,7 +31,7 @@ from contract.physics import tcp_goodput_fraction
 from contract.plan import Plan
 
 from .cost import Placement, TaskGraph, makespan
-from .heuristic import place_heuristic
+from .heuristic import local_search, place_heuristic
 
 RESERVED_SHARE = 0.1  # egress share spread evenly over all destinations
 IMPROVEMENT = 1e-6  # relative makespan gain that counts as "still improving"
@@ -107,26 +112,31 @@ def place_jointly(
     ingress: np.ndarray | None = None,
 ) -> JointPlacement:
     """Placement and per-destination allocation, alternated (module docstring); ``rates``
-    are the pair rates of the network without allocation. Each placement runs at whichever
-    is faster for it: its allocation or the plain network."""
+    are the pair rates of the first round (the network without allocation). A placement is
+    always scored at its own allocation, which (unlike independent pair rates) charges
+    several senders sharing a receiver's ingress, or a sender's egress."""
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
+    started = time.perf_counter()
     k = rates.shape[0]
+
+    def allocation(assignment: Sequence[int]) -> np.ndarray:
+        return allocate_rates(traffic_matrix(tasks, assignment, k), egress, ingress)
+
     placement = solver(tasks, rates, memory_limit, time_limit)
     history: list[float] = []
     best: JointPlacement | None = None
     for _ in range(max_rounds):
-        traffic = traffic_matrix(tasks, placement.assignment, k)
-        allocated = allocate_rates(traffic, egress, ingress)
-        plain = makespan(tasks, placement.assignment, placement.order, rates)
-        with_allocation = makespan(tasks, placement.assignment, placement.order, allocated)
-        run_rates, score = (allocated, with_allocation) if with_allocation <= plain else (rates, plain)
+        placement = local_search(tasks, placement, allocation, memory_limit, time.perf_counter() + time_limit)
+        allocated = allocation(placement.assignment)
+        score = makespan(tasks, placement.assignment, placement.order, allocated)
         history.append(score)
         if best is not None and score >= best.placement.makespan * (1 - IMPROVEMENT):
             break
         placement.makespan = score
-        best = JointPlacement(placement, run_rates, traffic, history)
+        best = JointPlacement(placement, allocated, traffic_matrix(tasks, placement.assignment, k), history)
         placement = solver(tasks, allocated, memory_limit, time_limit)
     assert best is not None  # the first round always sets it
     best.placement.method += "+allocation"
+    best.placement.search_seconds = time.perf_counter() - started
     return best
