@@ -22,7 +22,7 @@ per-destination allocation (`place_jointly`) predicted on the allocated per-pair
 
 Prints tables, writes benchmarks/results/placement_search.json and placement_search.png.
 
-    .venv/bin/python benchmarks/placement_search.py [--models bert,dlrm] [--sizes 2,8,32,128]
+    .venv/bin/python benchmarks/placement_search.py [--models bert,dlrm] [--sizes 2,8,32,64] [--parts joint]
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def size_sweep(models, sizes, servers, time_limit, milp_groups) -> list[dict]:
 def pair_network(rates: np.ndarray) -> Network:
     k = rates.shape[0]
     capacity = {(a, b): float(rates[a, b]) for a in range(k) for b in range(k) if a != b}
-    return Network(capacity, lambda a, b: [a, b])
+    return Network(capacity, lambda a, b: [a, b], alpha_s=0.0, reduce_bytes_per_s=1e18)
 
 
 def joint_twelve(models, time_limit) -> list[dict]:
@@ -228,12 +228,19 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--milp-groups", type=int, default=12)
     ap.add_argument("--out", default=str(RESULTS / "placement_search.json"))
+    ap.add_argument("--parts", default="sweep,joint", help="sweep, joint or both; a part left out keeps its results")
     args = ap.parse_args()
     models = args.models.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
-    sweep = size_sweep(models, sizes, args.servers, args.time_limit, args.milp_groups)
-    joint = joint_twelve(models, args.time_limit)
     out = Path(args.out)
+    parts = args.parts.split(",")
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    sweep = (
+        size_sweep(models, sizes, args.servers, args.time_limit, args.milp_groups)
+        if "sweep" in parts
+        else previous.get("sweep", [])
+    )
+    joint = joint_twelve(models, args.time_limit) if "joint" in parts else previous.get("joint_12_servers", [])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(

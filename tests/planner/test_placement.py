@@ -215,3 +215,18 @@ def test_joint_placement_is_never_slower_than_the_plain_network():
         makespan(tasks, joint.placement.assignment, joint.placement.order, joint.rates)
     )
     assert np.array_equal(joint.traffic, traffic_matrix(tasks, joint.placement.assignment, k))
+
+
+def test_joint_placement_charges_a_crowded_receiver():
+    """DLRM's tables spread over 8 servers all feed the interaction's server: independent
+    pair rates call that free, its allocation shares the receiver's ingress. The joint
+    placement, scored at its own allocation, beats the plain placement scored the same way."""
+    k = 8
+    tasks = zoo_tasks("dlrm")
+    base, egress = uniform_rates(k, RATE), np.full(k, 4 * RATE)
+    plain = place_heuristic(tasks, base, MEMORY, time_limit=10)
+    plain_allocated = allocate_rates(traffic_matrix(tasks, plain.assignment, k), egress)
+    plain_score = makespan(tasks, plain.assignment, plain.order, plain_allocated)
+    joint = place_jointly(tasks, base, egress, MEMORY, time_limit=10)
+    assert joint.placement.makespan < plain_score
+    assert max(server_memory(tasks, joint.placement.assignment, k)) <= MEMORY
