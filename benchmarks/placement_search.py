@@ -1,6 +1,6 @@
 """Placement search with and without operator fusion, and joint placement + allocation.
 
-Graph sizes: the zoo's layer graphs (planner.search.graph) have 6 to 26 operators; a
+Graph sizes: the zoo's layer graphs (planner.opgraph) have 6 to 26 operators; a
 framework sees each layer as several operators (the matmul or convolution, then bias,
 activation, normalization...). `unrolled_graph` models that: every non-embedding layer
 becomes a chain of ``ops_per_layer`` operators, the first carrying the layer's parameters
@@ -50,7 +50,7 @@ from planner.placement import (
     uniform_rates,
 )
 from planner.predict import Network, plan_network, predict
-from planner.search.graph import Operator, OpGraph, model_graph
+from planner.opgraph import Operator, OpGraph, model_graph
 from planner.zoo import FLOAT_BYTES, MODELS
 
 ELEMENTWISE_FLOPS = 2.0  # per output element: a bias add or an activation, read + write

@@ -73,7 +73,7 @@ def data_parallel(graph: OpGraph) -> Strategy:
 
 def table_placement_start(graph: OpGraph, n: int) -> Strategy:
     """The usual DLRM-style hybrid: tables placed largest first on the least-loaded server,
-    dense layers data parallel (the `hybrid` strategy of planner.traffic)."""
+    dense layers data parallel (the `hybrid` strategy)."""
     load = [0] * n
     owners: dict[int, int] = {}
     emb = [i for i, op in enumerate(graph.ops) if op.is_embedding]

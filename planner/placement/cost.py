@@ -33,7 +33,7 @@ import numpy as np
 from contract.errors import UsageError
 from contract.physics import compute_seconds
 
-from ..search.graph import OpGraph
+from ..opgraph import OpGraph
 
 BACKWARD_FLOPS_RATIO = 2.0  # backward = 2 x forward FLOPs (planner.zoo)
 MEMORY_COPIES_PER_PARAM = 4  # weights + gradients + two Adam moments

@@ -27,7 +27,7 @@ from planner.placement import (
 )
 from planner.placement.cost import server_memory
 from planner.predict import Network, predict
-from planner.search.graph import model_graph
+from planner.opgraph import model_graph
 from planner.zoo import MODELS
 
 GB = 1e9
