@@ -36,6 +36,7 @@ import numpy as np
 
 from planner import build_plan, parse_scenario
 from planner.fusion import FusionConfig, fuse
+from planner.opgraph import Operator, OpGraph, model_graph
 from planner.placement import (
     contiguous_partition,
     data_parallel_seconds,
@@ -50,7 +51,6 @@ from planner.placement import (
     uniform_rates,
 )
 from planner.predict import Network, plan_network, predict
-from planner.opgraph import Operator, OpGraph, model_graph
 from planner.zoo import FLOAT_BYTES, MODELS
 
 ELEMENTWISE_FLOPS = 2.0  # per output element: a bias add or an activation, read + write

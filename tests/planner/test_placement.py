@@ -10,6 +10,7 @@ import pytest
 from contract.errors import UsageError
 from planner.collectives.simulate import simulate_and_verify
 from planner.fusion import FusionConfig, fuse
+from planner.opgraph import model_graph
 from planner.placement import (
     PlacementError,
     TaskGraph,
@@ -27,7 +28,6 @@ from planner.placement import (
 )
 from planner.placement.cost import server_memory
 from planner.predict import Network, predict
-from planner.opgraph import model_graph
 from planner.zoo import MODELS
 
 GB = 1e9
