@@ -16,15 +16,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+from contract.errors import UsageError
 from planner import ScenarioError, load_scenario
 from planner.costmodel.baselines import NETWORKS, network_scenario
 from planner.costmodel.price import PriceModel
-from planner.scenario import with_overrides
+from planner.scenario import (
+    BOUNDS,
+    MAX_DEGREE,
+    MAX_LINK_GBPS,
+    MAX_SEARCH_STEPS,
+    MAX_SEED,
+    MIN_LINK_GBPS,
+    Scenario,
+    with_overrides,
+)
 from planner.zoo import MODELS
+
+from .options import bounded_float, bounded_int, check_output_dir
 
 DEFAULT_NETWORKS = ("topoopt", "switch", "fattree", "expander")
 
@@ -53,18 +67,24 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help="comma-separated link rates B in Gbps; default: the scenario's",
     )
+    low_tflops, _, high_tflops = BOUNDS[("workload", "device_tflops")]
     parser.add_argument(
         "--device-tflops",
-        type=float,
+        type=bounded_float(low_tflops, high_tflops, low_inclusive=True),
         default=None,
         metavar="X",
         help="effective compute per server in TFLOPS (the paper's server is 4 A100s: about 4 x 125); "
         "default: the scenario's",
     )
     parser.add_argument(
-        "--steps", type=int, default=None, help="MCMC steps per search; default: the scenario's search_steps"
+        "--steps",
+        type=bounded_int(1, MAX_SEARCH_STEPS),
+        default=None,
+        help=f"MCMC steps per search, 1..{MAX_SEARCH_STEPS}; default: the scenario's search_steps",
     )
-    parser.add_argument("--seed", type=int, default=None, help="search seed; default: the scenario's")
+    parser.add_argument(
+        "--seed", type=bounded_int(0, MAX_SEED), default=None, help="search seed; default: the scenario's"
+    )
     parser.add_argument(
         "--prices", metavar="FILE", help="JSON price table overriding the defaults (see docs/search.md)"
     )
@@ -72,29 +92,77 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
 
 
-def _usage(message: str) -> Exception:
-    from .cli import UsageError
-
-    return UsageError(message)
+# A cell's scenario key -> the flag that set it, so a bad cell names the flag.
+_FLAG_OF_KEY = {"cluster.degree": "--degrees", "cluster.link_gbps": "--link-gbps", "workload.model": "--models"}
 
 
-def _split(text: str | None, option: str, cast, choices=None) -> list | None:
+def _split(text: str | None, option: str, cast, choices=None, bounds=None) -> list | None:
     if text is None:
         return None
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
-        raise _usage(f"{option}: empty list")
+        raise UsageError(f"{option}: empty list")
     out = []
     for item in items:
         if choices is not None and item not in choices:
-            raise _usage(f"{option}: {item!r} is not one of {', '.join(choices)}")
+            raise UsageError(f"{option}: {item!r} is not one of {', '.join(choices)}")
         try:
             value = cast(item)
         except ValueError:
-            raise _usage(f"{option}: {item!r} is not a {cast.__name__}") from None
-        if cast is not str and value <= 0:
-            raise _usage(f"{option}: {item!r} must be positive")
+            raise UsageError(f"{option}: {item!r} is not a {cast.__name__}") from None
+        if bounds is not None:
+            low, high = bounds
+            if not (math.isfinite(value) and low <= value <= high):
+                raise UsageError(f"{option}: {item!r} must be between {low:g} and {high:g}")
         out.append(value)
+    return out
+
+
+def _positive_number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{where}: expected a finite number > 0, got {json.dumps(value)}")
+    return float(value)
+
+
+def load_prices(path: str) -> PriceModel:
+    """A JSON price table (docs/search.md); every price finite and > 0, else one line naming it."""
+    where = f"--prices {path}"
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(f"{where}: {err.strerror}") from None
+    except (ValueError, RecursionError) as err:
+        raise UsageError(f"{where}: not JSON: {err}") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{where}: expected a JSON object of prices")
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            if not value:
+                raise UsageError(f"{where}: {key}: empty table")
+            for speed, price in value.items():
+                try:
+                    _positive_number(float(speed), f"{where}: {key}")
+                except ValueError:
+                    raise UsageError(f"{where}: {key}: speed {speed!r} is not a number") from None
+                _positive_number(price, f"{where}: {key}.{speed}")
+        else:
+            _positive_number(value, f"{where}: {key}")
+    try:
+        return PriceModel.from_dict(doc)
+    except (ValueError, TypeError) as err:
+        raise UsageError(f"{where}: {err}") from None
+
+
+def _cell_scenarios(base: Scenario, cells, prices: PriceModel) -> list:
+    """Every cell's network scenario, all validated before the first search starts."""
+    out = []
+    for model, d, b, net in cells:
+        try:
+            scenario = with_overrides(base, workload={"model": model}, cluster={"degree": d, "link_gbps": b})
+            out.append(network_scenario(scenario, net, prices))
+        except ScenarioError as err:
+            flag = _FLAG_OF_KEY.get(err.key, err.key)
+            raise UsageError(f"{flag}: {model} d={d} B={b:g} {net}: {err.problem}") from None
     return out
 
 
@@ -104,28 +172,21 @@ def run_sweep(args: argparse.Namespace) -> int:
     base = load_scenario(args.scenario)
     models = MODELS if args.models == "all" else (_split(args.models, "--models", str, MODELS) or [base.workload.model])
     networks = _split(args.topologies, "--topologies", str, NETWORKS)
-    degrees = _split(args.degrees, "--degrees", int) or [base.cluster.degree]
-    rates = _split(args.link_gbps, "--link-gbps", float) or [base.cluster.link_gbps]
-    if args.device_tflops is not None and not args.device_tflops > 0:
-        raise _usage(f"--device-tflops: must be > 0, got {args.device_tflops}")
+    degrees = _split(args.degrees, "--degrees", int, bounds=(1, MAX_DEGREE)) or [base.cluster.degree]
+    rates = _split(args.link_gbps, "--link-gbps", float, bounds=(MIN_LINK_GBPS, MAX_LINK_GBPS))
+    rates = rates or [base.cluster.link_gbps]
     if args.device_tflops is not None:
         base = with_overrides(base, workload={"device_tflops": args.device_tflops})
-    if args.steps is not None and args.steps < 1:
-        raise _usage(f"--steps: must be >= 1, got {args.steps}")
-    try:
-        prices = PriceModel.load(args.prices) if args.prices else PriceModel()
-    except (OSError, ValueError) as err:
-        raise _usage(f"--prices {args.prices}: {err}") from None
+    prices = load_prices(args.prices) if args.prices else PriceModel()
     steps = args.steps or base.parallelism.search_steps
     seed = base.parallelism.seed if args.seed is None else args.seed
-    out_dir = Path(args.out or f"sweep-{base.name}")
+    out_dir = check_output_dir(args.out or f"sweep-{base.name}", "--out")
 
     cells = [(m, d, b, net) for d in degrees for b in rates for m in models for net in networks]
+    networks_of_cells = _cell_scenarios(base, cells, prices)
     rows: list[dict] = []
     t_start = time.perf_counter()
-    for k, (model, d, b, net) in enumerate(cells, 1):
-        scenario = with_overrides(base, workload={"model": model}, cluster={"degree": d, "link_gbps": b})
-        network = network_scenario(scenario, net, prices)
+    for k, ((model, d, b, net), network) in enumerate(zip(cells, networks_of_cells), 1):
         print(
             f"[{k}/{len(cells)}] {model} d={d} B={b:g} {net}: searching {steps} steps ...",
             end="",
@@ -253,23 +314,3 @@ def plot(rows: list[dict], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def main(argv: list[str] | None = None) -> int:  # `python -m topolab.sweep` until cli.py wires it
-    parser = argparse.ArgumentParser(prog="topolab sweep", description=__doc__.splitlines()[0])
-    add_sweep_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_sweep(args)
-    except ScenarioError as err:
-        print(f"topolab sweep: {err}", file=sys.stderr)
-        return 2
-    except Exception as err:  # UsageError from topolab.cli
-        if type(err).__name__ == "UsageError":
-            print(f"topolab sweep: {err}", file=sys.stderr)
-            return 2
-        raise
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -43,7 +43,7 @@ BAD = [
         "parallelism.mp_degree",
         "divide",
     ),
-    ("zero rate", GOOD.replace("link_gbps = 25", "link_gbps = 0"), "cluster.link_gbps", "> 0"),
+    ("zero rate", GOOD.replace("link_gbps = 25", "link_gbps = 0"), "cluster.link_gbps", ">= 0.001"),
     (
         "torus degree",
         GOOD.replace('"topoopt"', '"torus"').replace("degree = 4", "degree = 6"),
@@ -56,7 +56,7 @@ BAD = [
         "cluster.servers",
         "a x b",
     ),
-    ("negative emulated rate", GOOD + "[emulation]\nlink_mbps = -5\n", "emulation.link_mbps", "> 0"),
+    ("negative emulated rate", GOOD + "[emulation]\nlink_mbps = -5\n", "emulation.link_mbps", ">= 0.1"),
 ]
 
 
