@@ -191,7 +191,7 @@ def _check_cross_fields(s: Scenario, explicit: set[tuple[str, str]]) -> None:
     n, d = c.servers, c.degree
     need = MIN_DEGREE.get(t.kind, 1)
     if d < need:
-        raise ScenarioError(src, "cluster.degree", f"a {t.kind} topology needs degree >= {need}, got {d}")
+        raise ScenarioError(src, "cluster.degree", f"topology.kind = {t.kind!r} needs degree >= {need}, got {d}")
     if d >= n and t.kind != "switch":
         raise ScenarioError(
             src, "cluster.degree", f"must be below cluster.servers ({n}) for a direct-connect topology, got {d}"

@@ -55,7 +55,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"topolab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=ArgumentParser)
-    chosen = _chosen_command(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = _chosen_command(argv)
+    if chosen is None:  # argparse would complain about the missing command before a bad option
+        unknown = [arg for arg in argv if arg not in ("-h", "--help", "--version")]
+        if unknown:
+            raise UsageError(f"unrecognized argument {unknown[0]} (usage: topolab COMMAND ...; see topolab --help)")
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
         if name == chosen:

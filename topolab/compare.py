@@ -96,7 +96,7 @@ def run_compare(args: argparse.Namespace) -> int:
             scenarios[k] = with_overrides(base, topology={"kind": k})
         except ScenarioError as err:
             raise UsageError(f"--topologies {k}: {err}") from None
-    out = check_output_dir(args.out or Path("results") / f"compare-{base.name}", "--out")
+    out = check_output_dir(Path("results") / f"compare-{base.name}" if args.out is None else args.out, "--out")
     require_root("compare")
     rows = []
     for k, s in scenarios.items():

@@ -311,7 +311,7 @@ def default_out(s: Scenario) -> Path:
 
 def run_run(args: argparse.Namespace) -> int:
     s = load_scenario(args.scenario)
-    out = check_output_dir(args.out or default_out(s), "--out")
+    out = check_output_dir(default_out(s) if args.out is None else args.out, "--out")
     if args.run_dir is not None:
         check_output_dir(args.run_dir, "--run-dir")
     require_root("run")

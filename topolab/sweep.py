@@ -180,7 +180,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     prices = load_prices(args.prices) if args.prices else PriceModel()
     steps = args.steps or base.parallelism.search_steps
     seed = base.parallelism.seed if args.seed is None else args.seed
-    out_dir = check_output_dir(args.out or f"sweep-{base.name}", "--out")
+    out_dir = check_output_dir(f"sweep-{base.name}" if args.out is None else args.out, "--out")
 
     cells = [(m, d, b, net) for d in degrees for b in rates for m in models for net in networks]
     networks_of_cells = _cell_scenarios(base, cells, prices)
