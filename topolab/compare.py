@@ -21,7 +21,7 @@ from planner import ScenarioError, load_scenario
 from planner.scenario import TOPOLOGIES, with_overrides
 
 from .options import check_output_dir, require_root
-from .run import add_job_arguments, execute
+from .run import add_job_arguments, ensure_network_free, execute
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +98,7 @@ def run_compare(args: argparse.Namespace) -> int:
             raise UsageError(f"--topologies {k}: {err}") from None
     out = check_output_dir(Path("results") / f"compare-{base.name}" if args.out is None else args.out, "--out")
     require_root("compare")
+    ensure_network_free(None, args.wait)
     rows = []
     for k, s in scenarios.items():
         print(f"== {k}", flush=True)

@@ -309,12 +309,32 @@ def default_out(s: Scenario) -> Path:
     return Path("results") / s.name
 
 
+def ensure_network_free(run_dir: str | None, lock_wait_s: float) -> None:
+    """Fail at once, before planning, when another topolab network holds the run lock (a
+    race with a run starting now is still caught, later, by the emulator's own lock)."""
+    from emulator import EmulationBusyError, EmulationConfig
+    from emulator.state import RunLock
+
+    if lock_wait_s > 0:
+        return  # the emulator waits for the lock
+    folder = run_dir or EmulationConfig().run_dir
+    if not Path(folder, "lock").exists():
+        return
+    probe = RunLock(folder)
+    try:
+        probe.acquire(0.0)
+    except EmulationBusyError as err:
+        raise UsageError(str(err)) from None
+    probe.release()
+
+
 def run_run(args: argparse.Namespace) -> int:
     s = load_scenario(args.scenario)
     out = check_output_dir(default_out(s) if args.out is None else args.out, "--out")
     if args.run_dir is not None:
         check_output_dir(args.run_dir, "--run-dir")
     require_root("run")
+    ensure_network_free(args.run_dir, args.wait)
     results = execute(s, out, args.iterations, args.payload_scale, lock_wait_s=args.wait, run_dir=args.run_dir)
     summ = results["summary"]
     print(
