@@ -114,13 +114,14 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 # The documented range of every numeric key (docs/scenarios.md). The maxima sit where memory
-# or time would explode: the planner's routes table is servers^2 entries, a search step
-# costs milliseconds, an emulated transfer at too low a rate never ends.
-MAX_SERVERS = 16384
+# or time would explode: a plan with a next-hop table (expander, torus, ring, switch) computes
+# all-pairs shortest paths, servers^2 entries: measured 7 s at 2048 servers and 30 s at 4096
+# on the 2-core reference machine, so 8192 would take minutes and gigabytes.
+MAX_SERVERS = 4096
 MAX_DEGREE = 64  # interfaces per server (the paper's largest cluster uses 8)
 MAX_LINK_GBPS = 1600.0  # per interface; 1.6 Tbit/s is beyond any shipping NIC
 MIN_LINK_GBPS = 0.001  # 1 Mbit/s: below this every iteration takes hours of simulated time
-MAX_SEARCH_STEPS = 100_000  # MCMC steps; about 10 ms each at 128 servers
+MAX_SEARCH_STEPS = 20_000  # MCMC steps; about 10 ms each at 12 servers: minutes at most
 MAX_SEED = 2**32 - 1  # numpy seeds are 32-bit
 Bound = tuple[float, bool, float]  # (minimum, minimum inclusive, maximum inclusive)
 BOUNDS: dict[tuple[str, str], Bound] = {
