@@ -314,3 +314,11 @@ def plot(rows: list[dict], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``topolab sweep ARGS`` for callers of the former ``topolab.sweep.main`` (the
+    benchmarks); new code calls ``topolab.cli.main(["sweep", ...])``."""
+    from .cli import main as topolab_main
+
+    return topolab_main(["sweep", *(sys.argv[1:] if argv is None else argv)])
