@@ -317,9 +317,9 @@ def run_collective(args: argparse.Namespace) -> int:
     if not 4 << 10 <= chunk <= 64 << 20:
         raise CollectiveInputError(f"--chunk {args.chunk}: must be between 4K and 64M")
     scenario = load_scenario(args.scenario)
+    require_root("collective")  # before --run-dir: /run is root's
     if args.run_dir is not None:
         check_output_dir(args.run_dir, "--run-dir")
-    require_root("collective")
     plan = build_plan(scenario)
     doc, results = run_on_emulator(
         scenario,

@@ -331,9 +331,9 @@ def ensure_network_free(run_dir: str | None, lock_wait_s: float) -> None:
 def run_run(args: argparse.Namespace) -> int:
     s = load_scenario(args.scenario)
     out = check_output_dir(default_out(s) if args.out is None else args.out, "--out")
+    require_root("run")  # before --run-dir: /run is root's
     if args.run_dir is not None:
         check_output_dir(args.run_dir, "--run-dir")
-    require_root("run")
     ensure_network_free(args.run_dir, args.wait)
     results = execute(s, out, args.iterations, args.payload_scale, lock_wait_s=args.wait, run_dir=args.run_dir)
     summ = results["summary"]

@@ -101,8 +101,8 @@ def _plan_and_config(args, command: str):
     if args.links != "all" and not (args.links.isdigit() and int(args.links) > 0):
         raise UsageError(f"--links {args.links!r}: use 'all' or a positive number")
     scenario = load_scenario(args.scenario)
+    require_root(command)  # before --run-dir: /run is root's
     check_output_dir(args.run_dir, "--run-dir")
-    require_root(command)
     plan = build_plan(scenario)
     config = EmulationConfig.from_any(scenario.emulation)
     if getattr(args, "link_mbps", None) is not None:

@@ -350,3 +350,25 @@ def test_bad_input_as_a_real_command(tmp_path, label, text, argv, fragment):
 def test_corpus_is_large():
     cases = len(SCENARIO_CASES) + len(FILE_CASES) + len(FLAG_CASES) + len(SUBPROCESS_CASES)
     assert cases >= 150, cases
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/sbin/runuser").exists(), reason="needs root and runuser")
+def test_a_real_unprivileged_user_is_told_root_is_needed():
+    proc = subprocess.run(
+        [
+            "/usr/sbin/runuser",
+            "-u",
+            "nobody",
+            "--",
+            sys.executable,
+            "-m",
+            "topolab",
+            "verify",
+            "scenarios/smoke-12.toml",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=ANSWER_WITHIN_S * 3,
+    )
+    _assert_one_line_exit_2(proc.returncode, proc.stderr, 0.0, "needs root")
