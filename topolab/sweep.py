@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from contract.errors import UsageError
-from planner import ScenarioError, load_scenario
-from planner.costmodel.baselines import NETWORKS, network_scenario
+from planner import load_scenario
+from planner.costmodel.baselines import NETWORKS
 from planner.costmodel.price import PriceModel
 from planner.scenario import (
     BOUNDS,
@@ -33,12 +30,12 @@ from planner.scenario import (
     MAX_SEARCH_STEPS,
     MAX_SEED,
     MIN_LINK_GBPS,
-    Scenario,
     with_overrides,
 )
 from planner.zoo import MODELS
 
 from .options import bounded_float, bounded_int, check_output_dir
+from .sweep_inputs import cell_scenarios, load_prices, split_list
 
 DEFAULT_NETWORKS = ("topoopt", "switch", "fattree", "expander")
 
@@ -92,88 +89,16 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
 
 
-# A cell's scenario key -> the flag that set it, so a bad cell names the flag.
-_FLAG_OF_KEY = {"cluster.degree": "--degrees", "cluster.link_gbps": "--link-gbps", "workload.model": "--models"}
-
-
-def _split(text: str | None, option: str, cast, choices=None, bounds=None) -> list | None:
-    if text is None:
-        return None
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise UsageError(f"{option}: empty list")
-    out = []
-    for item in items:
-        if choices is not None and item not in choices:
-            raise UsageError(f"{option}: {item!r} is not one of {', '.join(choices)}")
-        try:
-            value = cast(item)
-        except ValueError:
-            raise UsageError(f"{option}: {item!r} is not a {cast.__name__}") from None
-        if bounds is not None:
-            low, high = bounds
-            if not (math.isfinite(value) and low <= value <= high):
-                raise UsageError(f"{option}: {item!r} must be between {low:g} and {high:g}")
-        out.append(value)
-    return out
-
-
-def _positive_number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise UsageError(f"{where}: expected a finite number > 0, got {json.dumps(value)}")
-    return float(value)
-
-
-def load_prices(path: str) -> PriceModel:
-    """A JSON price table (docs/search.md); every price finite and > 0, else one line naming it."""
-    where = f"--prices {path}"
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UsageError(f"{where}: {err.strerror}") from None
-    except (ValueError, RecursionError) as err:
-        raise UsageError(f"{where}: not JSON: {err}") from None
-    if not isinstance(doc, dict):
-        raise UsageError(f"{where}: expected a JSON object of prices")
-    for key, value in doc.items():
-        if isinstance(value, dict):
-            if not value:
-                raise UsageError(f"{where}: {key}: empty table")
-            for speed, price in value.items():
-                try:
-                    _positive_number(float(speed), f"{where}: {key}")
-                except ValueError:
-                    raise UsageError(f"{where}: {key}: speed {speed!r} is not a number") from None
-                _positive_number(price, f"{where}: {key}.{speed}")
-        else:
-            _positive_number(value, f"{where}: {key}")
-    try:
-        return PriceModel.from_dict(doc)
-    except (ValueError, TypeError) as err:
-        raise UsageError(f"{where}: {err}") from None
-
-
-def _cell_scenarios(base: Scenario, cells, prices: PriceModel) -> list:
-    """Every cell's network scenario, all validated before the first search starts."""
-    out = []
-    for model, d, b, net in cells:
-        try:
-            scenario = with_overrides(base, workload={"model": model}, cluster={"degree": d, "link_gbps": b})
-            out.append(network_scenario(scenario, net, prices))
-        except ScenarioError as err:
-            flag = _FLAG_OF_KEY.get(err.key, err.key)
-            raise UsageError(f"{flag}: {model} d={d} B={b:g} {net}: {err.problem}") from None
-    return out
-
-
 def run_sweep(args: argparse.Namespace) -> int:
     from planner.search import SearchConfig, search  # heavy imports only when sweeping
 
     base = load_scenario(args.scenario)
-    models = MODELS if args.models == "all" else (_split(args.models, "--models", str, MODELS) or [base.workload.model])
-    networks = _split(args.topologies, "--topologies", str, NETWORKS)
-    degrees = _split(args.degrees, "--degrees", int, bounds=(1, MAX_DEGREE)) or [base.cluster.degree]
-    rates = _split(args.link_gbps, "--link-gbps", float, bounds=(MIN_LINK_GBPS, MAX_LINK_GBPS))
+    models = (
+        MODELS if args.models == "all" else (split_list(args.models, "--models", str, MODELS) or [base.workload.model])
+    )
+    networks = split_list(args.topologies, "--topologies", str, NETWORKS)
+    degrees = split_list(args.degrees, "--degrees", int, bounds=(1, MAX_DEGREE)) or [base.cluster.degree]
+    rates = split_list(args.link_gbps, "--link-gbps", float, bounds=(MIN_LINK_GBPS, MAX_LINK_GBPS))
     rates = rates or [base.cluster.link_gbps]
     if args.device_tflops is not None:
         base = with_overrides(base, workload={"device_tflops": args.device_tflops})
@@ -183,7 +108,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     out_dir = check_output_dir(f"sweep-{base.name}" if args.out is None else args.out, "--out")
 
     cells = [(m, d, b, net) for d in degrees for b in rates for m in models for net in networks]
-    networks_of_cells = _cell_scenarios(base, cells, prices)
+    networks_of_cells = cell_scenarios(base, cells, prices)
     rows: list[dict] = []
     t_start = time.perf_counter()
     for k, ((model, d, b, net), network) in enumerate(zip(cells, networks_of_cells), 1):
