@@ -316,6 +316,8 @@ def run_collective(args: argparse.Namespace) -> int:
     segment = None if args.segment == "auto" else parse_size(args.segment, "--segment")
     if not 4 << 10 <= chunk <= 64 << 20:
         raise CollectiveInputError(f"--chunk {args.chunk}: must be between 4K and 64M")
+    if segment is not None and segment > MAX_BUFFER_BYTES:
+        raise CollectiveInputError(f"--segment {args.segment}: at most {format_size(MAX_BUFFER_BYTES)}")
     scenario = load_scenario(args.scenario)
     require_root("collective")  # before --run-dir: /run is root's
     if args.run_dir is not None:
