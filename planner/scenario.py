@@ -1,6 +1,7 @@
 """Scenario files: TOML in, a validated `Scenario` out, or one `ScenarioError` naming the key.
 
-Every key has a documented default (see `SCHEMA` and docs/scenarios.md); unknown keys are
+Every key has a documented default and range (docs/scenarios.md; the ranges are `BOUNDS`
+below); files are read as UTF-8 and unknown keys are
 errors, so a typo never silently falls back to a default. Cross-field rules (degree below
 the server count, even degree for bidirectional rings, group sizes that divide n) are checked
 after the per-key types, and each failure names the file and the key.
@@ -14,6 +15,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from contract.errors import UsageError
+
 from .zoo import MODELS, get_model
 
 TOPOLOGIES = ("topoopt", "switch", "expander", "torus", "ring")
@@ -21,7 +24,7 @@ STRATEGIES = ("data", "hybrid", "search")
 DEGREE_SPLITS = ("paper", "released")
 
 
-class ScenarioError(ValueError):
+class ScenarioError(UsageError):
     """Invalid scenario input. ``str(err)`` is the one line shown to the user."""
 
     def __init__(self, source: str, key: str, problem: str):
@@ -110,27 +113,46 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("emulation", "netem"): ("auto", "on", "off"),
 }
 
-_MINIMUM: dict[tuple[str, str], tuple[float, bool]] = {  # (bound, inclusive)
-    ("cluster", "servers"): (2, True),
-    ("cluster", "degree"): (1, True),
-    ("cluster", "link_gbps"): (0, False),
-    ("cluster", "latency_us"): (0, True),
-    ("workload", "batch_per_server"): (1, True),
-    ("workload", "device_tflops"): (0, False),
-    ("parallelism", "mp_degree"): (1, True),
-    ("parallelism", "search_steps"): (1, True),
-    ("topology", "switch_gbps"): (0, True),
-    ("emulation", "link_mbps"): (0, False),
-    ("emulation", "mtu"): (576, True),
-    ("run", "iterations"): (1, True),
-    ("run", "warmup"): (0, True),
-    ("run", "timeout_s"): (0, False),
-    ("run", "payload_scale"): (0, False),
+# The documented range of every numeric key (docs/scenarios.md). The maxima sit where memory
+# or time would explode: a plan with a next-hop table (expander, torus, ring, switch) computes
+# all-pairs shortest paths, servers^2 entries: measured 7 s at 2048 servers and 30 s at 4096
+# on the 2-core reference machine, so 8192 would take minutes and gigabytes.
+MAX_SERVERS = 4096
+MAX_DEGREE = 64  # interfaces per server (the paper's largest cluster uses 8)
+MAX_LINK_GBPS = 1600.0  # per interface; 1.6 Tbit/s is beyond any shipping NIC
+MIN_LINK_GBPS = 0.001  # 1 Mbit/s: below this every iteration takes hours of simulated time
+MAX_SEARCH_STEPS = 20_000  # MCMC steps; about 10 ms each at 12 servers: minutes at most
+MAX_SEED = 2**32 - 1  # numpy seeds are 32-bit
+Bound = tuple[float, bool, float]  # (minimum, minimum inclusive, maximum inclusive)
+BOUNDS: dict[tuple[str, str], Bound] = {
+    ("cluster", "servers"): (2, True, MAX_SERVERS),
+    ("cluster", "degree"): (1, True, MAX_DEGREE),
+    ("cluster", "link_gbps"): (MIN_LINK_GBPS, True, MAX_LINK_GBPS),
+    ("cluster", "latency_us"): (0, True, 1e6),  # one second per hop
+    ("workload", "batch_per_server"): (1, True, 1 << 20),
+    ("workload", "device_tflops"): (1e-3, True, 1e6),
+    ("parallelism", "mp_degree"): (1, True, MAX_SERVERS),
+    ("parallelism", "search_steps"): (1, True, MAX_SEARCH_STEPS),
+    ("parallelism", "seed"): (0, True, MAX_SEED),
+    ("topology", "seed"): (0, True, MAX_SEED),
+    ("topology", "switch_gbps"): (0, True, MAX_DEGREE * MAX_LINK_GBPS),
+    ("emulation", "link_mbps"): (0.1, True, 100_000.0),  # HTB on a veth
+    ("emulation", "mtu"): (576, True, 65535),  # IPv4 minimum .. largest IP packet
+    ("run", "iterations"): (1, True, 100_000),
+    ("run", "warmup"): (0, True, 1000),
+    ("run", "timeout_s"): (1e-3, True, 86400.0),  # a day
+    ("run", "payload_scale"): (1e-9, True, 1.0),  # the job's real sizes at most
 }
+# Direct-connect topologies that need more than one interface per server.
+MIN_DEGREE = {"topoopt": 2, "expander": 2, "ring": 2}
+TORUS_DEGREE = 4
+MAX_SCENARIO_BYTES = 1 << 20  # a scenario is a few hundred bytes; anything huge is not one
 
 
 def _typed(value: Any, want: type, source: str, key: str) -> Any:
     if want is float and isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > 2**53:  # beyond every maximum, and float() of a huge int overflows
+            raise ScenarioError(source, key, f"out of range, got {value!r}")
         return float(value)
     if want is int and isinstance(value, bool) or not isinstance(value, want):
         raise ScenarioError(source, key, f"expected {want.__name__}, got {type(value).__name__} {value!r}")
@@ -153,18 +175,24 @@ def _section(cls: type, table: Any, section: str, source: str) -> Any:
         choices = _CHOICES.get((section, key))
         if choices and value not in choices:
             raise ScenarioError(source, dotted, f"{value!r} is not one of {', '.join(choices)}")
-        bound = _MINIMUM.get((section, key))
+        bound = BOUNDS.get((section, key))
         if bound is not None:
-            low, inclusive = bound
+            low, inclusive, high = bound
             if value < low or (not inclusive and value == low):
                 raise ScenarioError(source, dotted, f"must be {'>=' if inclusive else '>'} {low:g}, got {value!r}")
+            if value > high:
+                raise ScenarioError(source, dotted, f"must be <= {high:g} (documented maximum), got {value!r}")
         values[key] = value
     return cls(**values)
 
 
-def _check_cross_fields(s: Scenario) -> None:
+def _check_cross_fields(s: Scenario, explicit: set[tuple[str, str]]) -> None:
+    """Rules between keys; ``explicit`` holds the (section, key) pairs the file sets."""
     src, c, t, p = s.source, s.cluster, s.topology, s.parallelism
     n, d = c.servers, c.degree
+    need = MIN_DEGREE.get(t.kind, 1)
+    if d < need:
+        raise ScenarioError(src, "cluster.degree", f"topology.kind = {t.kind!r} needs degree >= {need}, got {d}")
     if d >= n and t.kind != "switch":
         raise ScenarioError(
             src, "cluster.degree", f"must be below cluster.servers ({n}) for a direct-connect topology, got {d}"
@@ -177,13 +205,16 @@ def _check_cross_fields(s: Scenario) -> None:
     if t.kind == "ring" and d % 2:
         raise ScenarioError(src, "cluster.degree", f"a ring uses interfaces in pairs; degree must be even, got {d}")
     if t.kind == "torus":
-        if d != 4:
-            raise ScenarioError(src, "cluster.degree", f"a 2-D torus has degree 4, got {d}")
+        if d != TORUS_DEGREE:
+            raise ScenarioError(src, "cluster.degree", f"a 2-D torus has degree {TORUS_DEGREE}, got {d}")
         if _torus_shape(n) is None:
             raise ScenarioError(src, "cluster.servers", f"a 2-D torus needs servers = a x b with a, b >= 3, got {n}")
     if t.kind == "expander" and (n * d) % 2:
         raise ScenarioError(src, "cluster.degree", f"a {d}-regular graph on {n} servers needs servers x degree even")
-    if p.strategy == "hybrid" and not has_tables and n % p.mp_degree:
+    if p.mp_degree > n:
+        raise ScenarioError(src, "parallelism.mp_degree", f"must be <= cluster.servers ({n}), got {p.mp_degree}")
+    used = p.strategy == "hybrid" and not has_tables
+    if (used or ("parallelism", "mp_degree") in explicit) and n % p.mp_degree:
         raise ScenarioError(
             src, "parallelism.mp_degree", f"sub-group size must divide cluster.servers ({n}), got {p.mp_degree}"
         )
@@ -205,31 +236,54 @@ def parse_scenario(data: dict[str, Any], source: str = "<scenario>", name: str =
             raise ScenarioError(source, section, f"unknown table (known: {', '.join(_SECTIONS)})")
     parts = {sec: _section(cls, data.get(sec, {}), sec, source) for sec, cls in _SECTIONS.items()}
     scenario = Scenario(source=source, name=name, **parts)
-    _check_cross_fields(scenario)
+    explicit = {(sec, key) for sec, table in data.items() if isinstance(table, dict) for key in table}
+    _check_cross_fields(scenario, explicit)
     return scenario
+
+
+def _read_text(path: Path) -> str:
+    try:
+        if path.stat().st_size > MAX_SCENARIO_BYTES:
+            raise ScenarioError(str(path), "", f"larger than {MAX_SCENARIO_BYTES} bytes: not a scenario file")
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ScenarioError(str(path), "", "no such file") from None
+    except IsADirectoryError:
+        raise ScenarioError(str(path), "", "is a folder, not a scenario file") from None
+    except OSError as err:
+        raise ScenarioError(str(path), "", f"cannot read: {err.strerror}") from None
+    try:
+        text = raw.decode("utf-8-sig")  # a UTF-8 byte-order mark is harmless
+    except UnicodeDecodeError as err:
+        raise ScenarioError(
+            str(path), "", f"not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); save it as UTF-8"
+        ) from None
+    if "\x00" in text:
+        raise ScenarioError(str(path), "", "contains NUL bytes (UTF-16?); save it as UTF-8")
+    return text
 
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file; raises `ScenarioError` with a one-line message."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ScenarioError(str(path), "", "no such file") from None
-    except OSError as err:
-        raise ScenarioError(str(path), "", f"cannot read: {err.strerror}") from None
+    text = _read_text(path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ScenarioError(str(path), "", f"malformed TOML: {err}") from None
+    except RecursionError:
+        raise ScenarioError(str(path), "", "malformed TOML: nested too deeply") from None
     return parse_scenario(data, str(path), path.stem)
 
 
 def with_overrides(s: Scenario, **sections: dict[str, Any]) -> Scenario:
     """A copy of ``s`` with some keys replaced, validated like a file (used by compare/sweep)."""
     data: dict[str, dict[str, Any]] = {}
-    for sec in _SECTIONS:
-        data[sec] = {f.name: getattr(getattr(s, sec), f.name) for f in fields(_SECTIONS[sec])}
+    for sec in _SECTIONS:  # keys left at their default stay implicit, as in the file
+        part = getattr(s, sec)
+        data[sec] = {
+            f.name: getattr(part, f.name) for f in fields(_SECTIONS[sec]) if getattr(part, f.name) != f.default
+        }
     for sec, overrides in sections.items():
         data[sec].update(overrides)
     return parse_scenario(data, s.source, s.name)

@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import replace
 
+from contract.errors import RunError
 from planner.iteration import IterationOptions, iteration_schedule
 from planner.predict import Network, predict
 
@@ -51,7 +52,7 @@ def measure_op_overhead(
         results = coord.run(repeats, warmup=1)
     times = [r.time_s for r in results if r.ok]
     if not times:
-        raise RuntimeError("calibration twin failed verification")
+        raise RunError("calibration: the zero-payload twin of the iteration failed verification")
     measured = statistics.median(times)
     k = critical_op_count(twin, path)
     return {

@@ -23,6 +23,9 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
 def run_clean(args) -> int:
     from emulator.state import clean_dead_runs
 
+    from .options import require_root
+
+    require_root("clean")
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
     report = clean_dead_runs(args.run_dir, log=log)
     for run in report.runs_alive:

@@ -1,17 +1,28 @@
-"""The `topolab` command line: one subcommand per job, errors as one line with exit code 2."""
+"""The `topolab` command line: parse, dispatch to one module per subcommand, print errors as one line.
+
+Only the chosen subcommand's module is imported (``topolab --help`` loads none of them), so
+the command answers at once. Subcommands raise `contract.errors.UsageError` (bad input, exit
+2) or `contract.errors.RunError` (a run that failed, exit 1); `main` prints either as one
+line ``topolab: <message>`` and returns its exit code, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+from collections.abc import Sequence
+from typing import NoReturn
 
-from planner import ScenarioError
+from contract.errors import TopolabError, UsageError
+
+from . import __version__
 
 # subcommand -> (module, help). Each module has add_<name>_arguments(parser) and run_<name>(args).
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("topolab.plan_cmd", "plan a scenario: strategy, topology, routes; print a summary or JSON"),
     "run": ("topolab.run", "plan, emulate and run training iterations; write results.json, report.md and plots"),
+    "report": ("topolab.report", "render report.md and plots of a run's results folder (also of a killed run)"),
     "compare": ("topolab.compare", "run the same job on several topologies and compare them side by side"),
     "collective": ("topolab.collective", "nccl-tests style AllReduce benchmark on the emulated network"),
     "verify": ("topolab.verify", "build the emulated network and check reachability, paths and link goodput"),
@@ -20,66 +31,94 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("topolab.sweep", "iteration time per model and topology at scale, with the flow-level model"),
 }
 
-
-class UsageError(Exception):
-    """Bad input found after argument parsing; printed as one line, exit code 2."""
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are a `UsageError` (one line, exit 2) instead of usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the top level takes no option values)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The full parser of the subcommand in ``argv``; the others only list their name and help."""
+    parser = ArgumentParser(
         prog="topolab",
         description="Co-optimize network topology and parallelization for distributed DNN training, "
         "then prove the plan on an emulated network.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (module, help_text) in COMMANDS.items():
-        mod = importlib.import_module(module)
+    parser.add_argument("--version", action="version", version=f"topolab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=ArgumentParser)
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = _chosen_command(argv)
+    if chosen is None:  # argparse would complain about the missing command before a bad option
+        unknown = [arg for arg in argv if arg not in ("-h", "--help", "--version")]
+        if unknown:
+            raise UsageError(f"unrecognized argument {unknown[0]} (usage: topolab COMMAND ...; see topolab --help)")
+    for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
-        getattr(mod, f"add_{name}_arguments")(p)
-        p.set_defaults(_module=mod, _name=name)
+        if name == chosen:
+            module = importlib.import_module(module_name)
+            getattr(module, f"add_{name}_arguments")(p)
+            p.set_defaults(_run=getattr(module, f"run_{name}"))
     return parser
 
 
-def _input_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [ScenarioError, UsageError]
-    try:
-        from emulator import EmulationInputError  # raised for plans the machine cannot emulate
-
-        errors.append(EmulationInputError)
-    except ImportError:
-        pass
-    return tuple(errors)
-
-
-def _runtime_errors() -> tuple[type[BaseException], ...]:
-    """Failures of a run that deserve one clear line, not a traceback (busy lock, a worker
-    that died, a link that failed its shaping check)."""
-    errors: list[type[BaseException]] = []
-    try:
-        from emulator import EmulationError
-
-        errors.append(EmulationError)
-    except ImportError:
-        pass
-    try:
-        from workers.coordinator import WorkerFailure
-
-        errors.append(WorkerFailure)
-    except ImportError:
-        pass
-    return tuple(errors)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return int(getattr(args._module, f"run_{args._name}")(args) or 0)
-    except _input_errors() as err:
-        print(f"topolab {args._name}: {err}", file=sys.stderr)
-        return 2
-    except _runtime_errors() as err:
-        print(f"topolab {args._name}: {err}", file=sys.stderr)
+def _layer_error_code(err: BaseException) -> int | None:
+    """Exit code of the emulator's and the workers' errors that do not (all) derive from
+    `TopolabError` yet; looked up only in modules already loaded, so this costs no import.
+    Another run holding the network lock is bad timing of the user's, not a failed run: 2."""
+    emulator = sys.modules.get("emulator")
+    if emulator is not None:
+        if isinstance(err, (getattr(emulator, "EmulationInputError", ()), getattr(emulator, "EmulationBusyError", ()))):
+            return 2
+        if isinstance(err, getattr(emulator, "EmulationError", ())):
+            return 1
+    coordinator = sys.modules.get("workers.coordinator")
+    if coordinator is not None and isinstance(err, getattr(coordinator, "WorkerFailure", ())):
         return 1
+    return None
+
+
+def _system_error_line(err: BaseException) -> str:
+    if isinstance(err, RecursionError):
+        return "input nested too deeply (recursion limit reached)"
+    if isinstance(err, MemoryError):
+        return "out of memory; use a smaller scenario (see docs/scenarios.md for the maxima)"
+    if isinstance(err, UnicodeDecodeError):
+        return f"input is not UTF-8 text: {err.reason} at byte {err.start}"
+    if isinstance(err, OSError):
+        where = f": {err.filename}" if err.filename else ""
+        return f"{err.strerror or err}{where}"
+    return str(err)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; returns its exit code (0 ok, 1 run failed, 2 bad input, 130 interrupted)."""
+    try:
+        args = build_parser(argv).parse_args(argv)
+        return int(args._run(args) or 0)
     except KeyboardInterrupt:
-        print(f"topolab {args._name}: interrupted", file=sys.stderr)
-        return 130
+        print("topolab: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as err:
+        code = _layer_error_code(err)
+        if code is None and isinstance(err, TopolabError):
+            code = err.exit_code
+        if code is not None:
+            print(f"topolab: {_one_line(str(err))}", file=sys.stderr)
+            return code
+        if isinstance(err, (OSError, RecursionError, MemoryError, UnicodeDecodeError)):
+            print(f"topolab: {_one_line(_system_error_line(err))}", file=sys.stderr)
+            return 1
+        raise

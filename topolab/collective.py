@@ -28,15 +28,33 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from contract.errors import UsageError
 from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan
 from planner.collectives.trees import DEFAULT_SEGMENT_BYTES
+
+from .options import (
+    MAX_LINK_MBPS,
+    MAX_TIMEOUT_S,
+    MAX_WAIT_S,
+    MIN_LINK_MBPS,
+    bounded_float,
+    bounded_int,
+    check_output_dir,
+    require_root,
+)
 
 COLLECTIVE_FORMAT = "topolab.collective/1"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
-class CollectiveInputError(ValueError):
+# Largest --bytes buffer: every one of the n workers holds it twice (data and receive
+# buffer), so 256M is already 6 GiB of memory on 12 emulated servers.
+MAX_BUFFER_BYTES = 256 << 20
+MAX_REPEAT = 1000
+
+
+class CollectiveInputError(UsageError):
     """Bad command-line value; the message names the option."""
 
 
@@ -54,11 +72,18 @@ def parse_size(text: str, option: str = "--bytes") -> int:
 def parse_sizes(text: str) -> list[int]:
     """One size (``64M``) or a doubling range (``1M..256M``)."""
     if ".." not in text:
-        return [parse_size(text)]
+        size = parse_size(text)
+        if size > MAX_BUFFER_BYTES:
+            raise CollectiveInputError(
+                f"--bytes {text!r}: at most {format_size(MAX_BUFFER_BYTES)} (memory of n workers)"
+            )
+        return [size]
     lo_text, _, hi_text = text.partition("..")
     lo, hi = parse_size(lo_text), parse_size(hi_text)
     if hi < lo:
         raise CollectiveInputError(f"--bytes {text!r}: the range ends below its start")
+    if hi > MAX_BUFFER_BYTES:
+        raise CollectiveInputError(f"--bytes {text!r}: at most {format_size(MAX_BUFFER_BYTES)} (memory of n workers)")
     sizes = [lo]
     while sizes[-1] * 2 <= hi:
         sizes.append(sizes[-1] * 2)
@@ -236,7 +261,7 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--repeat",
-        type=int,
+        type=bounded_int(1, MAX_REPEAT),
         default=5,
         metavar="K",
         help="timed iterations per size and algorithm, after one warm-up (default: 5); the median is reported",
@@ -244,7 +269,7 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout instead of a table")
     parser.add_argument(
         "--link-mbps",
-        type=float,
+        type=bounded_float(MIN_LINK_MBPS, MAX_LINK_MBPS, low_inclusive=True),
         metavar="MBPS",
         help="override the scenario's emulated rate per link ([emulation] link_mbps)",
     )
@@ -264,14 +289,14 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=bounded_float(0.0, MAX_TIMEOUT_S),
         default=30.0,
         metavar="SECONDS",
         help="a worker fails when a peer sends nothing for this long (default: 30)",
     )
     parser.add_argument(
         "--wait",
-        type=float,
+        type=bounded_float(0.0, MAX_WAIT_S, low_inclusive=True),
         default=0.0,
         metavar="SECONDS",
         help="wait this long for another emulation run to finish (default: 0)",
@@ -283,34 +308,20 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_collective(args: argparse.Namespace) -> int:
     """Entry point of `topolab collective`; returns 0 when every iteration verified."""
-    from .cli import UsageError
-
-    try:
-        return _run_collective(args)
-    except CollectiveInputError as err:
-        raise UsageError(str(err)) from None
-
-
-def _run_collective(args: argparse.Namespace) -> int:
     from planner import build_plan, load_scenario
 
     sizes = parse_sizes(args.bytes)
     algorithms = parse_algorithms(args.algorithm)
     chunk = parse_size(args.chunk, "--chunk")
     segment = None if args.segment == "auto" else parse_size(args.segment, "--segment")
-    if args.repeat < 1:
-        raise CollectiveInputError(f"--repeat {args.repeat}: must be at least 1")
-    if args.timeout <= 0:
-        raise CollectiveInputError(f"--timeout {args.timeout}: must be positive")
-    if args.link_mbps is not None and not args.link_mbps > 0:
-        raise CollectiveInputError(f"--link-mbps {args.link_mbps}: must be a positive rate")
     if not 4 << 10 <= chunk <= 64 << 20:
         raise CollectiveInputError(f"--chunk {args.chunk}: must be between 4K and 64M")
+    if segment is not None and segment > MAX_BUFFER_BYTES:
+        raise CollectiveInputError(f"--segment {args.segment}: at most {format_size(MAX_BUFFER_BYTES)}")
     scenario = load_scenario(args.scenario)
-    if os.geteuid() != 0:
-        raise CollectiveInputError(
-            "the emulated network needs root (network namespaces, tc); run as root, e.g. in the Vagrant VM"
-        )
+    require_root("collective")  # before --run-dir: /run is root's
+    if args.run_dir is not None:
+        check_output_dir(args.run_dir, "--run-dir")
     plan = build_plan(scenario)
     doc, results = run_on_emulator(
         scenario,

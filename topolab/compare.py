@@ -16,15 +16,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-from planner import load_scenario
+from contract.errors import UsageError
+from planner import ScenarioError, load_scenario
 from planner.scenario import TOPOLOGIES, with_overrides
 
-from .run import execute
+from .options import check_output_dir, require_root
+from .run import add_job_arguments, ensure_network_free, execute
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,15 +32,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated kinds among {', '.join(TOPOLOGIES)} (default: topoopt,switch,expander)",
     )
     parser.add_argument("--out", metavar="DIR", help="output folder (default: results/compare-<scenario name>)")
-    parser.add_argument("--iterations", type=int, metavar="N", help="timed iterations per topology")
-    parser.add_argument("--payload-scale", type=float, metavar="F", help="multiply every transfer size")
-    parser.add_argument(
-        "--wait",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait up to SECONDS for another topolab network to finish",
-    )
+    add_job_arguments(parser)
 
 
 def traffic_facts(results: dict[str, Any]) -> dict[str, Any]:
@@ -77,6 +66,9 @@ def render_table(rows: list[dict[str, Any]]) -> str:
 
 
 def plot_compare(rows: list[dict[str, Any]], title: str, path: Path) -> None:
+    from .report import pyplot
+
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.8, 4.0))
     xs = range(len(rows))
     ax.bar(
@@ -93,15 +85,20 @@ def plot_compare(rows: list[dict[str, Any]], title: str, path: Path) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from .cli import UsageError
-
     kinds = [k.strip() for k in args.topologies.split(",") if k.strip()]
     bad = [k for k in kinds if k not in TOPOLOGIES]
     if bad or not kinds:
         raise UsageError(f"--topologies: {','.join(bad) or '(empty)'} is not among {', '.join(TOPOLOGIES)}")
     base = load_scenario(args.scenario)
-    scenarios = {k: with_overrides(base, topology={"kind": k}) for k in kinds}  # validate all first
-    out = Path(args.out) if args.out else Path("results") / f"compare-{base.name}"
+    scenarios = {}
+    for k in kinds:  # validate all first
+        try:
+            scenarios[k] = with_overrides(base, topology={"kind": k})
+        except ScenarioError as err:
+            raise UsageError(f"--topologies {k}: {err}") from None
+    out = check_output_dir(Path("results") / f"compare-{base.name}" if args.out is None else args.out, "--out")
+    require_root("compare")
+    ensure_network_free(None, args.wait)
     rows = []
     for k, s in scenarios.items():
         print(f"== {k}", flush=True)

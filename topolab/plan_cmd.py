@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from planner import Plan, build_plan, load_scenario
+from .options import check_output_file
+
+if TYPE_CHECKING:
+    from planner import Plan
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,14 +56,17 @@ def describe(plan: Plan) -> str:
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    from planner import build_plan, load_scenario
+
+    out = check_output_file(args.out, "--out", inputs=(args.scenario,))
     plan = build_plan(load_scenario(args.scenario))
-    text = plan.to_json()
-    if args.out:
-        Path(args.out).write_text(text)
+    text = plan.to_json() if args.json or out is not None else ""  # large plans take a while to serialize
+    if out is not None:
+        out.write_text(text)
     if args.json:
         sys.stdout.write(text + "\n")
     else:
         print(describe(plan))
-        if args.out:
+        if out is not None:
             print(f"plan written to {args.out}")
     return 0

@@ -7,19 +7,85 @@ Plots (PNG, matplotlib's Agg backend, no display needed):
 - ``iterations.png``: measured iteration time per iteration against the prediction, split into
   compute and exposed communication, in the real cluster's milliseconds;
 - ``link_bytes.png``: a heat map of bytes per directed link (source row, destination column).
+
+`topolab report DIR` renders them again from a results folder, also from one a killed run
+left behind (results.json with status "running" and its iterations.jsonl), marked incomplete.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+from contract.errors import UsageError
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-import numpy as np
+from .journal import ITERATIONS_FILE, RESULTS_FILE, read_journal
+from .options import check_output_dir
+
+
+def pyplot():
+    """matplotlib, loaded only when a plot is drawn (it takes a good part of a second)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results_dir", metavar="DIR", help="a results folder of `topolab run` (results.json inside)")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    folder = Path(args.results_dir)
+    if not (folder / RESULTS_FILE).is_file():
+        raise UsageError(f"DIR {args.results_dir!r}: no {RESULTS_FILE} in it (not a results folder of topolab run)")
+    check_output_dir(folder, "DIR")
+    try:
+        results = json.loads((folder / RESULTS_FILE).read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise UsageError(f"DIR {args.results_dir!r}: {RESULTS_FILE} is not valid JSON: {err}") from None
+    if not isinstance(results, dict) or "plan" not in results or "scenario" not in results:
+        raise UsageError(f"DIR {args.results_dir!r}: {RESULTS_FILE} is not a topolab run's results")
+    results = recover(results, read_journal(folder / ITERATIONS_FILE))
+    report = write_report(results, folder)
+    its = results["summary"]["iterations"]
+    print(f"report: {report} ({results['status']}, {its} iteration{'s' if its != 1 else ''})")
+    return 0
+
+
+def recover(results: dict[str, Any], journal: list[dict[str, Any]]) -> dict[str, Any]:
+    """``results`` with the iterations of its journal; a run that never finished is marked
+    incomplete (its process was killed before it could write its status)."""
+    results = dict(results)
+    if len(journal) > len(results.get("iterations", [])):
+        results["iterations"] = journal
+    if results.get("status") == "running":
+        results["status"] = "incomplete"
+        results["error"] = (
+            f"the run stopped without finishing (killed?); {len(results['iterations'])} iteration(s) were on disk"
+        )
+    results["summary"] = summarize(results)
+    return results
+
+
+def summarize(results: dict[str, Any]) -> dict[str, Any]:
+    """Median measured time, prediction error and verification over the recorded iterations."""
+    its = [it for it in results["iterations"] if it.get("measured_s") is not None]
+    out: dict[str, Any] = {"iterations": len(its), "verified": bool(its) and all(it["verified"] for it in its)}
+    if its:
+        med = statistics.median(it["measured_s"] for it in its)
+        out["median_measured_s"] = med
+        out["median_real_ms"] = med / results["emulation"]["time_scale"] * 1e3
+        pred = results.get("predicted", {}).get("emulated_s")
+        if pred is not None:
+            out["error"] = abs(pred - med) / med
+    return out
 
 
 def _positions(servers: int, switches: int) -> dict[int, tuple[float, float]]:
@@ -41,6 +107,7 @@ def plot_topology(plan: dict, link_bytes: list[dict], relayed_bytes: dict[tuple[
         key = (min(a, b), max(a, b))
         relayed[key] = relayed.get(key, 0.0) + v
     top = max(carried.values(), default=1.0) or 1.0
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 6.4))
     cmap = plt.get_cmap("plasma")
     seen: dict[tuple[int, int], int] = {}
@@ -81,6 +148,7 @@ def plot_topology(plan: dict, link_bytes: list[dict], relayed_bytes: dict[tuple[
 
 def plot_iterations(results: dict, path: Path) -> None:
     its = [it for it in results["iterations"] if it.get("measured_real_ms") is not None]
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     if its:
         idx = [it["index"] for it in its]
@@ -104,6 +172,9 @@ def plot_iterations(results: dict, path: Path) -> None:
 
 
 def plot_link_bytes(plan: dict, link_bytes: list[dict], path: Path, title: str = "bytes per directed link") -> None:
+    import numpy as np
+
+    plt = pyplot()
     nodes = plan["servers"] + plan.get("switches", 0)
     matrix = np.full((nodes, nodes), np.nan)
     for row in link_bytes:

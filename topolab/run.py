@@ -13,6 +13,11 @@ The main job of the product. Steps, each visible on stderr:
 4. tear everything down (also on Ctrl-C / SIGTERM / errors) and write results.json,
    report.md and the plots, partial results included when interrupted.
 
+Results survive even a SIGKILL: once the network is up, results.json is written with status
+"running", and every iteration is appended to ``iterations.jsonl`` (one JSON object a line,
+flushed and fsynced) as soon as it is measured; `topolab report DIR` renders such a folder,
+marked incomplete.
+
 Times are kept in emulated seconds and converted to the real cluster's milliseconds by the
 time-scale factor (real link rate / emulated link rate).
 """
@@ -21,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -30,25 +33,27 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from contract import physics
-from planner import Plan, Scenario, build_plan, load_scenario
-from planner.iteration import IterationOptions, iteration_schedule
-from planner.predict import plan_network, predict
+from contract.errors import RunError, UsageError
+from planner import Scenario, load_scenario
 from planner.zoo import get_model
 
 from .calibrate import measure_op_overhead, zero_payload_twin
+from .journal import ITERATIONS_FILE, RESULTS_FILE, IterationJournal
+from .options import (
+    MAX_ITERATIONS,
+    MAX_PAYLOAD_SCALE,
+    MAX_WAIT_S,
+    MIN_PAYLOAD_SCALE,
+    bounded_float,
+    bounded_int,
+    check_output_dir,
+    require_root,
+)
+from .prediction import compute_seconds, plan_dict, predict_run, prepare
 from .progress import Progress
-from .report import write_report
+from .report import summarize, write_report
 
 RESULTS_FORMAT = "topolab.results/1"
-# Per-hop latency of an emulated link without netem: a small-message round trip measured
-# 18 us for one hop and 31 us for three on this kernel (emulation-facts.md), i.e. about
-# 6.5 us per hop one way plus the fixed software cost, which the model takes per message.
-SOFTWARE_HOP_S = 6.5e-6
-# The executor reduces a pipelined message chunk by chunk as it arrives, so only the last
-# chunk's reduction is exposed; numpy's in-place add of float32 on one core of this machine
-# runs at a few GB/s and the workers share the two cores.
-EXPOSED_REDUCE_BYTES = 256 << 10
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,113 +66,41 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", metavar="DIR", help="where results.json, report.md and plots go (default: results/<scenario name>)"
     )
-    parser.add_argument("--iterations", type=int, metavar="N", help="timed iterations (default: [run] iterations)")
-    parser.add_argument(
-        "--payload-scale", type=float, metavar="F", help="multiply every transfer size (default: [run] payload_scale)"
-    )
-    parser.add_argument(
-        "--wait",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait up to SECONDS for another topolab network to finish (default: fail at once)",
-    )
+    add_job_arguments(parser)
     parser.add_argument(
         "--run-dir", default=None, metavar="DIR", help="where the run lock and state file live (default: /run/topolab)"
     )
 
 
-def _positive(value: Any, name: str) -> None:
-    from .cli import UsageError
-
-    if value is not None and not value > 0:
-        raise UsageError(f"{name} must be > 0, got {value}")
-
-
-def plan_dict(plan: Plan) -> dict[str, Any]:
-    """What the report needs of the plan (links, summary), without the routes table."""
-    d = plan.to_dict()
-    d.pop("routes", None)
-    d["demand"] = {
-        "allreduce_bytes": plan.demand.allreduce_bytes,
-        "mp_bytes": plan.demand.mp_bytes,
-        "allreduce_groups": len(plan.demand.allreduce),
-        "mp_flows": len(plan.demand.mp),
-    }
-    return d
-
-
-def compute_seconds(schedule) -> list[float]:
-    """Per rank, the compute stream's busy time (emulated seconds)."""
-    return [sum(op.seconds for op in prog.get("compute", []) if op.kind == "compute") for prog in schedule.programs]
-
-
-def prepare(s: Scenario, payload_scale: float | None = None) -> tuple[Plan, Any, Any, dict[str, Any]]:
-    """Plan, schedule and prediction of a scenario (no root needed)."""
-    plan = build_plan(s)
-    link_mbps = s.emulation.link_mbps
-    time_scale = physics.time_scale(plan.link_gbps, link_mbps)
-    scale = s.run.payload_scale if payload_scale is None else payload_scale
-    opts = IterationOptions(
-        batch=s.workload.batch_per_server,
-        device_tflops=s.workload.device_tflops,
-        time_scale=time_scale,
-        payload_scale=scale,
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options `run` and `compare` share."""
+    parser.add_argument(
+        "--iterations",
+        type=bounded_int(1, MAX_ITERATIONS),
+        metavar="N",
+        help=f"timed iterations, 1..{MAX_ITERATIONS} (default: [run] iterations)",
     )
-    schedule = iteration_schedule(plan, get_model(s.workload.model), opts)
-    emulated = {
-        "time_scale": time_scale,
-        "link_mbps": link_mbps,
-        "plan_link_gbps": plan.link_gbps,
-        "mtu": s.emulation.mtu,
-        "payload_scale": scale,
-    }
-    return plan, schedule, opts, emulated
-
-
-def predict_run(
-    plan: Plan, schedule, emulated: dict[str, Any], netem: bool, op_overhead_s: float = 0.0
-) -> dict[str, Any]:
-    alpha = SOFTWARE_HOP_S + (plan.latency_us * 1e-6 * emulated["time_scale"] if netem else 0.0)
-    net = plan_network(
-        plan,
-        link_bps=emulated["link_mbps"] * 1e6,
-        mtu=emulated["mtu"],
-        alpha_s=alpha,
-        op_overhead_s=op_overhead_s,
-        reduce_cap_bytes=EXPOSED_REDUCE_BYTES,
+    parser.add_argument(
+        "--payload-scale",
+        type=bounded_float(MIN_PAYLOAD_SCALE, MAX_PAYLOAD_SCALE, low_inclusive=True),
+        metavar="F",
+        help=f"multiply every transfer size, {MIN_PAYLOAD_SCALE:g}..{MAX_PAYLOAD_SCALE:g} (default: [run] payload_scale)",
     )
-    t0 = time.perf_counter()
-    pred = predict(schedule, net)
-    return {
-        "emulated_s": pred.seconds,
-        "real_ms": pred.seconds / emulated["time_scale"] * 1e3,
-        "alpha_s": alpha,
-        "op_overhead_s": op_overhead_s,
-        "model_seconds": time.perf_counter() - t0,
-        "link_bytes": pred.link_bytes_list(),
-        "relayed_link_bytes": pred.relayed_bytes_list(),
-    }
+    parser.add_argument(
+        "--wait",
+        type=bounded_float(0.0, MAX_WAIT_S, low_inclusive=True),
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for another topolab network to finish (default: fail at once)",
+    )
 
 
-def summarize(results: dict[str, Any]) -> dict[str, Any]:
-    its = [it for it in results["iterations"] if it.get("measured_s") is not None]
-    out: dict[str, Any] = {"iterations": len(its), "verified": bool(its) and all(it["verified"] for it in its)}
-    if its:
-        med = statistics.median(it["measured_s"] for it in its)
-        out["median_measured_s"] = med
-        out["median_real_ms"] = med / results["emulation"]["time_scale"] * 1e3
-        pred = results.get("predicted", {}).get("emulated_s")
-        if pred is not None:
-            out["error"] = abs(pred - med) / med
-    return out
-
-
-def write_results(results: dict[str, Any], out_dir: Path) -> Path:
+def write_results(results: dict[str, Any], out_dir: Path, report: bool = True) -> Path:
+    """results.json (with its summary), then report.md and the plots unless ``report`` is off."""
     results["summary"] = summarize(results)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=1))
-    return write_report(results, out_dir)
+    (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=1))
+    return write_report(results, out_dir) if report else out_dir / RESULTS_FILE
 
 
 def execute(
@@ -179,8 +112,9 @@ def execute(
     lock_wait_s: float = 0.0,
     run_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Run a scenario end to end; always writes results (also partial ones) to ``out_dir``."""
-    from emulator import EmulatedNetwork, netem_present
+    """Run a scenario end to end; once the network is up, always writes results (also partial
+    ones) to ``out_dir``. A network another run holds is a `UsageError` and writes nothing."""
+    from emulator import EmulatedNetwork, EmulationBusyError, netem_present
     from workers.coordinator import Coordinator
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -214,11 +148,13 @@ def execute(
         f"({results['predicted']['emulated_s']:.3f} s emulated)"
     )
     compute = compute_seconds(schedule)
+    network_up = False
     try:
         config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
         if run_dir:
             config["run_dir"] = run_dir
         with EmulatedNetwork(plan, config, log=log) as net:
+            network_up = True
             results["emulation"].update({k: v for k, v in net.facts.items() if k not in results["emulation"]})
             results["emulation"]["netem"] = net.netem
             if not net.netem:
@@ -226,6 +162,7 @@ def execute(
                     "link latency not emulated (no netem in this kernel): "
                     "the prediction models it as a per-hop software cost"
                 )
+            write_results(results, out_dir, report=False)  # status "running": what a SIGKILL leaves
             log(
                 f"[3/4] emulated network up in {net.facts.get('build_s', 0):.2f} s "
                 f"({len(plan.links)} cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}); starting workers"
@@ -236,11 +173,15 @@ def execute(
             cal = measure_op_overhead(twin, hosts, spawn, plan.path, timeout_s=s.run.timeout_s)
             results["calibration"] = cal
             results["predicted"] = predict_run(plan, schedule, emulated, net.netem, cal["op_overhead_s"])
+            write_results(results, out_dir, report=False)
             log(
                 f"      measured worker cost {cal['op_overhead_s'] * 1e6:.0f} us per op (zero-payload twin: "
                 f"{cal['twin_seconds'] * 1e3:.1f} ms); prediction now {results['predicted']['real_ms']:.3f} ms"
             )
-            with Coordinator(schedule.to_dict(), hosts, spawn=spawn, timeout_s=s.run.timeout_s) as coord:
+            with (
+                Coordinator(schedule.to_dict(), hosts, spawn=spawn, timeout_s=s.run.timeout_s) as coord,
+                IterationJournal(out_dir / ITERATIONS_FILE) as journal,
+            ):
                 bar = Progress(s.run.warmup + iterations, "iterations")
                 for i in range(s.run.warmup + iterations):
                     res = coord.run_iteration(i)
@@ -252,23 +193,27 @@ def execute(
                     if warm and res.ok:
                         bar.step(progress)
                         continue
-                    results["iterations"].append(
-                        {
-                            "index": i - s.run.warmup,
-                            "warmup": warm,
-                            "measured_s": res.time_s,
-                            "measured_real_ms": res.time_s / emulated["time_scale"] * 1e3,
-                            "compute_real_ms": max(compute) / emulated["time_scale"] * 1e3,
-                            "verified": res.ok,
-                            "errors": res.mismatches[:10],
-                        }
-                    )
-                    bar.step(progress)  # after recording it: an interrupt now keeps this iteration
+                    record = {
+                        "index": i - s.run.warmup,
+                        "warmup": warm,
+                        "measured_s": res.time_s,
+                        "measured_real_ms": res.time_s / emulated["time_scale"] * 1e3,
+                        "compute_real_ms": max(compute) / emulated["time_scale"] * 1e3,
+                        "verified": res.ok,
+                        "errors": res.mismatches[:10],
+                    }
+                    results["iterations"].append(record)
+                    journal.append(record)  # on disk before the progress line: a kill now keeps it
+                    bar.step(progress)
                     if not res.ok:
-                        raise RuntimeError(f"iteration {i} failed verification: {res.mismatches[:1]}")
+                        raise RunError(f"iteration {i} failed verification: {res.mismatches[:1]}")
                 bar.done()
         results["emulation"]["teardown_s"] = net.facts.get("teardown_s")
         results["status"] = "complete"
+    except EmulationBusyError as err:
+        if network_up:
+            raise
+        raise UsageError(str(err)) from None
     except KeyboardInterrupt:
         results["status"] = "interrupted"
         results["error"] = "interrupted by the user or SIGTERM; partial results"
@@ -278,8 +223,9 @@ def execute(
         results["error"] = f"{type(err).__name__}: {err}"
         raise
     finally:
-        report = write_results(results, out_dir)
-        log(f"[4/4] results in {out_dir}/results.json, report in {report}")
+        if network_up:
+            report = write_results(results, out_dir)
+            log(f"[4/4] results in {out_dir}/{RESULTS_FILE}, report in {report}")
     return results
 
 
@@ -287,15 +233,32 @@ def default_out(s: Scenario) -> Path:
     return Path("results") / s.name
 
 
-def run_run(args: argparse.Namespace) -> int:
-    _positive(args.iterations, "--iterations")
-    _positive(args.payload_scale, "--payload-scale")
-    s = load_scenario(args.scenario)
-    out = Path(args.out) if args.out else default_out(s)
-    if os.geteuid() != 0:
-        from .cli import UsageError
+def ensure_network_free(run_dir: str | None, lock_wait_s: float) -> None:
+    """Fail at once, before planning, when another topolab network holds the run lock (a
+    race with a run starting now is still caught, later, by the emulator's own lock)."""
+    from emulator import EmulationBusyError, EmulationConfig
+    from emulator.state import RunLock
 
-        raise UsageError("emulation needs root (network namespaces, tc); run as root, e.g. in the Vagrant VM")
+    if lock_wait_s > 0:
+        return  # the emulator waits for the lock
+    folder = run_dir or EmulationConfig().run_dir
+    if not Path(folder, "lock").exists():
+        return
+    probe = RunLock(folder)
+    try:
+        probe.acquire(0.0)
+    except EmulationBusyError as err:
+        raise UsageError(str(err)) from None
+    probe.release()
+
+
+def run_run(args: argparse.Namespace) -> int:
+    s = load_scenario(args.scenario)
+    out = check_output_dir(default_out(s) if args.out is None else args.out, "--out")
+    require_root("run")  # before --run-dir: /run is root's
+    if args.run_dir is not None:
+        check_output_dir(args.run_dir, "--run-dir")
+    ensure_network_free(args.run_dir, args.wait)
     results = execute(s, out, args.iterations, args.payload_scale, lock_wait_s=args.wait, run_dir=args.run_dir)
     summ = results["summary"]
     print(

@@ -20,11 +20,22 @@ import sys
 import time
 from pathlib import Path
 
-from planner import ScenarioError, load_scenario
-from planner.costmodel.baselines import NETWORKS, network_scenario
+from planner import load_scenario
+from planner.costmodel.baselines import NETWORKS
 from planner.costmodel.price import PriceModel
-from planner.scenario import with_overrides
+from planner.scenario import (
+    BOUNDS,
+    MAX_DEGREE,
+    MAX_LINK_GBPS,
+    MAX_SEARCH_STEPS,
+    MAX_SEED,
+    MIN_LINK_GBPS,
+    with_overrides,
+)
 from planner.zoo import MODELS
+
+from .options import bounded_float, bounded_int, check_output_dir
+from .sweep_inputs import cell_scenarios, load_prices, split_list
 
 DEFAULT_NETWORKS = ("topoopt", "switch", "fattree", "expander")
 
@@ -53,18 +64,24 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help="comma-separated link rates B in Gbps; default: the scenario's",
     )
+    low_tflops, _, high_tflops = BOUNDS[("workload", "device_tflops")]
     parser.add_argument(
         "--device-tflops",
-        type=float,
+        type=bounded_float(low_tflops, high_tflops, low_inclusive=True),
         default=None,
         metavar="X",
         help="effective compute per server in TFLOPS (the paper's server is 4 A100s: about 4 x 125); "
         "default: the scenario's",
     )
     parser.add_argument(
-        "--steps", type=int, default=None, help="MCMC steps per search; default: the scenario's search_steps"
+        "--steps",
+        type=bounded_int(1, MAX_SEARCH_STEPS),
+        default=None,
+        help=f"MCMC steps per search, 1..{MAX_SEARCH_STEPS}; default: the scenario's search_steps",
     )
-    parser.add_argument("--seed", type=int, default=None, help="search seed; default: the scenario's")
+    parser.add_argument(
+        "--seed", type=bounded_int(0, MAX_SEED), default=None, help="search seed; default: the scenario's"
+    )
     parser.add_argument(
         "--prices", metavar="FILE", help="JSON price table overriding the defaults (see docs/search.md)"
     )
@@ -72,60 +89,29 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
 
 
-def _usage(message: str) -> Exception:
-    from .cli import UsageError
-
-    return UsageError(message)
-
-
-def _split(text: str | None, option: str, cast, choices=None) -> list | None:
-    if text is None:
-        return None
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise _usage(f"{option}: empty list")
-    out = []
-    for item in items:
-        if choices is not None and item not in choices:
-            raise _usage(f"{option}: {item!r} is not one of {', '.join(choices)}")
-        try:
-            value = cast(item)
-        except ValueError:
-            raise _usage(f"{option}: {item!r} is not a {cast.__name__}") from None
-        if cast is not str and value <= 0:
-            raise _usage(f"{option}: {item!r} must be positive")
-        out.append(value)
-    return out
-
-
 def run_sweep(args: argparse.Namespace) -> int:
     from planner.search import SearchConfig, search  # heavy imports only when sweeping
 
     base = load_scenario(args.scenario)
-    models = MODELS if args.models == "all" else (_split(args.models, "--models", str, MODELS) or [base.workload.model])
-    networks = _split(args.topologies, "--topologies", str, NETWORKS)
-    degrees = _split(args.degrees, "--degrees", int) or [base.cluster.degree]
-    rates = _split(args.link_gbps, "--link-gbps", float) or [base.cluster.link_gbps]
-    if args.device_tflops is not None and not args.device_tflops > 0:
-        raise _usage(f"--device-tflops: must be > 0, got {args.device_tflops}")
+    models = (
+        MODELS if args.models == "all" else (split_list(args.models, "--models", str, MODELS) or [base.workload.model])
+    )
+    networks = split_list(args.topologies, "--topologies", str, NETWORKS)
+    degrees = split_list(args.degrees, "--degrees", int, bounds=(1, MAX_DEGREE)) or [base.cluster.degree]
+    rates = split_list(args.link_gbps, "--link-gbps", float, bounds=(MIN_LINK_GBPS, MAX_LINK_GBPS))
+    rates = rates or [base.cluster.link_gbps]
     if args.device_tflops is not None:
         base = with_overrides(base, workload={"device_tflops": args.device_tflops})
-    if args.steps is not None and args.steps < 1:
-        raise _usage(f"--steps: must be >= 1, got {args.steps}")
-    try:
-        prices = PriceModel.load(args.prices) if args.prices else PriceModel()
-    except (OSError, ValueError) as err:
-        raise _usage(f"--prices {args.prices}: {err}") from None
+    prices = load_prices(args.prices) if args.prices else PriceModel()
     steps = args.steps or base.parallelism.search_steps
     seed = base.parallelism.seed if args.seed is None else args.seed
-    out_dir = Path(args.out or f"sweep-{base.name}")
+    out_dir = check_output_dir(f"sweep-{base.name}" if args.out is None else args.out, "--out")
 
     cells = [(m, d, b, net) for d in degrees for b in rates for m in models for net in networks]
+    networks_of_cells = cell_scenarios(base, cells, prices)
     rows: list[dict] = []
     t_start = time.perf_counter()
-    for k, (model, d, b, net) in enumerate(cells, 1):
-        scenario = with_overrides(base, workload={"model": model}, cluster={"degree": d, "link_gbps": b})
-        network = network_scenario(scenario, net, prices)
+    for k, ((model, d, b, net), network) in enumerate(zip(cells, networks_of_cells), 1):
         print(
             f"[{k}/{len(cells)}] {model} d={d} B={b:g} {net}: searching {steps} steps ...",
             end="",
@@ -255,21 +241,9 @@ def plot(rows: list[dict], path: Path) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:  # `python -m topolab.sweep` until cli.py wires it
-    parser = argparse.ArgumentParser(prog="topolab sweep", description=__doc__.splitlines()[0])
-    add_sweep_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_sweep(args)
-    except ScenarioError as err:
-        print(f"topolab sweep: {err}", file=sys.stderr)
-        return 2
-    except Exception as err:  # UsageError from topolab.cli
-        if type(err).__name__ == "UsageError":
-            print(f"topolab sweep: {err}", file=sys.stderr)
-            return 2
-        raise
+def main(argv: list[str] | None = None) -> int:
+    """``topolab sweep ARGS`` for callers of the former ``topolab.sweep.main`` (the
+    benchmarks); new code calls ``topolab.cli.main(["sweep", ...])``."""
+    from .cli import main as topolab_main
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return topolab_main(["sweep", *(sys.argv[1:] if argv is None else argv)])

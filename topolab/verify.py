@@ -15,16 +15,34 @@ import time
 from collections import Counter
 from dataclasses import asdict
 
+from contract.errors import UsageError
+
+from .options import (
+    MAX_LINK_MBPS,
+    MAX_WAIT_S,
+    MIN_LINK_MBPS,
+    bounded_float,
+    check_output_dir,
+    require_root,
+)
+
+MAX_REFERENCE_GBPS = 1600.0  # the scenario's maximum link_gbps (docs/scenarios.md)
+MAX_MEASURE_S = 600.0  # iperf3 time per batch; all cables are measured in several batches
+MAX_BUDGET_GBPS = 100.0  # far above what two cores move through veths
+
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", help="scenario TOML file (its [emulation] table sets rate, MTU, netem)")
     parser.add_argument("--json", action="store_true", help="print the full report as JSON instead of a table")
     parser.add_argument(
-        "--link-mbps", type=float, default=None, help="override [emulation] link_mbps (emulated rate of one plan link)"
+        "--link-mbps",
+        type=bounded_float(MIN_LINK_MBPS, MAX_LINK_MBPS, low_inclusive=True),
+        default=None,
+        help="override [emulation] link_mbps (emulated rate of one plan link)",
     )
     parser.add_argument(
         "--reference-gbps",
-        type=float,
+        type=bounded_float(0.0, MAX_REFERENCE_GBPS),
         default=None,
         metavar="G",
         help="the real rate link_mbps stands for (default: the plan's link_gbps, as topolab run "
@@ -37,15 +55,25 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         help="measure goodput on all cables (default) or on a reproducible sample of N",
     )
     parser.add_argument("--no-goodput", action="store_true", help="skip the goodput measurement")
-    parser.add_argument("--seconds", type=float, default=3.0, help="iperf3 measuring time per batch (default 3)")
+    parser.add_argument(
+        "--seconds",
+        type=bounded_float(0.0, MAX_MEASURE_S),
+        default=3.0,
+        help=f"iperf3 measuring time per batch, at most {MAX_MEASURE_S:g} (default 3)",
+    )
     parser.add_argument(
         "--budget-gbps",
-        type=float,
+        type=bounded_float(0.0, MAX_BUDGET_GBPS),
         default=8.0,
         help="shaped traffic measured at once, both directions (default 8: well under the "
         "45-55 Gbit/s both cores of the reference machine saturate at)",
     )
-    parser.add_argument("--tolerance", type=float, default=0.05, help="allowed goodput deviation (default 0.05)")
+    parser.add_argument(
+        "--tolerance",
+        type=bounded_float(0.0, 1.0),
+        default=0.05,
+        help="allowed goodput deviation, in (0, 1] (default 0.05)",
+    )
     add_network_arguments(parser)
 
 
@@ -53,7 +81,7 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
     """Options every command that builds a network shares (verify, shell)."""
     parser.add_argument(
         "--wait",
-        type=float,
+        type=bounded_float(0.0, MAX_WAIT_S, low_inclusive=True),
         default=0.0,
         metavar="S",
         help="if another topolab network is up, wait up to S seconds for it (default: fail at once)",
@@ -65,11 +93,16 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _plan_and_config(args):
-    from emulator import EmulationConfig, EmulationInputError
+def _plan_and_config(args, command: str):
+    """Scenario, plan and emulation config of a network command; checks its inputs and root."""
+    from emulator import EmulationConfig
     from planner import build_plan, load_scenario
 
+    if args.links != "all" and not (args.links.isdigit() and int(args.links) > 0):
+        raise UsageError(f"--links {args.links!r}: use 'all' or a positive number")
     scenario = load_scenario(args.scenario)
+    require_root(command)  # before --run-dir: /run is root's
+    check_output_dir(args.run_dir, "--run-dir")
     plan = build_plan(scenario)
     config = EmulationConfig.from_any(scenario.emulation)
     if getattr(args, "link_mbps", None) is not None:
@@ -79,28 +112,14 @@ def _plan_and_config(args):
     # baseline the planner sets that to the port rate). `--reference-gbps` pins another rate.
     if getattr(args, "reference_gbps", None):
         config = EmulationConfig.from_any({**config.__dict__, "reference_gbps": args.reference_gbps})
-    if args.links != "all" and not (args.links.isdigit() and int(args.links) > 0):
-        raise EmulationInputError(f"--links {args.links!r}: use 'all' or a positive number")
     return scenario, plan, config
 
 
 def run_verify(args) -> int:
-    from emulator import EmulationError, EmulationInputError
-
-    try:
-        return _verify(args)
-    except EmulationInputError:
-        raise  # the CLI prints it as one line, exit 2
-    except EmulationError as err:
-        print(f"topolab verify: {err}", file=sys.stderr)
-        return 1
-
-
-def _verify(args) -> int:
     from emulator import EmulatedNetwork
     from emulator.checks import check_goodput, check_paths, sample_links
 
-    scenario, plan, config = _plan_and_config(args)
+    scenario, plan, config = _plan_and_config(args, "verify")
 
     def progress(msg):
         return print(f"verify: {msg}", file=sys.stderr, flush=True)

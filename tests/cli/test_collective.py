@@ -74,15 +74,17 @@ def test_plan_adapter_runs_every_algorithm_on_the_planned_rings():
         assert simulate_and_verify(sched) == []
 
 
-def test_not_root_or_bad_input_is_a_usage_error(tmp_path):
-    parser = argparse.ArgumentParser()
-    add_collective_arguments(parser)
-    from topolab.cli import UsageError
+def test_bad_input_is_one_line_naming_the_flag(capsys):
+    from topolab.cli import main
 
-    with pytest.raises(UsageError, match="--repeat"):
-        run_collective(parser.parse_args(["scenarios/topoopt-12.toml", "--repeat", "0"]))
-    with pytest.raises(UsageError, match="--bytes"):
-        run_collective(parser.parse_args(["scenarios/topoopt-12.toml", "--bytes", "3"]))
+    for argv, flag in (
+        (["--repeat", "0"], "--repeat"),
+        (["--bytes", "3"], "--bytes"),
+        (["--bytes", "4G"], "--bytes"),
+    ):
+        assert main(["collective", "scenarios/topoopt-12.toml", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and flag in err, err
 
 
 @pytest.mark.root

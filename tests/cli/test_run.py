@@ -99,3 +99,89 @@ def test_interrupted_run_writes_partial_results_and_leaves_nothing(tmp_path):
     assert [p for p in pids if _alive(p)] == []
     assert _root_links() == before
     assert not list(run_dir.glob("run-*.json"))
+
+
+def _state_pids(run_dir: Path) -> set[int]:
+    pids: set[int] = set()
+    for state in run_dir.glob("run-*.json"):
+        try:
+            pids |= {p["pid"] for p in json.loads(state.read_text()).get("procs", [])}
+        except (ValueError, OSError):
+            pass
+    return pids
+
+
+def test_killed_run_keeps_its_iterations_and_clean_leaves_nothing(tmp_path):
+    before = _root_links()
+    out, run_dir = tmp_path / "out", tmp_path / "run"
+    proc = _topolab(
+        "run", "scenarios/smoke-12.toml", "--out", str(out), "--iterations", "10", "--run-dir", str(run_dir)
+    )
+    pids: set[int] = set()
+    timed = 0
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and timed < 3:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        timed += " timed " in line
+        pids |= _state_pids(run_dir)
+    assert timed == 3, "the run never reached its third timed iteration"
+    proc.kill()  # SIGKILL: no handler runs, nothing is torn down or written at exit
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    lines = (out / "iterations.jsonl").read_text().splitlines()
+    assert [json.loads(line)["index"] for line in lines] == [0, 1, 2]
+    assert json.loads((out / "results.json").read_text())["status"] == "running"
+
+    report = subprocess.run(
+        [sys.executable, "-m", "topolab", "report", str(out)], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert report.returncode == 0, report.stderr
+    text = (out / "report.md").read_text()
+    assert "Status: **incomplete**" in text and "3 iteration(s) were on disk" in text
+    assert text.count("| yes |") == 3
+    for name in ("topology.png", "iterations.png", "link_bytes.png"):
+        assert (out / name).stat().st_size > 1000, name
+
+    clean = subprocess.run(
+        [sys.executable, "-m", "topolab", "clean", "--run-dir", str(run_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert clean.returncode == 0, clean.stderr
+    time.sleep(0.5)
+    assert pids and [p for p in pids if _alive(p)] == []
+    assert _root_links() == before
+    assert not list(run_dir.glob("run-*.json"))
+
+
+def test_run_blocked_by_another_runs_lock_is_one_line_and_writes_nothing(tmp_path, capsys):
+    from contract.errors import UsageError
+    from emulator.state import RunLock
+    from planner import load_scenario
+    from topolab.cli import main
+    from topolab.run import execute
+
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    run_dir.mkdir()
+    lock = RunLock(str(run_dir))
+    lock.acquire()
+    try:
+        code = main(["run", "scenarios/smoke-12.toml", "--out", str(out), "--run-dir", str(run_dir)])
+    finally:
+        lock.release()
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("topolab: another topolab network is up"), err
+    assert not out.exists()
+    # the same when the lock is taken between the check and the network's start
+    lock.acquire()
+    try:
+        with pytest.raises(UsageError, match="another topolab network is up"):
+            execute(load_scenario("scenarios/smoke-12.toml"), out, log=lambda msg: None, run_dir=str(run_dir))
+    finally:
+        lock.release()
+    assert not out.exists()

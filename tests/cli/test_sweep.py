@@ -6,6 +6,7 @@ import json
 import pytest
 
 from topolab import sweep
+from topolab.cli import main
 
 
 def _args(tmp_path, scenario, **kw):
@@ -44,13 +45,13 @@ def test_sweep_writes_table_json_and_plot(tmp_path, scenario_dir, capsys):
 
 
 def test_sweep_bad_input_is_one_line_exit_2(tmp_path, scenario_dir, capsys):
-    code = sweep.main(
-        [str(scenario_dir / "topoopt-12.toml"), "--topologies", "topoopt,dragonfly", "--out", str(tmp_path)]
+    code = main(
+        ["sweep", str(scenario_dir / "topoopt-12.toml"), "--topologies", "topoopt,dragonfly", "--out", str(tmp_path)]
     )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "dragonfly" in err
-    code = sweep.main([str(tmp_path / "missing.toml")])
+    code = main(["sweep", str(tmp_path / "missing.toml")])
     err = capsys.readouterr().err
     assert code == 2 and "no such file" in err
-    code = sweep.main([str(scenario_dir / "topoopt-12.toml"), "--degrees", "4,x", "--out", str(tmp_path)])
+    code = main(["sweep", str(scenario_dir / "topoopt-12.toml"), "--degrees", "4,x", "--out", str(tmp_path)])
     assert code == 2 and "--degrees" in capsys.readouterr().err

@@ -43,7 +43,7 @@ BAD = [
         "parallelism.mp_degree",
         "divide",
     ),
-    ("zero rate", GOOD.replace("link_gbps = 25", "link_gbps = 0"), "cluster.link_gbps", "> 0"),
+    ("zero rate", GOOD.replace("link_gbps = 25", "link_gbps = 0"), "cluster.link_gbps", ">= 0.001"),
     (
         "torus degree",
         GOOD.replace('"topoopt"', '"torus"').replace("degree = 4", "degree = 6"),
@@ -56,7 +56,7 @@ BAD = [
         "cluster.servers",
         "a x b",
     ),
-    ("negative emulated rate", GOOD + "[emulation]\nlink_mbps = -5\n", "emulation.link_mbps", "> 0"),
+    ("negative emulated rate", GOOD + "[emulation]\nlink_mbps = -5\n", "emulation.link_mbps", ">= 0.1"),
 ]
 
 
@@ -109,3 +109,25 @@ def test_cli_json_and_out(tmp_path, scenario_dir):
         check=True,
     ).stdout
     assert "±1, ±5" in human and "diameter        3 hops" in human
+
+
+def test_docs_list_every_key_with_its_default_and_range():
+    from dataclasses import fields
+    from pathlib import Path
+
+    from planner import scenario
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "scenarios.md"
+    text = docs.read_text()
+    assert "docs/scenarios.md" in scenario.__doc__
+    for section, cls in scenario._SECTIONS.items():
+        part = text.split(f"## [{section}]")[1].split("\n## ")[0]
+        for f in fields(cls):
+            row = next((line for line in part.splitlines() if line.startswith(f"| `{f.name}` |")), None)
+            assert row is not None, f"{section}.{f.name} missing from {docs}"
+            default = f'`"{f.default}"`' if isinstance(f.default, str) else f"{f.default:g}"
+            assert row.split("|")[2].strip() == default, row
+            bound = scenario.BOUNDS.get((section, f.name))
+            if bound is not None and f.name not in ("seed", "mp_degree"):
+                documented_max = row.split("|")[3].split("..")[1].split()[0].rstrip(",")
+                assert float(documented_max) == bound[2], row

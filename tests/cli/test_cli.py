@@ -1,0 +1,119 @@
+"""The command line itself: lazy imports, --version, one-line errors with their exit codes,
+and `topolab report` of a folder a killed run left behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from contract.errors import RunError, UsageError
+from topolab import __version__, plan_cmd
+from topolab.cli import COMMANDS, main
+from topolab.report import recover
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _modules_after(code: str) -> set[str]:
+    probe = f"import sys\n{code}\nprint(' '.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def test_help_loads_no_subcommand_and_lists_them_all():
+    loaded = _modules_after("from topolab.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass")
+    assert not {"planner", "emulator", "workers", "numpy", "matplotlib"} & loaded
+    assert not {module for module, _ in COMMANDS.values()} & loaded
+    out = subprocess.run([sys.executable, "-m", "topolab", "--help"], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0 and all(name in out.stdout for name in COMMANDS)
+
+
+def test_plan_loads_neither_the_emulator_nor_matplotlib():
+    loaded = _modules_after("from topolab.cli import main\nmain(['plan', 'scenarios/topoopt-12.toml'])")
+    assert "planner" in loaded
+    assert not {"emulator", "workers", "matplotlib", "topolab.run", "topolab.sweep"} & loaded
+
+
+def test_version():
+    out = subprocess.run([sys.executable, "-m", "topolab", "--version"], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == f"topolab {__version__}"
+
+
+@pytest.mark.parametrize(
+    "error,code,fragment",
+    [
+        (UsageError("--flag: bad"), 2, "--flag: bad"),
+        (RunError("rank 3 died"), 1, "rank 3 died"),
+        (OSError(28, "No space left on device", "/tmp/x"), 1, "No space left on device: /tmp/x"),
+        (RecursionError("maximum recursion depth exceeded"), 1, "nested too deeply"),
+        (MemoryError(), 1, "out of memory"),
+        (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), 1, "not UTF-8"),
+        (KeyboardInterrupt(), 130, "interrupted"),
+        (RunError("two\nlines"), 1, "two lines"),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),
+)
+def test_errors_are_one_line_with_their_exit_code(monkeypatch, capsys, error, code, fragment):
+    """Faults a test cannot cause for real (memory, a full disk) are raised by the subcommand."""
+
+    def fail(args):
+        raise error
+
+    monkeypatch.setattr(plan_cmd, "run_plan", fail)
+    assert main(["plan", "scenarios/topoopt-12.toml"]) == code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("topolab: ") and fragment in err, err
+
+
+def test_an_unexpected_bug_still_shows_its_traceback(monkeypatch):
+    def fail(args):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(plan_cmd, "run_plan", fail)
+    with pytest.raises(ZeroDivisionError):
+        main(["plan", "scenarios/topoopt-12.toml"])
+
+
+def test_recover_marks_a_killed_run_incomplete():
+    results = {"status": "running", "iterations": [], "emulation": {"time_scale": 250.0}, "predicted": {}}
+    journal = [{"index": i, "measured_s": 0.5 + i / 10, "verified": True} for i in range(3)]
+    out = recover(results, journal)
+    assert out["status"] == "incomplete" and "3 iteration(s)" in out["error"]
+    assert out["summary"]["iterations"] == 3 and out["summary"]["median_measured_s"] == pytest.approx(0.6)
+    finished = recover({**results, "status": "complete", "iterations": journal}, journal)
+    assert finished["status"] == "complete" and "error" not in finished
+
+
+def test_report_renders_a_results_folder(tmp_path, capsys):
+    from planner import build_plan, load_scenario
+    from topolab.run import plan_dict
+
+    plan = build_plan(load_scenario("scenarios/smoke-12.toml"))
+    results = {
+        "status": "running",
+        "scenario": {
+            "name": "smoke-12",
+            "workload": {"model": "dlrm", "batch_per_server": 128},
+            "parallelism": {"strategy": "hybrid"},
+        },
+        "plan": plan_dict(plan),
+        "emulation": {"time_scale": 250.0, "plan_link_gbps": 25.0, "link_mbps": 100.0, "mtu": 9000},
+        "schedule": {"payload_scale": 0.01, "ops": 10, "allreduce_buckets": 1},
+        "iterations": [],
+        "predicted": {"emulated_s": 0.5, "real_ms": 2.0},
+    }
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    lines = [
+        {"index": i, "measured_s": 0.5, "measured_real_ms": 2.0, "compute_real_ms": 1.0, "verified": True}
+        for i in range(2)
+    ]
+    (tmp_path / "iterations.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"index": 2, "meas')
+    assert main(["report", str(tmp_path)]) == 0
+    assert "incomplete, 2 iterations" in capsys.readouterr().out
+    text = (tmp_path / "report.md").read_text()
+    assert "Status: **incomplete**" in text and text.count("| yes |") == 2
+    assert (tmp_path / "iterations.png").stat().st_size > 1000

@@ -1,0 +1,118 @@
+"""Checks every subcommand shares: bounded numeric flags, writable outputs, root.
+
+Each check fails before any work starts, as a `UsageError` naming the flag (one line, exit
+2). Numeric flags are bounded as argparse types, so argparse names the flag itself
+("argument --steps: ..."). The maxima are where memory or time would explode; the scenario
+keys' own bounds are in docs/scenarios.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from contract.errors import UsageError
+
+MAX_WAIT_S = 24 * 3600.0  # waiting for another run's lock longer than a day is a mistake
+MAX_TIMEOUT_S = 24 * 3600.0
+MAX_ITERATIONS = 100_000  # timed iterations of one run; one per line in iterations.jsonl
+MAX_LINK_MBPS = 100_000.0  # HTB on a veth: far above what two cores move (docs/emulation.md)
+MIN_LINK_MBPS = 0.1  # below this, a 1 MB transfer takes minutes of emulated time
+MAX_PAYLOAD_SCALE = 1.0  # the job's real transfer sizes; more only wastes memory
+MIN_PAYLOAD_SCALE = 1e-9
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """argparse type: an integer in [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {text}")
+        return value
+
+    return parse
+
+
+def bounded_float(low: float, high: float, low_inclusive: bool = False) -> Callable[[str], float]:
+    """argparse type: a finite number in (low, high] (or [low, high])."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        above = value >= low if low_inclusive else value > low
+        if not math.isfinite(value) or not above or value > high:
+            bracket = "[" if low_inclusive else "("
+            raise argparse.ArgumentTypeError(f"must be a finite number in {bracket}{low:g}, {high:g}], got {text}")
+        return value
+
+    return parse
+
+
+def _probe_directory(folder: Path, flag: str, shown: str) -> None:
+    """Create and remove a file in ``folder``: the only test that also holds for root and /proc."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".topolab-probe-"):
+            pass
+    except OSError as err:
+        raise UsageError(f"{flag} {shown}: cannot write in {folder}: {err.strerror}") from None
+
+
+def check_output_file(path: str | None, flag: str, inputs: tuple[str, ...] = ()) -> Path | None:
+    """``path`` can be written as a regular file, and is none of ``inputs``."""
+    if path is None:
+        return None
+    shown = repr(path)
+    if not path.strip():
+        raise UsageError(f"{flag} {shown}: empty file name")
+    target = Path(path)
+    for source in inputs:
+        if os.path.exists(source) and target.exists() and os.path.samefile(source, target):
+            raise UsageError(f"{flag} {shown}: is the input file; choose another output")
+    if target.exists():
+        if not target.is_file():
+            raise UsageError(f"{flag} {shown}: not a regular file")
+        if not os.access(target, os.W_OK):
+            raise UsageError(f"{flag} {shown}: not writable")
+    parent = target.parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {shown}: folder {parent} does not exist")
+    _probe_directory(parent, flag, shown)
+    return target
+
+
+def check_output_dir(path: str | Path, flag: str) -> Path:
+    """``path`` is a folder that exists and is writable, or can be created (nothing is created)."""
+    shown = repr(str(path))
+    if not str(path).strip():
+        raise UsageError(f"{flag} {shown}: empty folder name")
+    target = Path(path)
+    if target.exists():
+        if not target.is_dir():
+            raise UsageError(f"{flag} {shown}: exists and is not a folder")
+        _probe_directory(target, flag, shown)
+        return target
+    ancestor = target.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{flag} {shown}: {ancestor} is not a folder")
+    _probe_directory(ancestor, flag, shown)
+    return target
+
+
+def require_root(command: str) -> None:
+    """Commands that build namespaces and shape links need root."""
+    if os.geteuid() != 0:
+        raise UsageError(
+            f"topolab {command} needs root (network namespaces, tc); run it as root, e.g. in the Vagrant VM"
+        )

@@ -1,0 +1,90 @@
+"""The inputs of `topolab sweep`, each checked before the first search: comma-separated
+lists with their bounds, a JSON price table (every price finite and > 0), and every cell's
+scenario; a bad one is a `UsageError` naming the flag.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from contract.errors import UsageError
+from planner import ScenarioError
+from planner.costmodel.baselines import network_scenario
+from planner.costmodel.price import PriceModel
+from planner.scenario import Scenario, with_overrides
+
+# A cell's scenario key -> the flag that set it, so a bad cell names the flag.
+_FLAG_OF_KEY = {"cluster.degree": "--degrees", "cluster.link_gbps": "--link-gbps", "workload.model": "--models"}
+
+
+def split_list(text: str | None, option: str, cast, choices=None, bounds=None) -> list | None:
+    if text is None:
+        return None
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise UsageError(f"{option}: empty list")
+    out = []
+    for item in items:
+        if choices is not None and item not in choices:
+            raise UsageError(f"{option}: {item!r} is not one of {', '.join(choices)}")
+        try:
+            value = cast(item)
+        except ValueError:
+            raise UsageError(f"{option}: {item!r} is not a {cast.__name__}") from None
+        if bounds is not None:
+            low, high = bounds
+            if not (math.isfinite(value) and low <= value <= high):
+                raise UsageError(f"{option}: {item!r} must be between {low:g} and {high:g}")
+        out.append(value)
+    return out
+
+
+def _positive_number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{where}: expected a finite number > 0, got {json.dumps(value)}")
+    return float(value)
+
+
+def load_prices(path: str) -> PriceModel:
+    """A JSON price table (docs/search.md); every price finite and > 0, else one line naming it."""
+    where = f"--prices {path}"
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(f"{where}: {err.strerror}") from None
+    except (ValueError, RecursionError) as err:
+        raise UsageError(f"{where}: not JSON: {err}") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{where}: expected a JSON object of prices")
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            if not value:
+                raise UsageError(f"{where}: {key}: empty table")
+            for speed, price in value.items():
+                try:
+                    _positive_number(float(speed), f"{where}: {key}")
+                except ValueError:
+                    raise UsageError(f"{where}: {key}: speed {speed!r} is not a number") from None
+                _positive_number(price, f"{where}: {key}.{speed}")
+        else:
+            _positive_number(value, f"{where}: {key}")
+    try:
+        return PriceModel.from_dict(doc)
+    except (ValueError, TypeError) as err:
+        raise UsageError(f"{where}: {err}") from None
+
+
+def cell_scenarios(base: Scenario, cells, prices: PriceModel) -> list:
+    """Every cell's network scenario, all validated before the first search starts."""
+    out = []
+    for model, d, b, net in cells:
+        try:
+            scenario = with_overrides(base, workload={"model": model}, cluster={"degree": d, "link_gbps": b})
+            out.append(network_scenario(scenario, net, prices))
+        except ScenarioError as err:
+            flag = _FLAG_OF_KEY.get(err.key, err.key)
+            raise UsageError(f"{flag}: {model} d={d} B={b:g} {net}: {err.problem}") from None
+    return out
