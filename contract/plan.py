@@ -19,8 +19,9 @@ docs/algorithms.md section 4), which is how it is stored, so a 1024-server plan 
 
 from __future__ import annotations
 
+import copy
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
@@ -190,7 +191,27 @@ class Plan:
 
     # ---- JSON --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        """The plan as JSON-ready data. Built field by field: `dataclasses.asdict` deep-copies
+        every one of the ~10^5 flows and route entries of a 1024-server plan (about 1 s)."""
+        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["links"] = [{"a": link.a, "b": link.b, "gbps": link.gbps} for link in self.links]
+        d["routes"] = {
+            "kind": self.routes.kind,
+            "first_stride": list(self.routes.first_stride),
+            "table": [list(row) for row in self.routes.table],
+        }
+        d["demand"] = {
+            "allreduce": [
+                {"members": list(g.members), "bytes": g.bytes, "rings": list(g.rings)} for g in self.demand.allreduce
+            ],
+            "mp": [{"src": f.src, "dst": f.dst, "bytes": f.bytes} for f in self.demand.mp],
+        }
+        d["summary"] = asdict(self.summary)
+        d["placement"] = asdict(self.placement)
+        d["strides"] = list(self.strides)
+        d["rings"] = [list(r) for r in self.rings]
+        d["notes"] = list(self.notes)
+        d["extra"] = copy.deepcopy(self.extra)
         d["format"] = PLAN_FORMAT
         return d
 

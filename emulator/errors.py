@@ -24,7 +24,9 @@ class EmulationInputError(UsageError, EmulationError):
 
 
 class EmulationBusyError(EmulationError):
-    """Another topolab network holds the run lock."""
+    """Another topolab network holds the run lock: nothing ran, try again later (exit 2)."""
+
+    exit_code = 2
 
 
 class ShapingError(EmulationError):

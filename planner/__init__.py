@@ -8,8 +8,16 @@ Imports nothing else of topolab and needs no privileges. Front door::
 
 from contract.plan import AllReduceGroup, Link, MPFlow, Plan, Routes, Summary, TrafficDemand
 
-from .build import build_plan
 from .scenario import Scenario, ScenarioError, load_scenario, parse_scenario
+
+
+def build_plan(s: Scenario, demand: TrafficDemand | None = None) -> Plan:
+    """`planner.build.build_plan` (loaded on first use, so that reading and checking a
+    scenario does not pay for importing the planner's algorithms)."""
+    from .build import build_plan as build
+
+    return build(s, demand)
+
 
 __all__ = [
     "AllReduceGroup",

@@ -10,8 +10,6 @@ Each returns cables as (a, b) pairs; the switch is node n.
 
 from __future__ import annotations
 
-import networkx as nx
-
 
 def switch_cables(n: int) -> list[tuple[int, int]]:
     return [(i, n) for i in range(n)]
@@ -19,6 +17,8 @@ def switch_cables(n: int) -> list[tuple[int, int]]:
 
 def expander_cables(n: int, d: int, seed: int) -> tuple[list[tuple[int, int]], int]:
     """A connected random d-regular graph; returns (cables, seed actually used)."""
+    import networkx as nx  # here, not at the top: 0.3 s to import, needed only for expanders
+
     for attempt in range(100):
         graph = nx.random_regular_graph(d, n, seed=seed + attempt)
         if nx.is_connected(graph):

@@ -15,7 +15,6 @@ from contract.plan import Plan, TrafficDemand
 
 from .opgraph import model_graph
 from .scenario import Scenario
-from .search import search
 from .strategy import fixed_strategy, placement_of, strategy_demand
 from .topologies import plan_for_demand
 
@@ -26,6 +25,8 @@ def build_plan(s: Scenario, demand: TrafficDemand | None = None) -> Plan:
     if demand is not None:
         return plan_for_demand(s, demand)
     if s.parallelism.strategy == "search":
+        from .search import search  # here, not at the top: the search is only loaded when used
+
         return search(s).plan
     n, p = s.cluster.servers, s.parallelism
     graph = model_graph(s.workload.model)

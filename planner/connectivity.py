@@ -11,8 +11,6 @@ cables) can never be connected: `connect` rejects it with `UnconnectableDegreeEr
 
 from __future__ import annotations
 
-import networkx as nx
-
 from contract.errors import UsageError
 
 
@@ -21,10 +19,30 @@ class UnconnectableDegreeError(UsageError):
 
 
 def components(n: int, cables: list[tuple[int, int]]) -> list[set[int]]:
-    graph = nx.MultiGraph()
-    graph.add_nodes_from(range(n))
-    graph.add_edges_from(cables)
-    return [set(c) for c in nx.connected_components(graph)]
+    """Connected components, in order of their smallest node (breadth-first search; plain
+    lists rather than networkx, whose import alone costs 0.3 s of every `topolab plan`)."""
+    adjacent: list[list[int]] = [[] for _ in range(n)]
+    for a, b in cables:
+        adjacent[a].append(b)
+        adjacent[b].append(a)
+    seen = [False] * n
+    out: list[set[int]] = []
+    for start in range(n):
+        if seen[start]:
+            continue
+        seen[start] = True
+        comp, frontier = {start}, [start]
+        while frontier:
+            nxt = []
+            for u in frontier:
+                for v in adjacent[u]:
+                    if not seen[v]:
+                        seen[v] = True
+                        comp.add(v)
+                        nxt.append(v)
+            frontier = nxt
+        out.append(comp)
+    return out
 
 
 def connect(n: int, cables: list[tuple[int, int]], protected: int = 0) -> tuple[list[tuple[int, int]], int]:

@@ -9,8 +9,6 @@ rounds favour other pairs. An odd n leaves one server unmatched per round.
 
 from __future__ import annotations
 
-import networkx as nx
-
 from contract.plan import MPFlow
 
 
@@ -27,6 +25,8 @@ def symmetric_demand(flows: tuple[MPFlow, ...]) -> dict[tuple[int, int], float]:
 
 def mp_matching_cables(flows: tuple[MPFlow, ...], rounds: int) -> list[tuple[int, int]]:
     """Cables of ``rounds`` damped maximum-weight matching rounds over the MP demand."""
+    import networkx as nx  # here, not at the top: 0.3 s to import, needed only for matchings
+
     remaining = symmetric_demand(flows)
     cables: dict[tuple[int, int], int] = {}
     out: list[tuple[int, int]] = []
@@ -54,6 +54,8 @@ def fill_free_ports(
     in a patch-panel cluster, so the remaining free ports are paired up by further
     maximum-cardinality matchings, preferring pairs with residual demand and then pairs
     that are not yet cabled. Returns only the new cables."""
+    import networkx as nx  # here, not at the top: 0.3 s to import, needed only for matchings
+
     demand = demand or {}
     used = [0] * n
     cabled: set[tuple[int, int]] = set()

@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
 
 
 def coin_change_first_strides(n: int, strides: list[int]) -> list[int]:
@@ -46,6 +44,10 @@ def coin_change_first_strides(n: int, strides: list[int]) -> list[int]:
 
 def next_hop_table(nodes: int, cables: list[tuple[int, int]], preferred: int | None = None) -> np.ndarray:
     """Shortest-path next hops; the first ``preferred`` cables win ties (weight 1 vs 1.001)."""
+    # scipy here, not at the top: 0.4 s to import, needed only for routing tables
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import shortest_path
+
     preferred = len(cables) if preferred is None else preferred
     rows, cols, weights = [], [], []
     for i, (a, b) in enumerate(cables):

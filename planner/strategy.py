@@ -244,7 +244,8 @@ class TrafficArrays:
             if b > 0:
                 ar += [AllReduceGroup(coset(self.n, m, s), b) for s in range(m)]
         src, dst = np.nonzero(self.pair)
-        mp = tuple(MPFlow(int(a), int(b), int(round(self.pair[a, b]))) for a, b in zip(src, dst))
+        nbytes = np.rint(self.pair[src, dst]).astype(np.int64)
+        mp = tuple(map(MPFlow, src.tolist(), dst.tolist(), nbytes.tolist()))
         return TrafficDemand(tuple(ar), mp)
 
 
