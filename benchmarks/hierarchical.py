@@ -159,7 +159,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.plot(xs, [r["measured_s"] for r in pipelined], "s-", label="measured (emulated)")
     libra = next(r for r in rows if r["name"] == "libra-pipelined")
     ax.axvline(libra["shares"][0], color="grey", linestyle="--", linewidth=1)
-    ax.annotate("LIBRA", (libra["shares"][0], libra["predicted_s"]), textcoords="offset points", xytext=(6, 12))
+    ax.annotate("LIBRA", (libra["shares"][0], libra["predicted_s"]), textcoords="offset points", xytext=(6, 30))
     ax.set_xlabel("share of the budget in dimension 0 (fc, 4 servers)")
     ax.set_ylabel("64 MiB AllReduce time (emulated s)")
     ax.set_title("12 servers, 4 x 3 fc x ring, 400 Mbit/s per server (pipelined)")
