@@ -172,6 +172,20 @@ def _group_index(coords: np.ndarray, dims: Sequence[int], d: int) -> np.ndarray:
     return index
 
 
+def _direct_pairs(n: int, links: Sequence[Link]) -> np.ndarray:
+    """``n x n``: servers cabled together or sharing a switch (no other server relays)."""
+    direct = np.zeros((n, n), dtype=bool)
+    members: dict[int, list[int]] = {}
+    for link in links:
+        if link.b < n:
+            direct[link.a, link.b] = direct[link.b, link.a] = True
+        else:
+            members.setdefault(link.b, []).append(link.a)
+    for group in members.values():
+        direct[np.ix_(group, group)] = True
+    return direct
+
+
 def hierarchical_plan(
     dims: Sequence[int],
     blocks: Sequence[str],
@@ -202,7 +216,7 @@ def hierarchical_plan(
         shortest = next_hop_table(n + switches, [(l.a, l.b) for l in links])
         nh[:, n:] = shortest[:, n:]
     hops = hop_counts(nh, n)
-    summary = summarize(hops, n, links, switches)
+    summary = summarize(hops, n, links, switches, _direct_pairs(n, links) if switches else None)
     return Plan(
         servers=n,
         degree=sum(cables_per_server(b, p) for p, b in zip(dims, blocks)),

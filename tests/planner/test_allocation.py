@@ -123,11 +123,11 @@ def test_4d_4096_servers_allocates_in_under_a_second():
         ),
         compute_s=0.2,
     )
-    start = time.perf_counter()
     for mode, objective in itertools.product(("pipelined", "sequential"), ("time", "time_x_cost")):
+        start = time.perf_counter()
         result = allocate([8, 8, 8, 8], workload, 400.0, mode=mode, objective=objective, price=[1, 2, 3, 4])
+        assert time.perf_counter() - start < 1.0, (mode, objective)
         assert sum(result.gbps) == pytest.approx(400.0)
-    assert time.perf_counter() - start < 1.0
 
 
 @pytest.mark.parametrize(

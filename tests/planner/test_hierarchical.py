@@ -45,6 +45,7 @@ def test_two_member_ring_is_one_cable_and_switch_nodes_follow_the_servers():
     assert plan.switches == 2
     assert sorted(l.b for l in plan.links if l.b >= plan.servers) == [6, 6, 6, 7, 7, 7]
     assert plan.path(0, 5) == [0, 1, 7, 5]  # dimension 0 first, then through the switch
+    assert plan.summary.relayed_fraction == pytest.approx(2 / 5)  # switch-mates are not relayed
 
 
 @pytest.mark.parametrize(("dims", "blocks"), [([4, 3], ["fc", "ring"]), ([4, 5, 2], ["ring", "ring", "switch"])])
