@@ -1,0 +1,241 @@
+"""Hierarchical AllReduce on a multi-dimensional network (Won et al. 2021; docs/algorithms.md
+section 3).
+
+Reduce-scatter dimension by dimension, then all-gather in reverse. In dimension d every
+group (the servers differing only in coordinate d, see planner.hierarchical) reduce-scatters
+its current region into p_d shards, member j keeping shard j, so after dimension d each
+server holds ``m_{d+1} = m_d / p_d`` bytes that all members of its next group share; the
+all-gather undoes it. Dimension d carries ``2 m_d (p_d - 1) / p_d`` bytes per server.
+
+Per dimension the block's algorithm, written here as separate reduce-scatter and all-gather
+halves (planner.collectives.rings only has the whole ring AllReduce):
+
+- ring block: a bidirectional ring (each shard halved, one half clockwise, one counter-
+  clockwise, so both ring cables of a server carry traffic); one direction for p_d = 2;
+- fc block: direct, every member sends shard j straight to member j (reduce-scatter) and
+  its own shard to everyone (all-gather), all p_d - 1 cables at once;
+- switch block: a ring through the switch (one uplink and one downlink busy per server).
+
+Variants: ``chunks = 1`` runs the dimensions one after another (sequential, time
+``sum_d t_d``); ``chunks = K > 1`` cuts the buffer into K chunks that flow through the
+dimensions concurrently, one stream per (dimension, phase, direction), so different
+dimensions work on different chunks at once (pipelined, time about ``max_d t_d`` plus the
+fill and drain: the other dimensions' time of the first and last chunk). Chunks are tapered
+(sizes 1, 1, 2, 2, 4, ..., 4, 2, 2, 1, 1): small chunks at both ends shorten fill and drain,
+big ones in the middle keep the op count (the workers' per-op cost) down. For 64 MiB on the
+12-server 4 x 3 fc x ring at the LIBRA split, 14 tapered chunks come within 3% of
+``max_d t_d`` in the flow model, where 16 equal chunks lose 6%.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from contract.schedule import Check, Schedule, ScheduleBuilder, split_region
+from planner.hierarchical import groups as dimension_groups
+
+from .rings import weighted_split
+
+Deps = Mapping[int, Iterable[int]]
+Region = tuple[int, int]  # (offset, length) in bytes
+PIPELINE_CHUNKS = 14  # chunks of the pipelined variant (module docstring)
+TAPER = (1, 1, 2, 2)  # relative sizes of the first chunks (mirrored at the end); middle ones 4
+FULL_CHUNK = 4
+
+
+def chunk_weights(chunks: int) -> list[int]:
+    """Relative chunk sizes: tapered when there are enough chunks, else equal."""
+    middle = chunks - 2 * len(TAPER)
+    if middle < 1:
+        return [1] * chunks
+    return [*TAPER, *[FULL_CHUNK] * middle, *TAPER[::-1]]
+
+
+def _passthrough(members: Sequence[int], after: Deps, last: dict[int, int]) -> dict[int, list[int]]:
+    """Per member the ops that mark its part as done (its last op, else its dependencies)."""
+    return {r: [last[r]] if r in last else list(after.get(r, ())) for r in members}
+
+
+def add_ring_reduce_scatter(
+    b: ScheduleBuilder, ring: Sequence[int], buffer: str, pieces: Sequence[Region], stream: str, tag: int, after: Deps
+) -> dict[int, list[int]]:
+    """Ring reduce-scatter: ``ring[j]`` ends with the sum of everyone's ``pieces[j]``.
+
+    Step s = 0 .. k-2: position j sends piece (j - s - 1) mod k to its successor and reduces
+    piece (j - s - 2) mod k from its predecessor (piece q travels q+1 -> q+2 -> ... -> q)."""
+    k, last = len(ring), {}
+    for j, rank in enumerate(ring):
+        deps = list(after.get(rank, ()))
+        for s in range(k - 1):
+            so, sl = pieces[(j - s - 1) % k]
+            ro, rl = pieces[(j - s - 2) % k]
+            if sl:
+                last[rank] = b.send(rank, stream, ring[(j + 1) % k], buffer, so, sl, tag, after=deps)
+                deps = []
+            if rl:
+                last[rank] = b.recv(rank, stream, ring[(j - 1) % k], buffer, ro, rl, tag, "reduce", after=deps)
+                deps = []
+    return _passthrough(ring, after, last)
+
+
+def add_ring_all_gather(
+    b: ScheduleBuilder, ring: Sequence[int], buffer: str, pieces: Sequence[Region], stream: str, tag: int, after: Deps
+) -> dict[int, list[int]]:
+    """Ring all-gather: ``ring[j]`` starts with ``pieces[j]``, everyone ends with all of them.
+
+    Step s: position j sends piece (j - s) mod k on and copies piece (j - s - 1) mod k in."""
+    k, last = len(ring), {}
+    for j, rank in enumerate(ring):
+        deps = list(after.get(rank, ()))
+        for s in range(k - 1):
+            so, sl = pieces[(j - s) % k]
+            ro, rl = pieces[(j - s - 1) % k]
+            if sl:
+                last[rank] = b.send(rank, stream, ring[(j + 1) % k], buffer, so, sl, tag, after=deps)
+                deps = []
+            if rl:
+                last[rank] = b.recv(rank, stream, ring[(j - 1) % k], buffer, ro, rl, tag, "copy", after=deps)
+                deps = []
+    return _passthrough(ring, after, last)
+
+
+def add_direct_reduce_scatter(
+    b: ScheduleBuilder,
+    members: Sequence[int],
+    buffer: str,
+    pieces: Sequence[Region],
+    stream: str,
+    tag: int,
+    after: Deps,
+) -> dict[int, list[int]]:
+    """Direct reduce-scatter on a fully connected group: member j sends ``pieces[i]`` to
+    member i (all at once, eager), then reduces the p - 1 pieces j it receives."""
+    k, last = len(members), {}
+    for j, rank in enumerate(members):
+        deps = list(after.get(rank, ()))
+        order = [(j + s) % k for s in range(1, k)]  # staggered, so no member is everyone's first
+        for i in order:
+            if pieces[i][1]:
+                last[rank] = b.send(rank, stream, members[i], buffer, *pieces[i], tag, after=deps)
+                deps = []
+        for i in order:
+            if pieces[j][1]:
+                last[rank] = b.recv(rank, stream, members[i], buffer, *pieces[j], tag, "reduce", after=deps)
+                deps = []
+    return _passthrough(members, after, last)
+
+
+def add_direct_all_gather(
+    b: ScheduleBuilder,
+    members: Sequence[int],
+    buffer: str,
+    pieces: Sequence[Region],
+    stream: str,
+    tag: int,
+    after: Deps,
+) -> dict[int, list[int]]:
+    """Direct all-gather: member j sends ``pieces[j]`` to every other member and copies
+    theirs in."""
+    k, last = len(members), {}
+    for j, rank in enumerate(members):
+        deps = list(after.get(rank, ()))
+        order = [(j + s) % k for s in range(1, k)]
+        for i in order:
+            if pieces[j][1]:
+                last[rank] = b.send(rank, stream, members[i], buffer, *pieces[j], tag, after=deps)
+                deps = []
+        for i in order:
+            if pieces[i][1]:
+                last[rank] = b.recv(rank, stream, members[i], buffer, *pieces[i], tag, "copy", after=deps)
+                deps = []
+    return _passthrough(members, after, last)
+
+
+def _half(
+    b: ScheduleBuilder,
+    block: str,
+    members: list[int],
+    phase: str,
+    buffer: str,
+    shards: list[Region],
+    d: int,
+    tags: dict[str, int],
+    after: Deps,
+) -> dict[int, list[int]]:
+    """One half (``phase`` "rs" or "ag") of one dimension over one group."""
+    ring_half = add_ring_reduce_scatter if phase == "rs" else add_ring_all_gather
+    if block == "fc":
+        direct = add_direct_reduce_scatter if phase == "rs" else add_direct_all_gather
+        return direct(b, members, buffer, shards, f"d{d}.{phase}", tags[phase], after)
+    if block == "switch" or len(members) == 2:
+        return ring_half(b, members, buffer, shards, f"d{d}.{phase}", tags[phase], after)
+    itemsize = b.buffers[buffer].itemsize
+    halves = [split_region(o, n, 2, itemsize) for o, n in shards]
+    done_cw = ring_half(b, members, buffer, [h[0] for h in halves], f"d{d}.{phase}.cw", tags[phase], after)
+    ccw = members[::-1]
+    done_ccw = ring_half(b, ccw, buffer, [h[1] for h in halves][::-1], f"d{d}.{phase}.ccw", tags[phase + "ccw"], after)
+    return {r: done_cw[r] + done_ccw[r] for r in members}
+
+
+def add_hierarchical_allreduce(
+    b: ScheduleBuilder,
+    dims: Sequence[int],
+    blocks: Sequence[str],
+    buffer: str,
+    offset: int,
+    length: int,
+    chunks: int = 1,
+    after: Deps | None = None,
+) -> dict[int, list[int]]:
+    """Append the hierarchical AllReduce of ``[offset, offset+length)`` to ``b``; returns per
+    rank the ops that finish it. ``chunks`` > 1 pipelines the dimensions."""
+    if chunks < 1:
+        raise ValueError(f"chunks must be >= 1, got {chunks}")
+    itemsize = b.buffers[buffer].itemsize
+    groups = [dimension_groups(dims, d) for d in range(len(dims))]
+    tags = [{k: b.new_tag() for k in ("rs", "rsccw", "ag", "agccw")} for _ in dims]
+    order = [("rs", d) for d in range(len(dims))] + [("ag", d) for d in reversed(range(len(dims)))]
+    done: dict[int, list[int]] = {r: list((after or {}).get(r, ())) for r in range(b.ranks)}
+    finished: dict[int, list[int]] = {r: [] for r in range(b.ranks)}
+    for chunk in weighted_split(offset, length, chunk_weights(chunks), itemsize):
+        region = {r: chunk for r in range(b.ranks)}  # each rank's region at the current level
+        deps = dict(done)
+        stack: list[dict[int, Region]] = []
+        for phase, d in order:
+            if phase == "rs":
+                stack.append(dict(region))
+            else:
+                region = stack.pop()
+            step: dict[int, list[int]] = {}
+            for members in groups[d]:
+                shards = split_region(*region[members[0]], dims[d], itemsize)
+                step.update(_half(b, blocks[d], members, phase, buffer, shards, d, tags[d], deps))
+                if phase == "rs":
+                    region.update({m: shards[j] for j, m in enumerate(members)})
+            deps = step
+        for r in range(b.ranks):
+            finished[r] += deps[r]
+    return finished
+
+
+def hierarchical_allreduce(dims: Sequence[int], blocks: Sequence[str], nbytes: int, chunks: int = 1) -> Schedule:
+    """Hierarchical AllReduce of ``nbytes`` float32 over all servers of the ``dims`` network
+    (sequential for ``chunks = 1``, pipelined otherwise), verified by every worker."""
+    if nbytes <= 0 or nbytes % 4:
+        raise ValueError(f"nbytes must be a positive multiple of 4, got {nbytes}")
+    n = 1
+    for p in dims:
+        n *= p
+    b = ScheduleBuilder(n, "hierarchical")
+    b.buffer("grad", nbytes)
+    add_hierarchical_allreduce(b, dims, blocks, "grad", 0, nbytes, chunks)
+    b.check(Check("allreduce", "grad", 0, nbytes, groups=[list(range(n))]))
+    b.params.update(dims=list(dims), blocks=list(blocks), chunks=chunks, nbytes=nbytes)
+    return b.build()
+
+
+def hierarchical_allreduce_for_plan(plan, nbytes: int, chunks: int = PIPELINE_CHUNKS) -> Schedule:
+    """The hierarchical AllReduce on a `planner.hierarchical.hierarchical_plan` plan."""
+    if plan.topology != "hierarchical":
+        raise ValueError(f"plan topology {plan.topology!r} is not hierarchical")
+    return hierarchical_allreduce(plan.extra["dims"], plan.extra["blocks"], nbytes, chunks)
