@@ -32,8 +32,9 @@ import numpy as np
 
 from contract.errors import UsageError
 from contract.plan import Link, Plan, Routes, TrafficDemand
-from planner.routing import hop_counts, next_hop_table
-from planner.summary import summarize
+
+from .routing import hop_counts, next_hop_table
+from .topology_summary import summarize_topology
 
 BLOCKS = ("ring", "fc", "switch")
 SHARE_TOLERANCE = 1e-6  # shares are fractions that must add up to 1 (float rounding allowed)
@@ -216,7 +217,7 @@ def hierarchical_plan(
         shortest = next_hop_table(n + switches, [(l.a, l.b) for l in links])
         nh[:, n:] = shortest[:, n:]
     hops = hop_counts(nh, n)
-    summary = summarize(hops, n, links, switches, _direct_pairs(n, links) if switches else None)
+    summary = summarize_topology(hops, n, links, switches, _direct_pairs(n, links) if switches else None)
     return Plan(
         servers=n,
         degree=sum(cables_per_server(b, p) for p, b in zip(dims, blocks)),

@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from contract.schedule import Check, Schedule, ScheduleBuilder, split_region
-from planner.hierarchical import groups as dimension_groups
 
+from ..hierarchical import groups as dimension_groups
 from .rings import weighted_split
 
 Deps = Mapping[int, Iterable[int]]
