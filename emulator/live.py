@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -33,9 +33,6 @@ from .addressing import Port, identity
 from .errors import EmulationError
 from .hostconfig import CUBIC, ROUTE_SEQ_BASE, apply_qdiscs, check_qdiscs
 
-if TYPE_CHECKING:
-    from .net import EmulatedNetwork
-
 CONNECTED_SEQ_BASE = 50_000
 """Netlink sequence numbers of the connected-route requests (below `ROUTE_SEQ_BASE`)."""
 
@@ -43,7 +40,7 @@ CONNECTED_SEQ_BASE = 50_000
 class LiveChanges:
     """The live-change interface of one running `EmulatedNetwork` (``net.live``)."""
 
-    def __init__(self, net: EmulatedNetwork):
+    def __init__(self, net: Any):  # the `emulator.net.EmulatedNetwork` it belongs to
         self.net = net
         self.dead: set[int] = set()
         self._next_hop: np.ndarray | None = None

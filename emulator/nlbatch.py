@@ -92,9 +92,7 @@ def send(
         sock.close()
 
 
-def route_add(
-    seq: int, dst: str, gateway: str, oif: int, prefsrc: str, cc_algo: str, replace: bool = False
-) -> bytes:
+def route_add(seq: int, dst: str, gateway: str, oif: int, prefsrc: str, cc_algo: str, replace: bool = False) -> bytes:
     """RTM_NEWROUTE for ``dst/32 via gateway dev oif src prefsrc congctl cc_algo``, encoded by
     pyroute2's `rtmsg` directly (about 8x faster than going through `IPBatch`); ``replace``
     replaces a route to ``dst`` that exists (or creates it) instead of failing on it."""

@@ -204,7 +204,10 @@ def report_section(results: dict[str, Any]) -> str:
         what = "down" if f["action"] == "down" else f"degraded to {f['factor']:g}x"
         how = ", rerouted" if f["action"] == "down" and f["reroute"] else ""
         lines.append(f"- before iteration {f['iteration']}: cable {f['cable']} {what}{how}")
-    lines += ["", "| iterations | faults before | measured ms (median) | predicted ms | slowdown measured | predicted |"]
+    lines += [
+        "",
+        "| iterations | faults before | measured ms (median) | predicted ms | slowdown measured | predicted |",
+    ]
     lines.append("|---|---|---|---|---|---|")
     for ph in results.get("fault_phases", []):
         sm, sp = ph.get("measured_slowdown"), ph.get("predicted_slowdown")
