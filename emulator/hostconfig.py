@@ -160,14 +160,15 @@ def apply_qdiscs(
     work: list[tuple[EmulatedHost, list[shaping.Shaping]]],
     use_netem: bool,
     timeout_s: float = TC_TIMEOUT_S,
-    render: Callable[[list[shaping.Shaping], bool], str] = shaping.tc_batch,
+    render: Callable[[list[shaping.Shaping], bool], str] | None = None,
 ) -> None:
-    """One ``tc -batch`` per host (its text from ``render``: the build's `shaping.tc_batch`,
+    """One ``tc -batch`` per host (its text from ``render``: by default the build's `shaping.tc_batch`,
     or `shaping.tc_rate_change` for a live rate change), all in parallel (one waiting thread
     each), each bounded by ``timeout_s``; raise `ShapingError` naming the hosts whose tc
     failed and why (tc's last line, or that it did not finish)."""
     if not work:
         return
+    render = render or shaping.tc_batch  # looked up now: a test may replace it
     with ThreadPoolExecutor(max_workers=len(work), thread_name_prefix="tc") as pool:
         outcomes = list(pool.map(lambda item: _run_tc(item[0], render(item[1], use_netem), timeout_s), work))
     errors = [e for e in outcomes if e]
