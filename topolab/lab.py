@@ -11,7 +11,8 @@ path (the hook): ``--module PATH.py`` (default: the exercise's ``starter/<file>.
 ``check.py`` defines ``TITLE``, ``STUDENT_FILE`` and ``check(student, emulate) ->
 list[str]``: the problems found, each with a hint, empty when the student's code is right.
 `check` prints ``PASS`` (exit 0) or ``FAIL`` and the problems (exit 1); an exception in the
-student's code is a problem too (its line in the student's file), never a traceback.
+student's code is a problem too (its line in the student's file), never a traceback; an
+error of the emulated network (busy, not root) is the command's one-line error instead.
 Checkers run against the planner only, fast; ``--emulate`` adds a run on the emulated
 network where the exercise has one (root).
 """
@@ -26,9 +27,11 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from contract.errors import UsageError
+from contract.errors import TopolabError, UsageError
 
 LABS_DIR = Path(__file__).resolve().parent.parent / "labs"
+# errors of these packages are the machine's (network busy, no root), not the student's code
+ENVIRONMENT_ERROR_PACKAGES = ("emulator", "workers")
 MAX_SHOWN_PROBLEMS = 8  # a wrong answer usually fails many cases alike; the first few say it
 
 
@@ -73,8 +76,10 @@ def run_check(number: int, module_path: Path | None = None, solution: bool = Fal
     try:
         student = load_module(module_path, f"topolab_lab_student_{number}")
         return list(checker.check(student, emulate))
-    except Exception as err:  # the student's code failed: that is the answer, not a crash
-        return [student_error(err, module_path)]
+    except Exception as err:
+        if isinstance(err, TopolabError) or type(err).__module__.split(".")[0] in ENVIRONMENT_ERROR_PACKAGES:
+            raise  # bad input, or the emulated network could not run (e.g. busy): one line, exit 1 or 2
+        return [student_error(err, module_path)]  # the student's code failed: that is the answer
 
 
 def add_lab_arguments(parser: argparse.ArgumentParser) -> None:
