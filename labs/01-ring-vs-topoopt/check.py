@@ -24,10 +24,8 @@ HINT = (
     "hint: count the links each setup keeps busy (one ring uses 1 of 4 interfaces; the multi-ring all "
     "of them, both ways; the switch port is 100 Gbps), the TCP goodput at MTU 9000, and the per-hop latency"
 )
-TOLERANCE = 0.02
-EMULATED_BYTES = (
-    16 << 20
-)  # a few seconds per setup on the emulated 100 Mbit/s links  # the student's figure may differ from the planner's by 2% (rounding, own formula)
+TOLERANCE = 0.02  # the student's figure may differ from the planner's by 2% (rounding, own formula)
+EMULATED_BYTES = 16 << 20  # a few seconds per setup on the emulated 100 Mbit/s links
 
 
 def planner_seconds(setup: str, nbytes: int) -> float:
@@ -72,8 +70,10 @@ def measure_emulated() -> list[str]:
         plan = build_plan(scenario)
         _, results = run_on_emulator(scenario, plan, [algorithm], [EMULATED_BYTES], repeat=3, log=lambda _m: None)
         r = results[0]
+        predicted_ms = planner_seconds(setup, EMULATED_BYTES) * 1e3
         print(
-            f"  emulated {setup}: {r.time_s / r.time_scale * 1e3:.3f} ms real, {'verified' if r.verified else 'WRONG'}"
+            f"  {setup}, {EMULATED_BYTES >> 20} MiB: measured {r.time_s / r.time_scale * 1e3:.3f} ms, "
+            f"predicted {predicted_ms:.3f} ms (real cluster), {'verified' if r.verified else 'WRONG'}"
         )
         if not r.verified:
             problems.append(f"{setup}: the emulated AllReduce did not verify")
