@@ -9,7 +9,7 @@ also runs each algorithm on the emulated network (one warm-up, then the median o
 ``--repeat`` runs, every run verified by the workers) for the degraded counts given by
 ``--measure-degraded``. Writes benchmarks/results/forest.json and forest.png.
 
-    .venv/bin/python benchmarks/forest.py [--measure] [--measure-degraded 3]
+    .venv/bin/python benchmarks/forest.py [--degraded 0,1,...,6] [--measure] [--measure-degraded 3]
 """
 
 from __future__ import annotations
@@ -133,20 +133,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--measure", action="store_true", help="also run on the emulated network (root)")
     ap.add_argument("--measure-degraded", default="3", help="comma-separated degraded counts to measure")
-    ap.add_argument("--max-degraded", type=int, default=len(DEGRADED_ORDER))
+    ap.add_argument("--degraded", default="0,1,2,3,4,5,6", help="comma-separated degraded counts to predict")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--wait", type=float, default=900.0, help="wait this long for another emulation run to end")
     args = ap.parse_args()
     if args.measure and os.geteuid() != 0:
         print("forest: --measure needs root (emulated network)", file=sys.stderr)
         return 2
     scenario = load_scenario(SCENARIO)
     base = build_plan(scenario)
-    emulation = dataclasses.asdict(scenario.emulation)
+    emulation = dict(dataclasses.asdict(scenario.emulation), lock_wait_s=args.wait)
     link_bps = float(emulation["link_mbps"]) * 1e6
     mtu = int(emulation["mtu"])
     to_measure = {int(x) for x in args.measure_degraded.split(",") if x} if args.measure else set()
     rows = []
-    for count in range(args.max_degraded + 1):
+    for count in sorted({int(x) for x in args.degraded.split(",") if x} | to_measure):
         plan = degraded_plan(base, count)
         scheds = schedules(plan, link_bps, NBYTES)
         network = plan_network(plan, link_bps, mtu)

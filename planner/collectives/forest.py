@@ -82,7 +82,10 @@ class ForestTree:
 class Bounds:
     """Lower bounds on AllReduce time (seconds, capacities in bytes/s of goodput)."""
 
-    egress_s: float  # 2 (n-1) S / (n min_v D_v), D_v = server v's total cable goodput
+    # 2 (n-1) S / (n min_v D_v), D_v = server v's total cable goodput: binding for schemes in
+    # which every server sends 2 (n-1) S / n (rings); a forest sends less through its leaves,
+    # so only the total, 2 (n-1) S / sum_v D_v, binds it
+    egress_s: float
     packing_s: float  # S / tau
 
 
