@@ -1,0 +1,196 @@
+"""Forest AllReduce vs TopoOpt's equal-split multi-ring vs one ring on degraded cables.
+
+The TopoOpt-12 plan (12 servers, cables i±1, i±5 at 25 Gbit/s) with some cables degraded to
+5 Gbit/s (emulated at link_mbps = 100, so 20 Mbit/s). For 64 MiB it prints, per algorithm,
+the predicted time (planner.predict on the emulated rates) and the two lower bounds
+(the slowest server's egress bound and the spanning-tree packing bound S / tau, docs/
+algorithms.md sections 2 and 5), for 0..6 degraded cables. With ``--measure`` (root) it
+also runs each algorithm on the emulated network (one warm-up, then the median of
+``--repeat`` runs, every run verified by the workers) for the degraded counts given by
+``--measure-degraded``. Writes benchmarks/results/forest.json and forest.png.
+
+    .venv/bin/python benchmarks/forest.py [--degraded 0,1,...,6] [--measure] [--measure-degraded 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from planner import build_plan, load_scenario
+from planner.collectives.forest import allreduce_bounds, build_forest, forest_allreduce, plan_capacities
+from planner.collectives.from_plan import plan_rings
+from planner.collectives.rings import multiring_allreduce, ring_allreduce
+from planner.predict import plan_network, predict
+
+OUT = Path(__file__).resolve().parent / "results"
+SCENARIO = "scenarios/topoopt-12.toml"
+# Cables degraded in this order: the task's three first, then three more spread out.
+DEGRADED_ORDER = ((0, 1), (7, 8), (4, 9), (2, 3), (5, 10), (6, 11))
+DEGRADED_GBPS = 5.0
+NBYTES = 64 << 20
+SEGMENT_BYTES = 256 << 10  # forest pipelining segment (its largest tree's)
+LARGE_SERVERS, LARGE_DEGREE, LARGE_DEGRADED_SHARE = 128, 8, 0.10
+
+
+def degraded_plan(plan, count: int):
+    slow = set(DEGRADED_ORDER[:count])
+    links = tuple(
+        dataclasses.replace(link, gbps=DEGRADED_GBPS) if (min(link.a, link.b), max(link.a, link.b)) in slow else link
+        for link in plan.links
+    )
+    return dataclasses.replace(plan, links=links)
+
+
+def schedules(plan, link_bps: float, nbytes: int) -> dict:
+    rings = plan_rings(plan)
+    return {
+        "forest": forest_allreduce(plan, nbytes, link_bps=link_bps, segment_bytes=SEGMENT_BYTES),
+        "multiring": multiring_allreduce(plan.servers, nbytes, rings),
+        "ring": ring_allreduce(plan.servers, nbytes, rings[0]),
+    }
+
+
+def measure(plan, scheds: dict, emulation: dict, repeat: int) -> dict[str, dict]:
+    """Median of ``repeat`` verified runs per schedule on the plan's emulated network (the
+    pattern of topolab.collective.measure)."""
+    from emulator import EmulatedNetwork
+    from workers.coordinator import Coordinator
+
+    out = {}
+    with EmulatedNetwork(plan, emulation, log=lambda m: print(m, file=sys.stderr)) as net:
+        hosts = [net.host_address(i) for i in range(plan.servers)]
+
+        def spawn(rank: int, argv: list[str]) -> subprocess.Popen:
+            return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+        for name, sched in scheds.items():
+            with Coordinator(sched.to_dict(), hosts, spawn=spawn, timeout_s=120.0) as coord:
+                runs = [coord.run_iteration(i) for i in range(1 + repeat)][1:]
+            times = [r.time_s for r in runs]
+            out[name] = {"times_s": times, "median_s": statistics.median(times), "verified": all(r.ok for r in runs)}
+            print(f"  measured {name}: {out[name]['median_s']:.3f} s verified={out[name]['verified']}", file=sys.stderr)
+    return out
+
+
+def planner_speed() -> dict[str, float]:
+    """Seconds to plan the forest: 12 servers with overrides (schedule included), and the
+    forest (packing, roots, shares) of 128 servers of degree 8
+    (circulant, strides 1..4 both ways) with 10% of the cables at a fifth of the rate."""
+    plan = degraded_plan(build_plan(load_scenario(SCENARIO)), 3)
+    t0 = time.perf_counter()
+    forest_allreduce(plan, NBYTES, link_bps=100e6, segment_bytes=SEGMENT_BYTES)
+    small = time.perf_counter() - t0
+    n = LARGE_SERVERS
+    caps = {(v, (v + s) % n): 25.0 for v in range(n) for s in range(1, LARGE_DEGREE // 2 + 1)}
+    for e in list(caps)[:: round(1 / LARGE_DEGRADED_SHARE)]:
+        caps[e] = DEGRADED_GBPS
+    t0 = time.perf_counter()
+    forest, packing = build_forest(caps, n, NBYTES)
+    large = time.perf_counter() - t0
+    return {
+        "servers_12_s": small,
+        "servers_128_s": large,
+        "servers_128_trees": len(forest),
+        "servers_128_tau_over_upper": packing.tau / packing.tau_upper,
+    }
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    xs = [r["degraded"] for r in rows]
+    for name, style in (("forest", "o-"), ("multiring", "s-"), ("ring", "^-")):
+        ax.plot(xs, [r["predicted_s"][name] for r in rows], style, label=f"{name} (predicted)")
+        measured = [(r["degraded"], r["measured"][name]["median_s"]) for r in rows if name in r.get("measured", {})]
+        if measured:
+            ax.plot(*zip(*measured), style[0], markersize=10, fillstyle="none", label=f"{name} (measured)")
+    ax.plot(xs, [r["packing_bound_s"] for r in rows], "k--", label="packing bound S/tau")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"cables degraded to {DEGRADED_GBPS:g} Gbit/s (of 24 at 25)")
+    ax.set_ylabel("64 MiB AllReduce time (s, emulated at 100 Mbit/s)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--measure", action="store_true", help="also run on the emulated network (root)")
+    ap.add_argument("--measure-degraded", default="3", help="comma-separated degraded counts to measure")
+    ap.add_argument("--degraded", default="0,1,2,3,4,5,6", help="comma-separated degraded counts to predict")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--wait", type=float, default=900.0, help="wait this long for another emulation run to end")
+    args = ap.parse_args()
+    if args.measure and os.geteuid() != 0:
+        print("forest: --measure needs root (emulated network)", file=sys.stderr)
+        return 2
+    scenario = load_scenario(SCENARIO)
+    base = build_plan(scenario)
+    emulation = dict(dataclasses.asdict(scenario.emulation), lock_wait_s=args.wait)
+    link_bps = float(emulation["link_mbps"]) * 1e6
+    mtu = int(emulation["mtu"])
+    to_measure = {int(x) for x in args.measure_degraded.split(",") if x} if args.measure else set()
+    rows = []
+    for count in sorted({int(x) for x in args.degraded.split(",") if x} | to_measure):
+        plan = degraded_plan(base, count)
+        scheds = schedules(plan, link_bps, NBYTES)
+        network = plan_network(plan, link_bps, mtu)
+        bounds = allreduce_bounds(plan_capacities(plan, link_bps, mtu), plan.servers, NBYTES)
+        row = {
+            "degraded": count,
+            "packing_bound_s": bounds.packing_s,
+            "egress_bound_s": bounds.egress_s,
+            "forest_trees": len(scheds["forest"].params["trees"]),
+            "predicted_s": {},
+        }
+        for name, sched in scheds.items():
+            row["predicted_s"][name] = predict(sched, network).seconds
+        print(f"degraded {count}: " + json.dumps({k: round(v, 3) for k, v in row["predicted_s"].items()}), flush=True)
+        if count in to_measure:
+            row["measured"] = measure(plan, scheds, emulation, args.repeat)
+        rows.append(row)
+    speed = planner_speed()
+    print(
+        f"\n{'degraded':>8} {'algorithm':>10} {'predicted(s)':>12} {'measured(s)':>11} {'/bound':>7} {'meas/pred':>9}"
+    )
+    for row in rows:
+        for name, pred in row["predicted_s"].items():
+            meas = row.get("measured", {}).get(name, {}).get("median_s")
+            print(
+                f"{row['degraded']:>8} {name:>10} {pred:>12.3f} "
+                f"{(f'{meas:.3f}' if meas else '-'):>11} {pred / row['packing_bound_s']:>7.3f} "
+                f"{(f'{meas / pred:.3f}' if meas else '-'):>9}"
+            )
+        print(
+            f"{row['degraded']:>8} {'bound':>10} {row['packing_bound_s']:>12.3f} (egress {row['egress_bound_s']:.3f})"
+        )
+    print(
+        f"planner: 12 servers {speed['servers_12_s']:.2f} s; 128 servers d={LARGE_DEGREE} with "
+        f"{LARGE_DEGRADED_SHARE:.0%} degraded {speed['servers_128_s']:.2f} s ({speed['servers_128_trees']} trees)"
+    )
+    OUT.mkdir(exist_ok=True)
+    doc = {"scenario": SCENARIO, "bytes": NBYTES, "link_mbps": link_bps / 1e6, "rows": rows, "planner_speed": speed}
+    (OUT / "forest.json").write_text(json.dumps(doc, indent=2))
+    plot(rows, OUT / "forest.png")
+    print(f"wrote {OUT / 'forest.json'} and {OUT / 'forest.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

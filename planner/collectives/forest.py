@@ -1,0 +1,336 @@
+"""Forest AllReduce: spanning-tree packing on heterogeneous links.
+
+Topology-adaptive parameter synchronization (INFOCOM 2021; docs/algorithms.md section 2):
+with cables of different rates, the fastest tree-based AllReduce splits the gradient over
+several spanning trees rooted at different servers; tree ``j`` reduces its share towards its
+root and broadcasts it back, and gets the share ``S * r_j / sum(r)`` of the buffer so that
+all trees finish together.
+
+Packing (fractional spanning-tree packing of the capacitated cable multigraph):
+
+    tau = max sum_T x_T   s.t.  sum_{T contains e} x_T <= c_e  for every cable pair e,  x >= 0
+
+solved by column generation: the master LP over the trees found so far
+(``scipy.optimize.linprog``, HiGHS) gives edge duals ``y_e``; the minimum spanning tree on
+``y`` prices a new column; stop when its weight is ``>= 1 - eps`` (no tree has positive
+reduced cost). By Nash-Williams and Tutte, ``tau = min_P c(edges crossing P) / (|P| - 1)``
+over partitions ``P`` of the nodes. Cables are full duplex: a tree carries its share once
+per direction of each of its edges (reduce towards the root, broadcast away from it), so the
+capacity per direction is the cable rate and the AllReduce takes ``S / tau`` at best.
+
+Trees span every node; switch nodes (``>= servers``) relay but never reduce, so they are
+never roots and a server's tree parent is its nearest server ancestor, reached through the
+switches of the plan's own route. (With switches the packing assumes in-network
+aggregation the switches do not do, so ``S / tau`` is optimistic there.)
+
+Schedule: per tree an ``up`` and a ``down`` stream (opposite cable directions, overlapped);
+every tree is cut into the same number of segments, so trees advance in step on shared
+cables, and a server sends a tree's segment ``k`` up only after its segment ``k - window``
+came back down, which keeps the per-connection FIFO queues short and the trees interleaved
+(eager sends without this credit queue whole shares and cost a third more time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import numpy as np
+from scipy.optimize import linprog
+
+from contract.physics import tcp_goodput_fraction
+from contract.schedule import Check, Schedule, ScheduleBuilder, split_region
+
+from .rings import weighted_split
+
+Edge = tuple[int, int]
+PRICING_EPS = 1e-9  # MST weight >= 1 - eps ends column generation (LP tolerance scale)
+MAX_ITERATIONS = 30  # master LPs; small graphs converge in fewer, 128 servers gain <1% more
+WARM_START_ROUNDS = 200  # multiplicative-weights trees seeding column generation
+WARM_START_STEEPNESS = 8.0  # exp(8 x load share): a cable at its capacity costs e^8 more
+DEFAULT_SEGMENT_BYTES = 256 << 10  # segment of the largest tree; others get as many segments
+DEFAULT_WINDOW_SEGMENTS = 4  # segments a server sends up before the first comes back down
+ITEMSIZE = 4  # float32 gradients
+
+
+@dataclass(frozen=True)
+class TreePacking:
+    """Spanning trees (edge lists, ``a < b``) with rates; ``tau`` = sum of rates."""
+
+    trees: tuple[tuple[Edge, ...], ...]
+    rates: tuple[float, ...]
+    tau: float
+    iterations: int
+    tau_upper: float  # no packing exceeds this (equals tau when solved to optimality)
+
+
+@dataclass(frozen=True)
+class ForestTree:
+    """One tree of the forest: ``parent[v]`` of every node (-1 at the root), its rate and
+    the buffer region ``[offset, offset + length)`` it AllReduces."""
+
+    root: int
+    parent: dict[int, int]
+    rate: float
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Lower bounds on AllReduce time (seconds, capacities in bytes/s of goodput)."""
+
+    # 2 (n-1) S / (n min_v D_v), D_v = server v's total cable goodput: binding for schemes in
+    # which every server sends 2 (n-1) S / n (rings); a forest sends less through its leaves,
+    # so only the total, 2 (n-1) S / sum_v D_v, binds it
+    egress_s: float
+    packing_s: float  # S / tau
+
+
+def _normalize(capacities: Mapping[Edge, float]) -> dict[Edge, float]:
+    """Undirected capacities, parallel cables summed, keys ``(a, b)`` with ``a < b``."""
+    caps: dict[Edge, float] = {}
+    for (a, b), c in capacities.items():
+        if a == b or c <= 0:
+            continue
+        key = (min(a, b), max(a, b))
+        caps[key] = caps.get(key, 0.0) + float(c)
+    return caps
+
+
+def plan_capacities(plan: Any, link_bps: float | None = None, mtu: int = 9000) -> dict[Edge, float]:
+    """Cable goodput of ``plan`` in bytes/s per direction, parallel cables summed; with
+    ``link_bps`` a cable of ``plan.link_gbps`` runs at ``link_bps`` (the emulated rate), as in
+    `planner.predict.plan_network`."""
+    scale = 1.0 if link_bps is None else link_bps / (plan.link_gbps * 1e9)
+    good = tcp_goodput_fraction(mtu)
+    return _normalize({(link.a, link.b): link.gbps * 1e9 * scale * good / 8.0 for link in plan.links})
+
+
+def spanning_tree_packing(
+    capacities: Mapping[Edge, float], eps: float = PRICING_EPS, max_iterations: int = MAX_ITERATIONS
+) -> TreePacking:
+    """Maximum fractional packing of spanning trees of the cabled graph (column generation).
+
+    ``capacities[(a, b)]`` is the rate of the cable(s) between nodes a and b (any unit; the
+    rates come back in it). Every node of the graph must be connected. The first columns
+    come from multiplicative weights (MSTs on ``exp(load / capacity)``); after
+    ``max_iterations`` master LPs column generation stops, and ``tau_upper`` (the smaller of
+    the Lagrangian bound ``tau / MST(y)`` of the duals ``y`` and ``c(E) / (|V| - 1)``, the
+    partition into single nodes) says how far from optimal the packing can be."""
+    caps = _normalize(capacities)
+    graph = nx.Graph()
+    graph.add_edges_from(caps)
+    if graph.number_of_nodes() < 2 or not nx.is_connected(graph):
+        raise ValueError("the cabled graph must have at least 2 nodes and be connected")
+    edges = list(caps)
+    index = {e: i for i, e in enumerate(edges)}
+    scale = max(caps.values())
+    cap = np.array([caps[e] / scale for e in edges])
+
+    def tree_of(weights: np.ndarray) -> tuple[int, ...]:
+        nx.set_edge_attributes(graph, {e: weights[i] for i, e in enumerate(edges)}, "w")
+        return tuple(
+            sorted(index[min(a, b), max(a, b)] for a, b in nx.minimum_spanning_edges(graph, weight="w", data=False))
+        )
+
+    columns: dict[tuple[int, ...], None] = {}
+    load = np.zeros(len(edges))
+    rounds = min(WARM_START_ROUNDS, 2 * len(edges))
+    for _ in range(rounds):  # multiplicative weights: each tree avoids the loaded cables
+        tree = tree_of(np.exp(WARM_START_STEEPNESS * load / cap))
+        columns[tree] = None
+        load[list(tree)] += 1.0 / rounds
+    iterations, upper = 0, float(cap.sum()) / (graph.number_of_nodes() - 1)
+    while True:
+        iterations += 1
+        trees = list(columns)
+        incidence = np.zeros((len(edges), len(trees)))
+        for j, tree in enumerate(trees):
+            incidence[list(tree), j] = 1.0
+        res = linprog(-np.ones(len(trees)), A_ub=incidence, b_ub=cap, bounds=(0, None), method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"packing master LP failed: {res.message}")
+        duals = -res.ineqlin.marginals
+        candidate = tree_of(duals)
+        priced = float(duals[list(candidate)].sum())
+        if priced > 0:
+            upper = min(upper, -res.fun / priced)
+        if priced >= 1.0 - eps:
+            break
+        if iterations >= max_iterations:
+            break
+        columns[candidate] = None
+    keep = [j for j, x in enumerate(res.x) if x > eps]
+    rates = tuple(float(res.x[j]) * scale for j in keep)
+    packed = tuple(tuple(edges[i] for i in trees[j]) for j in keep)
+    tau = sum(rates)
+    return TreePacking(packed, rates, tau, iterations, max(tau, upper * scale))
+
+
+def _limit_trees(packing: TreePacking, capacities: Mapping[Edge, float], max_trees: int) -> TreePacking:
+    """Keep the ``max_trees`` fastest trees and re-solve their rates (the master LP)."""
+    if len(packing.trees) <= max_trees:
+        return packing
+    order = sorted(range(len(packing.trees)), key=lambda j: -packing.rates[j])[:max_trees]
+    trees = [packing.trees[j] for j in order]
+    caps = _normalize(capacities)
+    edges = list(caps)
+    index = {e: i for i, e in enumerate(edges)}
+    incidence = np.zeros((len(edges), len(trees)))
+    for j, tree in enumerate(trees):
+        incidence[[index[e] for e in tree], j] = 1.0
+    res = linprog(-np.ones(len(trees)), A_ub=incidence, b_ub=[caps[e] for e in edges], method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"restricted packing LP failed: {res.message}")
+    kept = [(trees[j], float(x)) for j, x in enumerate(res.x) if x > 0]
+    return TreePacking(
+        tuple(t for t, _ in kept),
+        tuple(r for _, r in kept),
+        sum(r for _, r in kept),
+        packing.iterations,
+        packing.tau_upper,
+    )
+
+
+def _choose_root(tree: nx.Graph, servers: int, root_bytes: dict[int, int]) -> int:
+    """A shallow root (eccentricity within one of the tree's centre) with the least buffer
+    already rooted at it, so roots, and their reductions, spread over the servers."""
+    ecc = nx.eccentricity(tree)
+    candidates = [v for v in tree if v < servers]
+    best = min(ecc[v] for v in candidates)
+    return min((v for v in candidates if ecc[v] <= best + 1), key=lambda v: (root_bytes[v], ecc[v], v))
+
+
+def build_forest(
+    capacities: Mapping[Edge, float], servers: int, nbytes: int, max_trees: int | None = None
+) -> tuple[list[ForestTree], TreePacking]:
+    """Pack trees, keep at most ``max_trees`` (default ``2 * servers``), root them and give
+    each a share of the ``nbytes`` buffer in proportion to its rate (float32-aligned)."""
+    if nbytes <= 0 or nbytes % ITEMSIZE:
+        raise ValueError(f"nbytes must be a positive multiple of {ITEMSIZE}, got {nbytes}")
+    packing = _limit_trees(spanning_tree_packing(capacities), capacities, max_trees or 2 * servers)
+    order = sorted(range(len(packing.trees)), key=lambda j: -packing.rates[j])
+    shares = weighted_split(0, nbytes, [packing.rates[j] for j in order], ITEMSIZE)
+    root_bytes = dict.fromkeys(range(servers), 0)
+    forest = []
+    for j, (offset, length) in zip(order, shares):
+        if not length:
+            continue
+        tree = nx.Graph(packing.trees[j])
+        root = _choose_root(tree, servers, root_bytes)
+        root_bytes[root] += length
+        parent = {root: -1} | {child: up for up, child in nx.bfs_edges(tree, root)}
+        forest.append(ForestTree(root, parent, packing.rates[j], offset, length))
+    return forest, packing
+
+
+def server_parents(tree: ForestTree, servers: int, path: Any = None) -> dict[int, int]:
+    """Each server's parent among the servers: the nearest server ancestor (switches relay).
+
+    With ``path`` (a plan's ``path(src, dst)``), the route between a server and its parent
+    must be exactly the tree path (a direct cable, or only switches in between)."""
+    parents = {}
+    for v in tree.parent:
+        if v >= servers:
+            continue
+        chain, up = [v], tree.parent[v]
+        while up >= servers:
+            chain.append(up)
+            up = tree.parent[up]
+        parents[v] = up
+        if up >= 0 and path is not None:
+            route = list(path(v, up))
+            if route != chain + [up]:
+                raise ValueError(f"tree edge {v}->{up} is not routed along the tree ({route} != {chain + [up]})")
+    return parents
+
+
+def add_forest_allreduce(
+    b: ScheduleBuilder,
+    forest: list[ForestTree],
+    servers: int,
+    buffer: str,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    window: int = DEFAULT_WINDOW_SEGMENTS,
+    path: Any = None,
+) -> None:
+    """Append every tree's pipelined reduce (stream ``t{i}up``) and broadcast (``t{i}down``)."""
+    if segment_bytes < ITEMSIZE or window < 1:
+        raise ValueError(f"segment_bytes ({segment_bytes}) and window ({window}) must be positive")
+    nseg = max(1, -(-max(t.length for t in forest) // segment_bytes))
+    for i, tree in enumerate(forest):
+        parents = server_parents(tree, servers, path)
+        children: dict[int, list[int]] = {v: [] for v in parents}
+        for v, p in parents.items():
+            if p >= 0:
+                children[p].append(v)
+        segments = [s for s in split_region(tree.offset, tree.length, nseg, ITEMSIZE) if s[1]]
+        up_tag, down_tag = b.new_tag(), b.new_tag()
+        up, down = f"t{i}up", f"t{i}down"
+        for v, p in parents.items():
+            came_down: list[int] = []  # this server's down-recv op of each segment
+            for k, (so, sl) in enumerate(segments):
+                reduced = None
+                for child in children[v]:
+                    reduced = b.recv(v, up, child, buffer, so, sl, up_tag, "reduce")
+                if p >= 0:
+                    credit = [came_down[k - window]] if k >= window else []
+                    sent = b.send(v, up, p, buffer, so, sl, up_tag, after=credit)
+                    came_down.append(b.recv(v, down, p, buffer, so, sl, down_tag, "copy", after=[sent]))
+                    deps = []
+                else:
+                    deps = [reduced] if reduced is not None else []
+                for child in children[v]:
+                    b.send(v, down, child, buffer, so, sl, down_tag, after=deps)
+                    deps = []
+
+
+def forest_allreduce(
+    plan_or_capacities: Any,
+    nbytes: int,
+    *,
+    servers: int | None = None,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    window: int = DEFAULT_WINDOW_SEGMENTS,
+    max_trees: int | None = None,
+    link_bps: float | None = None,
+    mtu: int = 9000,
+) -> Schedule:
+    """Forest AllReduce of ``nbytes`` float32 over all servers of a `Plan` (cable goodput
+    from its links) or of ``capacities[(a, b)]`` (nodes ``>= servers`` are switches;
+    default: every node is a server)."""
+    if hasattr(plan_or_capacities, "links"):
+        plan = plan_or_capacities
+        capacities, n, path = plan_capacities(plan, link_bps, mtu), int(plan.servers), plan.path
+    else:
+        capacities = _normalize(plan_or_capacities)
+        n = servers if servers is not None else 1 + max(max(e) for e in capacities)
+        path = None
+    forest, packing = build_forest(capacities, n, nbytes, max_trees)
+    b = ScheduleBuilder(n, "forest")
+    b.buffer("grad", nbytes)
+    add_forest_allreduce(b, forest, n, "grad", segment_bytes, window, path)
+    b.check(Check("allreduce", "grad", 0, nbytes, groups=[list(range(n))]))
+    b.params.update(
+        nbytes=nbytes,
+        segment_bytes=segment_bytes,
+        window=window,
+        tau=packing.tau,
+        trees=[
+            {"root": t.root, "rate": t.rate, "offset": t.offset, "length": t.length, "parent": sorted(t.parent.items())}
+            for t in forest
+        ],
+    )
+    return b.build()
+
+
+def allreduce_bounds(capacities: Mapping[Edge, float], servers: int, nbytes: int) -> Bounds:
+    """Both lower bounds for ``nbytes`` (capacities in bytes/s): the slowest server's
+    egress bound ``2 (n-1) S / (n min_v D_v)`` and the packing bound ``S / tau``."""
+    caps = _normalize(capacities)
+    egress = [sum(c for e, c in caps.items() if v in e) for v in range(servers)]
+    n = servers
+    return Bounds(2 * (n - 1) * nbytes / (n * min(egress)), nbytes / spanning_tree_packing(caps).tau)
