@@ -84,6 +84,9 @@ class Run:
     warmup: int = 1
     timeout_s: float = 60.0  # a silent peer fails the iteration after this long (emulated s)
     payload_scale: float = 1.0  # multiply every transfer (small buffers for smoke tests)
+    # |predicted - measured| / measured above this is called out in the report and makes
+    # `topolab run` exit 3 (ran and verified, but the model missed)
+    tolerance: float = 0.25
 
 
 FAULT_ACTIONS = ("down", "degrade")
@@ -161,6 +164,7 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("run", "warmup"): (0, True, 1000),
     ("run", "timeout_s"): (1e-3, True, 86400.0),  # a day
     ("run", "payload_scale"): (1e-9, True, 1.0),  # the job's real sizes at most
+    ("run", "tolerance"): (0.0, True, 100.0),
 }
 # Direct-connect topologies that need more than one interface per server.
 MIN_DEGREE = {"topoopt": 2, "expander": 2, "ring": 2}

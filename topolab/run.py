@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -148,6 +149,8 @@ def execute(
             "bytes_sent_per_rank": schedule.bytes_sent(),
         },
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "environment": environment(s),
+        "tolerance": s.run.tolerance,
     }
     results["predicted"] = predict_run(plan, schedule, emulated, want_netem)
     log(
@@ -286,4 +289,52 @@ def run_run(args: argparse.Namespace) -> int:
         f"verification {'passed' if summ['verified'] else 'FAILED'}"
     )
     print(f"report: {out / 'report.md'}")
-    return 0 if summ["verified"] else 1
+    if not summ["verified"]:
+        return 1
+    if summ.get("error_over_tolerance"):
+        print(
+            f"topolab: prediction error {100 * summ['error']:.1f}% is above the scenario's tolerance "
+            f"{100 * summ['tolerance']:.0f}% (run.tolerance): see the report",
+            file=sys.stderr,
+        )
+        return EXIT_OVER_TOLERANCE
+    return 0
+
+
+EXIT_OVER_TOLERANCE = 3  # ran and verified, but the prediction missed by more than run.tolerance
+
+
+def environment(s: Scenario) -> dict[str, Any]:
+    """What a reader needs to reproduce the run: the code's commit, the kernel, the CPUs, and a
+    hash of the scenario file as it was read."""
+    import hashlib
+    import platform
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", ""
+    try:
+        scenario_sha256 = hashlib.sha256(Path(s.source).read_bytes()).hexdigest()
+    except OSError:
+        scenario_sha256 = ""
+    from topolab import __version__
+
+    return {
+        "topolab": __version__,
+        "commit": (commit + ("+changes" if dirty else "")) or "unknown (not a git checkout)",
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "scenario_sha256": scenario_sha256,
+    }

@@ -58,6 +58,9 @@ def test_smoke_run_end_to_end(tmp_path):
     assert all(it["verified"] and it["measured_s"] > 0 for it in results["iterations"])
     assert results["predicted"]["emulated_s"] > 0 and results["calibration"]["op_overhead_s"] > 0
     assert results["emulation"]["time_scale"] == pytest.approx(250.0)
+    env = results["environment"]
+    assert env["cpus"] == os.cpu_count() and env["kernel"] and len(env["scenario_sha256"]) == 64
+    assert results["tolerance"] == 1.0  # the smoke scenario's own
     for name in ("report.md", "topology.png", "iterations.png", "link_bytes.png"):
         assert (out / name).stat().st_size > 1000, name
     assert "verification passed" in stdout
@@ -185,3 +188,18 @@ def test_run_blocked_by_another_runs_lock_is_one_line_and_writes_nothing(tmp_pat
     finally:
         lock.release()
     assert not out.exists()
+
+
+def test_prediction_over_tolerance_is_called_out_and_exits_3(tmp_path):
+    """A run that verifies but misses its scenario's tolerance says so: report and exit 3."""
+    scenario = tmp_path / "strict.toml"
+    text = (REPO / "scenarios" / "smoke-12.toml").read_text().replace("tolerance = 1.0", "tolerance = 0.0")
+    scenario.write_text(text.replace("iterations = 2", "iterations = 1"))
+    out = tmp_path / "out"
+    proc = _topolab("run", str(scenario), "--out", str(out), "--run-dir", str(tmp_path / "run"))
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 3, stderr[-2000:]
+    assert "verification passed" in stdout
+    line = stderr.strip().splitlines()[-1]
+    assert "run.tolerance" in line and "Traceback" not in stderr
+    assert "is above the tolerance" in (out / "report.md").read_text()
