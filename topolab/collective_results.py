@@ -1,0 +1,156 @@
+"""Results of `topolab collective` and how they are printed: one `SizeResult` per algorithm
+and size, nccl-tests' all_reduce_perf table ("# Avg bus bandwidth" footer included), our
+wider table, and the time-left estimate of a sweep. Kept apart from the command (parsing,
+the emulated measurement) so each stays readable.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def format_size(nbytes: int) -> str:
+    for unit in ("G", "M", "K"):
+        if nbytes % UNITS[unit] == 0:
+            return f"{nbytes // UNITS[unit]}{unit}"
+    return str(nbytes)
+
+
+@dataclass
+class SizeResult:
+    algorithm: str
+    bytes: int
+    ranks: int
+    times_s: list[float]
+    ideal_s: float
+    verified: bool
+    time_scale: float = 1.0
+    mismatches: list[str] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)  # workers' CPU seconds per iteration
+
+    @property
+    def time_s(self) -> float:
+        return statistics.median(self.times_s) if self.times_s else float("nan")
+
+    @property
+    def algbw(self) -> float:
+        """Bytes per second (nccl-tests' algbw)."""
+        return self.bytes / self.time_s
+
+    @property
+    def busbw(self) -> float:
+        return self.algbw * 2 * (self.ranks - 1) / self.ranks
+
+    @property
+    def ratio(self) -> float:
+        return self.time_s / self.ideal_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(
+            size=format_size(self.bytes),
+            time_s=self.time_s,
+            min_s=min(self.times_s, default=float("nan")),
+            max_s=max(self.times_s, default=float("nan")),
+            algbw_MBps=self.algbw / 1e6,
+            busbw_MBps=self.busbw / 1e6,
+            measured_over_ideal=self.ratio,
+            time_real_ms=self.time_s / self.time_scale * 1e3,
+            # share of the machine's cores the workers used (kernel TCP work included)
+            worker_cpu_cores=(statistics.median(self.cpu_s) / self.time_s if self.cpu_s else None),
+            ideal_real_ms=self.ideal_s / self.time_scale * 1e3,
+        )
+        return d
+
+
+class SweepEstimate:
+    """Time left of a sweep: the seconds spent so far per byte moved times the bytes still
+    to move (an iteration's time grows with its size), plus a fixed cost per iteration
+    taken from the first one."""
+
+    def __init__(self, sizes: Sequence[int], iterations_per_size: int) -> None:
+        self.remaining_bytes = float(sum(sizes) * iterations_per_size)
+        self.remaining_steps = len(sizes) * iterations_per_size
+        self.total_steps = self.remaining_steps
+        self.done_bytes = 0.0
+        self.t0 = time.perf_counter()
+
+    def step(self, nbytes: int) -> None:
+        self.remaining_bytes -= nbytes
+        self.remaining_steps -= 1
+        self.done_bytes += nbytes
+
+    def seconds_left(self) -> float:
+        elapsed = time.perf_counter() - self.t0
+        if not self.done_bytes:
+            return float("nan")
+        return elapsed / self.done_bytes * self.remaining_bytes
+
+    def line(self) -> str:
+        done = self.total_steps - self.remaining_steps
+        left = self.seconds_left()
+        return (
+            f"{done}/{self.total_steps} done, about {left:.0f} s left" if left == left else f"{done}/{self.total_steps}"
+        )
+
+
+# nccl-tests' table (all_reduce_perf), one block per algorithm. Times and bandwidths are the
+# real cluster's: emulated time / time scale; GB/s = 1e9 bytes/s as nccl-tests prints them.
+NCCL_HEAD = (
+    "#\n"
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)       "
+)
+FLOAT32_BYTES = 4
+
+
+def format_nccl_tests(results: Sequence[SizeResult]) -> str:
+    """The rows and the "# Avg bus bandwidth" footer nccl-tests prints, per algorithm.
+    Columns: size, count, type, redop, root (-1: no root), time (us), algbw and busbw (GB/s),
+    #wrong (ranks' mismatching values; 0 when every worker verified)."""
+    blocks = []
+    for alg in dict.fromkeys(r.algorithm for r in results):
+        rows = [r for r in results if r.algorithm == alg]
+        lines = [f"# algorithm: {alg} (in place; one timed figure per size)", NCCL_HEAD]
+        for r in rows:
+            real_s = r.time_s / r.time_scale
+            algbw = r.bytes / real_s / 1e9
+            busbw = algbw * 2 * (r.ranks - 1) / r.ranks
+            wrong = 0 if r.verified else max(1, len(r.mismatches))
+            lines.append(
+                f"{r.bytes:12d}  {r.bytes // FLOAT32_BYTES:12d}  {'float':>8}  {'sum':>6}  {-1:6d}"
+                f"  {real_s * 1e6:7.1f}  {algbw:6.2f}  {busbw:6.2f}  {wrong:5d}"
+            )
+        avg = statistics.mean(r.busbw * r.time_scale / 1e9 for r in rows)
+        wrong_total = sum(0 if r.verified else max(1, len(r.mismatches)) for r in rows)
+        lines += [
+            f"# Out of bounds values : {wrong_total} {'OK' if not wrong_total else 'FAILED'}",
+            f"# Avg bus bandwidth    : {avg:g} ",
+            "#",
+        ]
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
+def format_table(results: Sequence[SizeResult]) -> str:
+    head = (
+        f"{'algorithm':<9} {'size':>6} {'time(ms)':>10} {'algbw(MB/s)':>12} "
+        f"{'busbw(MB/s)':>12} {'ideal(ms)':>10} {'meas/ideal':>10} {'real(ms)':>9} "
+        f"{'verified':>8} {'cpu':>5}"
+    )
+    lines = [head]
+    for r in results:
+        lines.append(
+            f"{r.algorithm:<9} {format_size(r.bytes):>6} {r.time_s * 1e3:>10.1f} "
+            f"{r.algbw / 1e6:>12.2f} {r.busbw / 1e6:>12.2f} {r.ideal_s * 1e3:>10.1f} "
+            f"{r.ratio:>10.3f} {r.time_s / r.time_scale * 1e3:>9.3f} "
+            f"{'yes' if r.verified else 'NO':>8} "
+            f"{(statistics.median(r.cpu_s) / r.time_s) if r.cpu_s else float('nan'):>5.2f}"
+        )
+    return "\n".join(lines)
