@@ -209,7 +209,7 @@ def _check_cross_fields(s: Scenario, explicit: set[tuple[str, str]]) -> None:
     need = MIN_DEGREE.get(t.kind, 1)
     if d < need:
         raise ScenarioError(src, "cluster.degree", f"topology.kind = {t.kind!r} needs degree >= {need}, got {d}")
-    if d >= n and t.kind != "switch":
+    if d >= n and t.kind not in ("switch", "hierarchical"):  # hierarchical: degree unused
         raise ScenarioError(
             src, "cluster.degree", f"must be below cluster.servers ({n}) for a direct-connect topology, got {d}"
         )
