@@ -108,7 +108,15 @@ def predict_row(case: SweepCase, row: dict) -> float:
     return predict(schedule, plan_network(plan, case.budget_mbps * 1e6, mtu=case.mtu)).seconds
 
 
-def measure_row(case: SweepCase, row: dict, repeat: int, wait_s: float, log: Log, timeout_s: float = 120.0) -> dict:
+def measure_row(
+    case: SweepCase,
+    row: dict,
+    repeat: int,
+    wait_s: float,
+    log: Log,
+    timeout_s: float = 120.0,
+    run_dir: str | None = None,
+) -> dict:
     """Build the row's network on the emulator and time its AllReduce (one warm-up, then
     ``repeat`` timed runs, each verified by the workers)."""
     from emulator import EmulatedNetwork
@@ -116,6 +124,8 @@ def measure_row(case: SweepCase, row: dict, repeat: int, wait_s: float, log: Log
 
     plan, schedule = _plan_and_schedule(case, row)
     config = {"link_mbps": case.budget_mbps, "mtu": case.mtu, "lock_wait_s": wait_s}
+    if run_dir:
+        config["run_dir"] = run_dir
     with EmulatedNetwork(plan, config, log=log) as net:
         hosts = [net.host_address(i) for i in range(plan.servers)]
 
@@ -164,12 +174,15 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def sweep(case: SweepCase, measure: bool, repeat: int, wait_s: float, log: Log) -> list[dict]:
+def sweep(
+    case: SweepCase, measure: bool, repeat: int, wait_s: float, log: Log, run_dir: str | None = None
+) -> list[dict]:
+    """`config_rows` with each row's prediction and, if ``measure``, its measurement."""
     rows = config_rows(case)
     for r in rows:
         r["predicted_s"] = predict_row(case, r)
         if measure:
-            r.update(measure_row(case, r, repeat, wait_s, log))
+            r.update(measure_row(case, r, repeat, wait_s, log, run_dir=run_dir))
     return rows
 
 
@@ -245,6 +258,9 @@ def add_alloc_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=bounded_int(1, 1000), default=2, help="timed runs per split after a warm-up")
     parser.add_argument("--wait", type=bounded_float(0.0, 86400.0, low_inclusive=True), default=0.0, metavar="SECONDS")
     parser.add_argument("--out", default=None, metavar="DIR", help="where alloc.json and alloc.png go (--sweep)")
+    parser.add_argument(
+        "--run-dir", default=None, metavar="DIR", help="run lock and state files (default: /run/topolab)"
+    )
 
 
 def run_alloc(args: argparse.Namespace) -> int:
@@ -266,9 +282,11 @@ def run_alloc(args: argparse.Namespace) -> int:
     out = check_output_dir(args.out or f"results/alloc-{s.name}", "--out")
     if args.measure:
         require_root("alloc --measure")
+        if args.run_dir is not None:
+            check_output_dir(args.run_dir, "--run-dir")
     case = SweepCase.of(s, nbytes)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    rows = sweep(case, args.measure, args.repeat, args.wait, log)
+    rows = sweep(case, args.measure, args.repeat, args.wait, log, args.run_dir)
     doc = {"scenario": s.name, "case": asdict(case), "rows": rows, "measured": args.measure, "cpus": os.cpu_count()}
     out.mkdir(parents=True, exist_ok=True)
     (out / "alloc.json").write_text(json.dumps(doc, indent=2))
