@@ -26,6 +26,10 @@ Model
   training iteration).
 
 Offsets and lengths are in bytes and must be multiples of the buffer's item size.
+
+This module holds the format (`Op`, `Buffer`, `Check`, `Schedule` with its JSON round trip and
+validation) and `ScheduleBuilder`, which every schedule generator uses to write it: one
+module, because the builder's only job is to emit that format and the two change together.
 """
 
 from __future__ import annotations

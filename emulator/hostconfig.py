@@ -157,22 +157,27 @@ def configure_host(
 
 
 def apply_qdiscs(
-    work: list[tuple[EmulatedHost, list[shaping.Shaping]]], use_netem: bool, timeout_s: float = TC_TIMEOUT_S
+    work: list[tuple[EmulatedHost, list[shaping.Shaping]]],
+    use_netem: bool,
+    timeout_s: float = TC_TIMEOUT_S,
+    render: Callable[[list[shaping.Shaping], bool], str] | None = None,
 ) -> None:
-    """One ``tc -batch`` per host, all in parallel (one waiting thread each), each bounded by
-    ``timeout_s``; raise `ShapingError` naming the hosts whose tc failed and why (tc's last
-    line, or that it did not finish)."""
+    """One ``tc -batch`` per host (its text from ``render``: by default the build's `shaping.tc_batch`,
+    or `shaping.tc_rate_change` for a live rate change), all in parallel (one waiting thread
+    each), each bounded by ``timeout_s``; raise `ShapingError` naming the hosts whose tc
+    failed and why (tc's last line, or that it did not finish)."""
     if not work:
         return
+    render = render or shaping.tc_batch  # looked up now: a test may replace it
     with ThreadPoolExecutor(max_workers=len(work), thread_name_prefix="tc") as pool:
-        outcomes = list(pool.map(lambda item: _run_tc(item[0], item[1], use_netem, timeout_s), work))
+        outcomes = list(pool.map(lambda item: _run_tc(item[0], render(item[1], use_netem), timeout_s), work))
     errors = [e for e in outcomes if e]
     if errors:
         more = f" (and {len(errors) - _TC_ERRORS_SHOWN} more)" if len(errors) > _TC_ERRORS_SHOWN else ""
         raise ShapingError("tc refused the shaping: " + "; ".join(errors[:_TC_ERRORS_SHOWN]) + more)
 
 
-def _run_tc(host: EmulatedHost, items: list[shaping.Shaping], use_netem: bool, timeout_s: float) -> str:
+def _run_tc(host: EmulatedHost, text: str, timeout_s: float) -> str:
     """Run one host's ``tc -batch`` in its namespace; '' if it succeeded, else the error."""
     proc = subprocess.Popen(
         ["mnexec", "-a", str(host.pid), "tc", "-batch", "-"],
@@ -182,7 +187,7 @@ def _run_tc(host: EmulatedHost, items: list[shaping.Shaping], use_netem: bool, t
         text=True,
     )
     try:
-        _out, err = proc.communicate(shaping.tc_batch(items, use_netem), timeout=timeout_s)
+        _out, err = proc.communicate(text, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         # not communicate(): a child tc left behind may hold the pipes; teardown ends it

@@ -22,6 +22,10 @@ host shells (bounded waits); the kernel then frees each namespace and its cables
 ``net.stop()`` is not used: it does not end ``popen``-ed processes and takes twice as long.
 The state file goes last, and stays if a host shell would not die, so `topolab clean` can
 finish the job (``docs/emulation.md`` section 4).
+
+The build order, the signal handling and the teardown share one state (the hosts, the run's
+processes, the lock and the state file) and must stay in one place to keep the guarantee
+above, hence one module slightly over 300 lines.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from .config import EmulationConfig
 from .errors import EmulationError, EmulationInputError
 from .host import HOST_START_TIMEOUT_S, EmulatedHost, end_hosts
 from .hostconfig import apply_qdiscs, check_qdiscs, configure_host
+from .live import LiveChanges
 from .state import ENV_MARK, RunLock, RunState, run_dir_path, terminate_pids
 from .validate import validate
 
@@ -79,8 +84,8 @@ class EmulatedNetwork:
     """A network (or a plan's network) built as an emulated network; use as a context manager.
 
     ``net.host_address(i)``, ``net.popen(i, argv)``, ``net.time_scale``, ``net.link_mbps``,
-    ``net.mtu``, ``net.netem``, ``net.link_rate_bps`` and ``net.facts`` are the public
-    interface; ``net.network`` is the `Network` it builds, ``net.mininet`` Mininet's view
+    ``net.mtu``, ``net.netem``, ``net.link_rate_bps``, ``net.facts`` and ``net.live`` (live
+    changes: `emulator.live.LiveChanges`) are the public interface; ``net.network`` is the `Network` it builds, ``net.mininet`` Mininet's view
     of it (for Mininet's CLI)."""
 
     def __init__(self, network: Any, config: Any = None, *, log: Callable[[str], None] | None = None):
@@ -107,6 +112,7 @@ class EmulatedNetwork:
         self._old_handlers: dict[int, Any] = {}
         self._started = self._stopped = False
         self._netns: set[int] = set()
+        self.live = LiveChanges(self)  # cable down/up, rate, routes while running (emulator.live)
 
     # ---- public interface ------------------------------------------------------------
     def host_address(self, i: int) -> str:
@@ -117,6 +123,11 @@ class EmulatedNetwork:
 
     def host_name(self, i: int) -> str:
         return node_name(i, self.servers)
+
+    @property
+    def running(self) -> bool:
+        """Whether the network is up (started and not yet torn down)."""
+        return self._started and not self._stopped and self._state is not None
 
     def popen(self, i: int, argv: Sequence[str], **kw) -> subprocess.Popen:
         """Start ``argv`` in node ``i``'s namespace, in its own session (a Ctrl-C at the

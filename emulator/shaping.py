@@ -31,14 +31,24 @@ def tc_batch(items: list[Shaping], use_netem: bool) -> str:
     for s in items:
         # quantum: one class per qdisc, so it only silences the "quantum is big" warning.
         lines.append(f"qdisc replace dev {s.ifname} root handle 1: htb default 1")
-        burst = max(BURST_FLOOR, s.rate_bps // 8 // 1000)  # 1 ms of the rate, at least one GSO packet
-        lines.append(
-            f"class add dev {s.ifname} parent 1: classid 1:1 htb rate {s.rate_bps}bit "
-            f"ceil {s.rate_bps}bit burst {burst}b cburst {burst}b quantum 200000"
-        )
+        lines.append(_htb_class("add", s))
         if use_netem and s.delay_us > 0:
             lines.append(f"qdisc add dev {s.ifname} parent 1:1 handle 10: netem delay {s.delay_us:.1f}us limit 100000")
     return "\n".join(lines) + "\n"
+
+
+def _htb_class(verb: str, s: Shaping) -> str:
+    burst = max(BURST_FLOOR, s.rate_bps // 8 // 1000)  # 1 ms of the rate, at least one GSO packet
+    return (
+        f"class {verb} dev {s.ifname} parent 1: classid 1:1 htb rate {s.rate_bps}bit "
+        f"ceil {s.rate_bps}bit burst {burst}b cburst {burst}b quantum 200000"
+    )
+
+
+def tc_rate_change(items: list[Shaping], use_netem: bool = False) -> str:
+    """``tc -batch`` text that changes the HTB rate of interfaces already shaped by
+    `tc_batch` (a live change: the qdiscs, their queues and any netem leaf stay)."""
+    return "".join(_htb_class("change", s) + "\n" for s in items)
 
 
 def netem_available() -> bool:

@@ -4,7 +4,10 @@ Every key has a documented default and range (docs/scenarios.md; the ranges are 
 below); files are read as UTF-8 and unknown keys are
 errors, so a typo never silently falls back to a default. Cross-field rules (degree below
 the server count, even degree for bidirectional rings, group sizes that divide n) are checked
-after the per-key types, and each failure names the file and the key.
+after the per-key types, and each failure names the file and the key. The ``[[faults]]``
+array (cables that go down or slow down during a run) and the list-valued keys of
+hierarchical networks (``topology.dims``, ``blocks``, ``allocation``, ``price_per_gbps``) are
+validated here too, with every other key, which takes the module over 400 lines.
 """
 
 from __future__ import annotations
@@ -93,6 +96,22 @@ class Run:
     payload_scale: float = 1.0  # multiply every transfer (small buffers for smoke tests)
 
 
+FAULT_ACTIONS = ("down", "degrade")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One ``[[faults]]`` entry: before timed iteration ``iteration`` (0-based), the cable
+    between servers ``cable`` goes ``down`` or runs at ``factor`` x its rate (``degrade``);
+    with ``reroute`` the planner routes around a dead cable and the run goes on."""
+
+    iteration: int
+    cable: tuple[int, int]
+    action: str = "down"
+    factor: float = 1.0
+    reroute: bool = True
+
+
 @dataclass(frozen=True)
 class Scenario:
     source: str
@@ -103,6 +122,7 @@ class Scenario:
     topology: Topology
     emulation: Emulation
     run: Run
+    faults: tuple[Fault, ...] = ()
 
 
 _SECTIONS: dict[str, type] = {
@@ -200,6 +220,43 @@ def _section(cls: type, table: Any, section: str, source: str) -> Any:
                 raise ScenarioError(source, dotted, f"must be <= {high:g} (documented maximum), got {value!r}")
         values[key] = value
     return cls(**values)
+
+
+def _fault(entry: Any, i: int, source: str, servers: int) -> Fault:
+    """One ``[[faults]]`` entry, validated (the plan's cables are checked when it exists)."""
+    where = f"faults[{i}]"
+    if not isinstance(entry, dict):
+        raise ScenarioError(source, where, f"expected a table [[faults]], got {type(entry).__name__}")
+    known = {f.name for f in fields(Fault)}
+    for key in entry:
+        if key not in known:
+            raise ScenarioError(source, f"{where}.{key}", f"unknown key (known: {', '.join(sorted(known))})")
+    for key in ("iteration", "cable"):
+        if key not in entry:
+            raise ScenarioError(source, f"{where}.{key}", "missing")
+    iteration = _typed(entry["iteration"], int, source, f"{where}.iteration")
+    if iteration < 0:
+        raise ScenarioError(source, f"{where}.iteration", f"must be >= 0, got {iteration}")
+    cable = entry["cable"]
+    if not (isinstance(cable, list) and len(cable) == 2 and all(type(c) is int for c in cable)):
+        raise ScenarioError(source, f"{where}.cable", f"expected two server numbers [a, b], got {cable!r}")
+    a, b = cable
+    if not (0 <= a < servers and 0 <= b < servers) or a == b:
+        raise ScenarioError(
+            source, f"{where}.cable", f"expected two different servers in 0..{servers - 1}, got {cable}"
+        )
+    action = _typed(entry.get("action", "down"), str, source, f"{where}.action")
+    if action not in FAULT_ACTIONS:
+        raise ScenarioError(source, f"{where}.action", f"{action!r} is not one of {', '.join(FAULT_ACTIONS)}")
+    factor = _typed(entry.get("factor", 1.0), float, source, f"{where}.factor")
+    if action == "degrade" and not 0 < factor < 1:
+        raise ScenarioError(
+            source, f"{where}.factor", f"a degraded cable runs at 0 < factor < 1 of its rate, got {factor}"
+        )
+    reroute = entry.get("reroute", True)
+    if not isinstance(reroute, bool):
+        raise ScenarioError(source, f"{where}.reroute", f"expected true or false, got {reroute!r}")
+    return Fault(iteration, (a, b), action, factor, reroute)
 
 
 def _check_cross_fields(s: Scenario, explicit: set[tuple[str, str]]) -> None:
@@ -335,10 +392,14 @@ def _check_hierarchical(s: Scenario, explicit: set[tuple[str, str]]) -> Scenario
 def parse_scenario(data: dict[str, Any], source: str = "<scenario>", name: str = "scenario") -> Scenario:
     """Validate an already-parsed TOML document."""
     for section in data:
-        if section not in _SECTIONS:
-            raise ScenarioError(source, section, f"unknown table (known: {', '.join(_SECTIONS)})")
+        if section not in _SECTIONS and section != "faults":
+            raise ScenarioError(source, section, f"unknown table (known: {', '.join(_SECTIONS)}, faults)")
     parts = {sec: _section(cls, data.get(sec, {}), sec, source) for sec, cls in _SECTIONS.items()}
-    scenario = Scenario(source=source, name=name, **parts)
+    entries = data.get("faults", [])
+    if not isinstance(entries, list):
+        raise ScenarioError(source, "faults", "expected an array of tables [[faults]]")
+    faults = tuple(_fault(e, i, source, parts["cluster"].servers) for i, e in enumerate(entries))
+    scenario = Scenario(source=source, name=name, faults=faults, **parts)
     explicit = {(sec, key) for sec, table in data.items() if isinstance(table, dict) for key in table}
     _check_cross_fields(scenario, explicit)
     return _check_hierarchical(scenario, explicit)
@@ -389,4 +450,8 @@ def with_overrides(s: Scenario, **sections: dict[str, Any]) -> Scenario:
         }
     for sec, overrides in sections.items():
         data[sec].update(overrides)
-    return parse_scenario(data, s.source, s.name)
+    faults: list[dict[str, Any]] = [
+        {"iteration": f.iteration, "cable": list(f.cable), "action": f.action, "factor": f.factor, "reroute": f.reroute}
+        for f in s.faults
+    ]
+    return parse_scenario({**data, "faults": faults} if faults else data, s.source, s.name)

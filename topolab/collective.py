@@ -1,6 +1,12 @@
 """`topolab collective`: an nccl-tests style AllReduce benchmark on the emulated network.
 
-    topolab collective SCENARIO --algorithm ring|topoopt|tree|dbtree --bytes SIZE [--json]
+    topolab collective SCENARIO --algorithm ring|topoopt|tree|dbtree --bytes SIZE [--json] [--out DIR [--force]]
+
+Prints nccl-tests' all_reduce_perf table (size, count, type, redop, root, time in us, algbw
+and busbw in GB/s, #wrong; "# Avg bus bandwidth" per algorithm), in the planned cluster's
+units (emulated time divided by the time scale), with progress and the time left on stderr.
+Results go to a new folder (results.json, nccl-tests.txt, table.txt); an existing --out is
+refused unless --force.
 
 Plans the scenario, builds its emulated network (emulator.EmulatedNetwork), and for every
 size and algorithm starts one worker per server in the server's namespace (workers.
@@ -26,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
@@ -199,6 +206,7 @@ def measure(
         return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
     results = []
+    eta = SweepEstimate([size for size in sizes for _ in algorithms], warmup + repeat)
     for size in sizes:
         for alg in algorithms:
             sched = allreduce_for_plan(plan, alg, size, segment_bytes or auto_segment(size))
@@ -215,13 +223,83 @@ def measure(
                     if i >= warmup:
                         times.append(res.time_s)
                         cpu.append(sum(r.get("cpu_s", 0.0) for r in res.ranks))
+                    eta.step(size)
                     log(
                         f"  {label}: {'warm-up' if i < warmup else f'{i - warmup + 1}/{repeat}'} "
                         f"{res.time_s:.3f} s ({res.time_s / ideal:.3f}x ideal) "
-                        f"{'verified' if res.ok else 'VERIFY FAILED'}"
+                        f"{'verified' if res.ok else 'VERIFY FAILED'}; {eta.line()}"
                     )
             results.append(SizeResult(alg, size, n, times, ideal, ok, net.time_scale, mismatches[:5], cpu))
     return results
+
+
+class SweepEstimate:
+    """Time left of a sweep: the seconds spent so far per byte moved times the bytes still
+    to move (an iteration's time grows with its size), plus a fixed cost per iteration
+    taken from the first one."""
+
+    def __init__(self, sizes: Sequence[int], iterations_per_size: int) -> None:
+        self.remaining_bytes = float(sum(sizes) * iterations_per_size)
+        self.remaining_steps = len(sizes) * iterations_per_size
+        self.total_steps = self.remaining_steps
+        self.done_bytes = 0.0
+        self.t0 = time.perf_counter()
+
+    def step(self, nbytes: int) -> None:
+        self.remaining_bytes -= nbytes
+        self.remaining_steps -= 1
+        self.done_bytes += nbytes
+
+    def seconds_left(self) -> float:
+        elapsed = time.perf_counter() - self.t0
+        if not self.done_bytes:
+            return float("nan")
+        return elapsed / self.done_bytes * self.remaining_bytes
+
+    def line(self) -> str:
+        done = self.total_steps - self.remaining_steps
+        left = self.seconds_left()
+        return (
+            f"{done}/{self.total_steps} done, about {left:.0f} s left" if left == left else f"{done}/{self.total_steps}"
+        )
+
+
+# nccl-tests' table (all_reduce_perf), one block per algorithm. Times and bandwidths are the
+# real cluster's: emulated time / time scale; GB/s = 1e9 bytes/s as nccl-tests prints them.
+NCCL_HEAD = (
+    "#\n"
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)       "
+)
+FLOAT32_BYTES = 4
+
+
+def format_nccl_tests(results: Sequence[SizeResult]) -> str:
+    """The rows and the "# Avg bus bandwidth" footer nccl-tests prints, per algorithm.
+    Columns: size, count, type, redop, root (-1: no root), time (us), algbw and busbw (GB/s),
+    #wrong (ranks' mismatching values; 0 when every worker verified)."""
+    blocks = []
+    for alg in dict.fromkeys(r.algorithm for r in results):
+        rows = [r for r in results if r.algorithm == alg]
+        lines = [f"# algorithm: {alg} (in place; one timed figure per size)", NCCL_HEAD]
+        for r in rows:
+            real_s = r.time_s / r.time_scale
+            algbw = r.bytes / real_s / 1e9
+            busbw = algbw * 2 * (r.ranks - 1) / r.ranks
+            wrong = 0 if r.verified else max(1, len(r.mismatches))
+            lines.append(
+                f"{r.bytes:12d}  {r.bytes // FLOAT32_BYTES:12d}  {'float':>8}  {'sum':>6}  {-1:6d}"
+                f"  {real_s * 1e6:7.1f}  {algbw:6.2f}  {busbw:6.2f}  {wrong:5d}"
+            )
+        avg = statistics.mean(r.busbw * r.time_scale / 1e9 for r in rows)
+        wrong_total = sum(0 if r.verified else max(1, len(r.mismatches)) for r in rows)
+        lines += [
+            f"# Out of bounds values : {wrong_total} {'OK' if not wrong_total else 'FAILED'}",
+            f"# Avg bus bandwidth    : {avg:g} ",
+            "#",
+        ]
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
 
 
 def format_table(results: Sequence[SizeResult]) -> str:
@@ -302,6 +380,13 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
         help="wait this long for another emulation run to finish (default: 0)",
     )
     parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="new folder for results.json and the tables (default: results/collective-<scenario>-<time>); "
+        "an existing folder is refused unless --force",
+    )
+    parser.add_argument("--force", action="store_true", help="write into --out even if it exists (files replaced)")
+    parser.add_argument(
         "--run-dir", default=None, metavar="DIR", help="where the run lock and state file live (default: /run/topolab)"
     )
 
@@ -319,6 +404,7 @@ def run_collective(args: argparse.Namespace) -> int:
     if segment is not None and segment > MAX_BUFFER_BYTES:
         raise CollectiveInputError(f"--segment {args.segment}: at most {format_size(MAX_BUFFER_BYTES)}")
     scenario = load_scenario(args.scenario)
+    out_dir = results_folder(args.out, getattr(scenario, "name", "scenario"), args.force)
     require_root("collective")  # before --run-dir: /run is root's
     if args.run_dir is not None:
         check_output_dir(args.run_dir, "--run-dir")
@@ -336,12 +422,31 @@ def run_collective(args: argparse.Namespace) -> int:
         lock_wait_s=args.wait,
         run_dir=args.run_dir,
     )
-    if args.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        print(doc["header"])
-        print(format_table(results))
+    nccl = doc["header"] + "\n" + format_nccl_tests(results)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out_dir / "nccl-tests.txt").write_text(nccl + "\n")
+    (out_dir / "table.txt").write_text(doc["header"] + "\n" + format_table(results) + "\n")
+    print(json.dumps(doc, indent=2) if args.json else nccl)
+    print(f"results in {out_dir}/ (results.json, nccl-tests.txt, table.txt)", file=sys.stderr)
     return 0 if all(r.verified for r in results) else 1
+
+
+def results_folder(out: str | None, scenario_name: str, force: bool) -> Path:
+    """``--out`` (refused when it exists, unless ``force``) or a new timestamped folder."""
+    if out is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        target = Path("results") / f"collective-{scenario_name}-{stamp}"
+        suffix = 1
+        while target.exists():  # two runs in one second: never share a folder
+            suffix += 1
+            target = Path("results") / f"collective-{scenario_name}-{stamp}-{suffix}"
+        check_output_dir(target, "--out")
+        return target
+    target = check_output_dir(out, "--out")
+    if target.exists() and any(target.iterdir()) and not force:
+        raise CollectiveInputError(f"--out {out!r}: exists and is not empty; use --force to write into it")
+    return target
 
 
 def run_on_emulator(
@@ -405,6 +510,7 @@ def run_on_emulator(
         f"# ideal = 2(n-1)S/(n*D), D = {emulation['egress_goodput_bps'] / 1e6:.1f} Mbit/s "
         f"egress goodput per server (TCP maximum {emulation['tcp_max_fraction']:.4f} of "
         f"the shaped rate); median of {repeat}; real = time / time scale;\n"
+        f"# nccl-tests columns: time (us), algbw and busbw (GB/s) of the planned cluster (emulated / time scale)\n"
         f"# cpu = cores the {plan.servers} workers kept busy (their user + system time; "
         f"softirq work may be charged elsewhere), of {os.cpu_count()}"
     )

@@ -38,6 +38,7 @@ from planner import Scenario, load_scenario
 from planner.zoo import get_model
 
 from .calibrate import measure_op_overhead, zero_payload_twin
+from .faults import add_fault_arguments, add_to_results, faults_of, injector_for
 from .journal import ITERATIONS_FILE, RESULTS_FILE, IterationJournal
 from .options import (
     MAX_ITERATIONS,
@@ -67,6 +68,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", metavar="DIR", help="where results.json, report.md and plots go (default: results/<scenario name>)"
     )
     add_job_arguments(parser)
+    add_fault_arguments(parser)
     parser.add_argument(
         "--run-dir", default=None, metavar="DIR", help="where the run lock and state file live (default: /run/topolab)"
     )
@@ -98,9 +100,12 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
 def write_results(results: dict[str, Any], out_dir: Path, report: bool = True) -> Path:
     """results.json (with its summary), then report.md and the plots unless ``report`` is off."""
     results["summary"] = summarize(results)
+    add_to_results(results, None)  # the per-phase figures of a run with faults
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=1))
-    return write_report(results, out_dir) if report else out_dir / RESULTS_FILE
+    path = write_report(results, out_dir) if report else None
+    add_to_results(results, path)  # and its "Faults" section in the report
+    return path or out_dir / RESULTS_FILE
 
 
 def execute(
@@ -111,6 +116,7 @@ def execute(
     log: Callable[[str], None] | None = None,
     lock_wait_s: float = 0.0,
     run_dir: str | None = None,
+    faults: list | None = None,
 ) -> dict[str, Any]:
     """Run a scenario end to end; once the network is up, always writes results (also partial
     ones) to ``out_dir``. A network another run holds is a `UsageError` and writes nothing."""
@@ -120,6 +126,7 @@ def execute(
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     iterations = s.run.iterations if iterations is None else iterations
     plan, schedule, opts, emulated = prepare(s, payload_scale)
+    injector = injector_for(faults or [], plan, schedule, iterations, log)  # bad faults: exit 2, nothing built
     want_netem = s.emulation.netem == "on" or (s.emulation.netem == "auto" and netem_present())
     log(
         f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
@@ -173,6 +180,10 @@ def execute(
             cal = measure_op_overhead(twin, hosts, spawn, plan.path, timeout_s=s.run.timeout_s)
             results["calibration"] = cal
             results["predicted"] = predict_run(plan, schedule, emulated, net.netem, cal["op_overhead_s"])
+            if injector:
+                repredict = lambda p: predict_run(p, schedule, emulated, net.netem, cal["op_overhead_s"])  # noqa: E731
+                injector.start(net, repredict, results["predicted"])
+                results["faults"] = injector.applied
             write_results(results, out_dir, report=False)
             log(
                 f"      measured worker cost {cal['op_overhead_s'] * 1e6:.0f} us per op (zero-payload twin: "
@@ -184,8 +195,10 @@ def execute(
             ):
                 bar = Progress(s.run.warmup + iterations, "iterations")
                 for i in range(s.run.warmup + iterations):
-                    res = coord.run_iteration(i)
                     warm = i < s.run.warmup
+                    if injector and not warm:
+                        injector.before(i - s.run.warmup)  # faults due now: cable down, reroute
+                    res = coord.run_iteration(i)
                     progress = (
                         f"{'warm-up' if warm else 'timed'} {res.time_s:.3f} s "
                         f"{'verified' if res.ok else 'VERIFY FAILED'}"
@@ -202,6 +215,8 @@ def execute(
                         "verified": res.ok,
                         "errors": res.mismatches[:10],
                     }
+                    if injector:
+                        injector.annotate(record)
                     results["iterations"].append(record)
                     journal.append(record)  # on disk before the progress line: a kill now keeps it
                     bar.step(progress)
@@ -259,7 +274,10 @@ def run_run(args: argparse.Namespace) -> int:
     if args.run_dir is not None:
         check_output_dir(args.run_dir, "--run-dir")
     ensure_network_free(args.run_dir, args.wait)
-    results = execute(s, out, args.iterations, args.payload_scale, lock_wait_s=args.wait, run_dir=args.run_dir)
+    faults = faults_of(s.faults, args.cable_down, args.no_reroute)
+    results = execute(
+        s, out, args.iterations, args.payload_scale, lock_wait_s=args.wait, run_dir=args.run_dir, faults=faults
+    )
     summ = results["summary"]
     print(
         f"{s.name}: measured {summ.get('median_real_ms', float('nan')):.3f} ms per iteration "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -13,14 +14,23 @@ from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan, plan_r
 from topolab.collective import (
     CollectiveInputError,
     SizeResult,
+    SweepEstimate,
     add_collective_arguments,
+    format_nccl_tests,
     format_table,
     ideal_allreduce_s,
     parse_algorithms,
     parse_size,
     parse_sizes,
+    results_folder,
     run_collective,
 )
+
+# The regular expressions nccl-tests' consumers parse all_reduce_perf's output with: a data
+# row is size, count, type, redop, root, then time, algbw, busbw, #wrong; the footer is
+# "# Avg bus bandwidth : X".
+NCCL_ROW_RE = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)")
+NCCL_AVG_RE = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
 
 
 def test_sizes_parse_like_nccl_tests():
@@ -58,6 +68,47 @@ def test_figures_follow_nccl_tests_factors():
     table = format_table([r])
     assert "topoopt" in table and "2.000" in table and "yes" in table
     assert json.loads(json.dumps(r.to_dict()))["measured_over_ideal"] == 2.0
+
+
+def test_output_parses_as_nccl_tests_in_the_planned_clusters_units():
+    # 12 ranks, time scale 250: 64 MiB in 2.5 s emulated is 10 ms on the real cluster
+    ok = SizeResult("topoopt", 64 << 20, 12, [2.5], ideal_s=2.4, verified=True, time_scale=250.0)
+    bad = SizeResult("topoopt", 1 << 20, 12, [0.1], ideal_s=0.05, verified=False, time_scale=250.0, mismatches=["x"])
+    text = format_nccl_tests([bad, ok])
+    rows = [NCCL_ROW_RE.match(line) for line in text.splitlines() if not line.startswith("#")]
+    assert all(rows) and len(rows) == 2
+    size, count, dtype, redop, root, time_us, algbw, busbw, wrong = rows[1].groups()
+    assert (int(size), int(count), dtype, redop, int(root)) == (64 << 20, 16 << 20, "float", "sum", -1)
+    assert float(time_us) == pytest.approx(10_000.0)
+    assert float(algbw) == pytest.approx((64 << 20) / 0.01 / 1e9, abs=0.01)
+    assert float(busbw) == pytest.approx(float(algbw) * 2 * 11 / 12, abs=0.01)
+    assert (rows[0].group(9), wrong) == ("1", "0")
+    avg = NCCL_AVG_RE.search(text)
+    assert avg and float(avg.group(1)) == pytest.approx((bad.busbw + ok.busbw) * 250 / 2 / 1e9, rel=1e-3)
+    assert "Out of bounds values : 1 FAILED" in text
+
+
+def test_time_left_grows_with_the_bytes_still_to_move():
+    eta = SweepEstimate([1 << 20, 8 << 20], iterations_per_size=2)
+    assert eta.line() == "0/4"
+    eta.step(1 << 20)
+    first = eta.seconds_left()
+    assert first > 0 and "1/4 done, about" in eta.line()
+    eta.step(1 << 20)
+    eta.step(8 << 20)
+    assert eta.seconds_left() < first / 8  # 8M of 18M left after the first 1M, then 8M of 8M done
+
+
+def test_results_go_to_a_new_folder_never_over_an_old_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = results_folder(None, "topoopt-12", force=False)
+    first.mkdir(parents=True)
+    second = results_folder(None, "topoopt-12", force=False)
+    assert second != first and not second.exists()
+    (first / "results.json").write_text("{}")
+    with pytest.raises(CollectiveInputError, match="--out .*--force"):
+        results_folder(str(first), "topoopt-12", force=False)
+    assert results_folder(str(first), "topoopt-12", force=True) == first
 
 
 def test_plan_adapter_runs_every_algorithm_on_the_planned_rings():
@@ -105,10 +156,15 @@ def test_collective_on_emulated_topoopt_12(capsys, tmp_path):
             "--json",
             "--run-dir",
             str(tmp_path),
+            "--out",
+            str(tmp_path / "out"),
         ]
     )
     assert run_collective(args) == 0
     doc = json.loads(capsys.readouterr().out)
+    nccl = (tmp_path / "out" / "nccl-tests.txt").read_text()
+    assert len([line for line in nccl.splitlines() if NCCL_ROW_RE.match(line)]) == 4
+    assert len(NCCL_AVG_RE.findall(nccl)) == 4
     assert [r["algorithm"] for r in doc["results"]] == ["ring", "topoopt", "tree", "dbtree"]
     for r in doc["results"]:
         assert r["verified"] and r["time_s"] > 0

@@ -1,0 +1,83 @@
+"""Checker of exercise 6: the student's sweep data (JSON shape below), its predictions
+(they must be planner.predict's, at the emulated rate, divided by the time scale), the
+measured times taken from a `topolab collective --json` document, and the plot file.
+
+Data shape::
+
+    {"scenario": "topoopt-12", "algorithm": "topoopt",
+     "points": [{"bytes": 1048576, "predicted_real_ms": 0.156, "measured_real_ms": 0.160}, ...]}
+
+``measured_real_ms`` is null for a size the document does not have. The checker feeds a
+made-up document (known times) so it needs no emulator; ``--emulate`` feeds a real one.
+"""
+
+import json
+import tempfile
+from pathlib import Path
+
+from contract.physics import time_scale
+from planner import build_plan, load_scenario
+from planner.collectives.from_plan import allreduce_for_plan
+from planner.predict import plan_network, predict
+from topolab.lab import student_error
+
+TITLE = "Predicted vs measured: sweep the message size, plot both"
+STUDENT_FILE = "sweep.py"
+SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "topoopt-12.toml"
+ALGORITHM = "topoopt"
+SIZES = [1 << 20, 4 << 20, 16 << 20]
+MEASURED_SIZES = SIZES[:2]  # the last size is missing from the made-up document
+TOLERANCE = 0.01
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def planner_real_ms(nbytes: int) -> float:
+    scenario = load_scenario(str(SCENARIO))
+    plan = build_plan(scenario)
+    mbps = scenario.emulation.link_mbps
+    emulated = predict(allreduce_for_plan(plan, ALGORITHM, nbytes), plan_network(plan, link_bps=mbps * 1e6)).seconds
+    return emulated / time_scale(plan.link_gbps, mbps) * 1e3
+
+
+def made_up_collective_doc() -> dict:
+    """What `topolab collective --json` writes, with times the checker knows."""
+    rows = [{"algorithm": ALGORITHM, "bytes": s, "time_real_ms": 0.001 * s / (1 << 20) + 0.05} for s in MEASURED_SIZES]
+    return {"format": "topolab.collective/1", "scenario": "topoopt-12", "results": rows}
+
+
+def check(student, emulate: bool) -> list[str]:
+    doc = made_up_collective_doc()
+    data = json.loads(json.dumps(student.predicted_vs_measured(str(SCENARIO), ALGORITHM, SIZES, doc)))
+    problems = []
+    if not isinstance(data, dict) or not isinstance(data.get("points"), list):
+        return ['expected a dict with "scenario", "algorithm" and a list "points" (see README.md)']
+    for key in ("scenario", "algorithm"):
+        if not isinstance(data.get(key), str):
+            problems.append(f'"{key}" is missing or not a string')
+    if [p.get("bytes") for p in data["points"]] != SIZES:
+        return problems + [f'"points" must have one entry per size, in order: bytes {SIZES}']
+    measured = {r["bytes"]: r["time_real_ms"] for r in doc["results"]}
+    for point in data["points"]:
+        size = point["bytes"]
+        want = planner_real_ms(size)
+        got = point.get("predicted_real_ms")
+        if not isinstance(got, (int, float)) or abs(got - want) > TOLERANCE * want:
+            problems.append(
+                f"{size} bytes: predicted_real_ms {got}, planner.predict gives {want:.4f}; hint: predict the "
+                "schedule of planner.collectives.from_plan on plan_network(plan, link_bps=link_mbps * 1e6), "
+                "then divide by contract.physics.time_scale"
+            )
+        if point.get("measured_real_ms") != measured.get(size):
+            problems.append(
+                f"{size} bytes: measured_real_ms {point.get('measured_real_ms')}, the collective document says "
+                f"{measured.get(size)} (null when it has no row for this size)"
+            )
+    with tempfile.TemporaryDirectory() as tmp:
+        png = Path(tmp) / "sweep.png"
+        try:
+            student.plot(data, str(png))
+        except Exception as err:  # report it with the other problems
+            problems.append(f"plot(data, path) failed: {student_error(err, Path(student.__file__))}")
+        if not png.is_file() or png.read_bytes()[:8] != PNG_MAGIC:
+            problems.append("plot(data, path) wrote no PNG file at path")
+    return problems
