@@ -163,9 +163,9 @@ def test_collective_adapter_runs_the_plans_schedule(tmp_path):
     assert sched.params["chunks"] == PIPELINE_CHUNKS and simulate_and_verify(sched) == []
     seq = build_plan(_scenario(BASE + 'schedule = "sequential"\n', tmp_path, "s.toml"))
     assert allreduce_for_plan(seq, "hierarchical", 1 << 20).params["chunks"] == 1
-    flat = build_plan(_scenario("[cluster]\nservers = 12\n", tmp_path, "t.toml"))
-    with pytest.raises(HierarchicalInputError, match="topology.kind"):
-        allreduce_for_plan(flat, "hierarchical", 1 << 20)
+    flat = build_plan(_scenario("[cluster]\nservers = 12\n", tmp_path, "t.toml"))  # one dimension of 12
+    one_d = allreduce_for_plan(flat, "hierarchical", 1 << 20)
+    assert one_d.params["dims"] == [12] and simulate_and_verify(one_d) == []
     assert pipeline_chunks(100) == 1 and pipeline_chunks(1 << 30) == PIPELINE_CHUNKS
 
 
