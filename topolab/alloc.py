@@ -242,6 +242,10 @@ def format_splits(s: Any, splits: dict) -> str:
     for n in names:
         x = splits[n]
         lines.append(f"{n:<10}{x['model_ms']:>12.3f}{x['predicted_ms']:>21.3f}{x['predicted_ms'] / libra:>9.2f}x")
+    lines.append(
+        "# model: communication of the full-size job; predicted: one iteration as topolab run executes it"
+        f" (compute included, transfers x {s.run.payload_scale:g})"
+    )
     return "\n".join(lines)
 
 
