@@ -33,6 +33,7 @@ import numpy as np
 from contract.errors import UsageError
 from contract.plan import Link, Plan, Routes, TrafficDemand
 
+from .allocation import Collective, Workload
 from .routing import hop_counts, next_hop_table
 from .topology_summary import summarize_topology
 
@@ -57,16 +58,18 @@ def check_dims_blocks(dims: Sequence[int], blocks: Sequence[str], servers: int |
         if block not in BLOCKS:
             raise HierarchicalInputError(f"topology.blocks[{d}] = {block!r}: expected one of {', '.join(BLOCKS)}")
     if servers is not None and prod(dims) != servers:
-        raise HierarchicalInputError(f"topology.dims {list(dims)}: product {prod(dims)} != servers = {servers}")
+        raise HierarchicalInputError(f"topology.dims {list(dims)}: product {prod(dims)} != cluster.servers = {servers}")
 
 
-def check_shares(shares: Sequence[float], dims: Sequence[int]) -> None:
+def check_shares(shares: Sequence[float], dims: Sequence[int], field: str = "topology.shares") -> None:
+    """Raise `HierarchicalInputError` naming ``field`` unless the shares are one positive
+    fraction per dimension summing to 1."""
     if len(shares) != len(dims):
-        raise HierarchicalInputError(f"topology.shares: {len(shares)} shares for {len(dims)} dims")
+        raise HierarchicalInputError(f"{field}: {len(shares)} shares for {len(dims)} dims")
     if any(not s > 0 for s in shares):
-        raise HierarchicalInputError(f"topology.shares {list(shares)}: every share must be positive")
+        raise HierarchicalInputError(f"{field} {list(shares)}: every share must be positive")
     if not isclose(sum(shares), 1.0, abs_tol=SHARE_TOLERANCE):
-        raise HierarchicalInputError(f"topology.shares {list(shares)}: fractions sum to {sum(shares):g}, not 1")
+        raise HierarchicalInputError(f"{field} {list(shares)}: fractions sum to {sum(shares):g}, not 1")
 
 
 def strides(dims: Sequence[int]) -> list[int]:
@@ -171,6 +174,42 @@ def _group_index(coords: np.ndarray, dims: Sequence[int], d: int) -> np.ndarray:
     for k in reversed(other):
         index = index * dims[k] + coords[:, k]
     return index
+
+
+def layout_span(dims: Sequence[int], layout: int) -> tuple[int, ...]:
+    """Dimensions spanned by the coset AllReduce groups {s, s + layout, ...}: whole
+    sub-networks exactly when ``layout = p_0 ... p_{k-1}`` (they then span dims k .. D-1)."""
+    for k in range(len(dims)):
+        if prod(dims[:k]) == layout:
+            return tuple(range(k, len(dims)))
+    raise HierarchicalInputError(f"AllReduce groups of step {layout} are not whole dimensions of {list(dims)}")
+
+
+def dimension_mp_bytes(dims: Sequence[int], demand: TrafficDemand) -> np.ndarray:
+    """Bytes one server sends per dimension for the model-parallel flows, averaged over the
+    servers: routed dimension by dimension, a flow crosses every dimension in which its ends'
+    coordinates differ."""
+    coords = coordinates(dims)
+    out = np.zeros(len(dims))
+    for flow in demand.mp:
+        out += flow.bytes * (coords[flow.src] != coords[flow.dst])
+    return out / prod(dims)
+
+
+def demand_workload(dims: Sequence[int], demand: TrafficDemand) -> Workload:
+    """The allocator's workload of a strategy's traffic: one AllReduce per coset layout over
+    the dimensions its groups span (every server is in one group per layout), and the
+    model-parallel bytes of dimension d as an all-to-all over d carrying the same bytes
+    (``a_d = S (p_d - 1) / p_d``, so ``S = bytes_d p_d / (p_d - 1)``)."""
+    n = prod(dims)
+    per_layout: dict[int, float] = {}
+    for group in demand.allreduce:
+        per_layout.setdefault(n // len(group.members), float(group.bytes))
+    collectives = [Collective("allreduce", b, layout_span(dims, m)) for m, b in sorted(per_layout.items())]
+    for d, nbytes in enumerate(dimension_mp_bytes(dims, demand)):
+        if nbytes > 0:
+            collectives.append(Collective("all_to_all", float(nbytes) * dims[d] / (dims[d] - 1), (d,)))
+    return Workload(tuple(collectives))
 
 
 def _direct_pairs(n: int, links: Sequence[Link]) -> np.ndarray:

@@ -19,6 +19,10 @@ contract.schedule:
   backward of its last operator is done, so communication overlaps the rest of the backward
   pass. Buckets are serialized on the ring streams (``ar0``, ``ar1``, ... one per ring), as
   DDP serializes them on its communication stream. Rings: `planner.collectives.from_plan`.
+  On a hierarchical plan every bucket is a hierarchical AllReduce over the dimensions its
+  groups span (planner.collectives.hierarchical): pipelined buckets are cut into chunks and
+  share the per-dimension streams, so consecutive buckets overlap across dimensions;
+  sequential buckets each wait for the previous one (one dimension after the other).
 
 Every AllReduce bucket and every transfer carries a check, so each worker verifies its
 result every iteration.
@@ -33,8 +37,10 @@ from contract.plan import Plan
 from contract.schedule import Check, Schedule, ScheduleBuilder
 
 from .collectives.from_plan import group_rings
+from .collectives.hierarchical import add_hierarchical_allreduce, pipeline_chunks
 from .collectives.p2p import add_p2p_transfers
 from .collectives.rings import add_multiring_allreduce
+from .hierarchical import layout_span
 from .strategy import Flows, OpTraffic, op_traffic, strategy_of
 from .zoo import Model
 
@@ -77,6 +83,7 @@ class _IterationBuilder:
         self.grad_offset = 0
         self.checks: list[Check] = []
         self.buckets = 0
+        self.previous_bucket: Deps = {}  # sequential hierarchical buckets wait for it
 
     def transfers(self, flows: Flows, after: Deps) -> Deps:
         """One p2p transfer per (src, dst) pair of ``flows``; each rank's ops that finish its part."""
@@ -116,14 +123,36 @@ class _IterationBuilder:
         n = self.n
         nbytes = scaled_bytes(nbytes_per_group, self.opts)
         self.b.buffer("grad", self.grad_offset + nbytes)
-        for rings in group_rings(self.plan, n // layout):
-            members = rings[0]
-            deps = {r: after.get(r, []) for r in members}
-            add_multiring_allreduce(self.b, rings, "grad", self.grad_offset, nbytes, "ar", after=deps)
+        if self.plan.topology == "hierarchical":
+            self.hierarchical_allreduce(layout, nbytes, after)
+        else:
+            self.ring_allreduce(layout, nbytes, after)
         cosets = [list(range(s, n, layout)) for s in range(layout)]
         self.checks.append(Check("allreduce", "grad", self.grad_offset, nbytes, groups=cosets))
         self.grad_offset += nbytes
         self.buckets += 1
+
+    def ring_allreduce(self, layout: int, nbytes: int, after: Deps) -> None:
+        for rings in group_rings(self.plan, self.n // layout):
+            members = rings[0]
+            deps = {r: after.get(r, []) for r in members}
+            add_multiring_allreduce(self.b, rings, "grad", self.grad_offset, nbytes, "ar", after=deps)
+
+    def hierarchical_allreduce(self, layout: int, nbytes: int, after: Deps) -> None:
+        dims, blocks = self.plan.extra["dims"], self.plan.extra["blocks"]
+        sequential = self.plan.extra.get("schedule") == "sequential"
+        deps = _merge([after, self.previous_bucket]) if sequential else after
+        self.previous_bucket = add_hierarchical_allreduce(
+            self.b,
+            dims,
+            blocks,
+            "grad",
+            self.grad_offset,
+            nbytes,
+            chunks=1 if sequential else pipeline_chunks(nbytes),
+            after=deps,
+            span=layout_span(dims, layout),
+        )
 
 
 def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Schedule:

@@ -5,15 +5,16 @@ below); files are read as UTF-8 and unknown keys are
 errors, so a typo never silently falls back to a default. Cross-field rules (degree below
 the server count, even degree for bidirectional rings, group sizes that divide n) are checked
 after the per-key types, and each failure names the file and the key. The ``[[faults]]``
-array (cables that go down or slow down during a run) is validated here too, with every other
-key, which takes the module a little over 300 lines.
+array (cables that go down or slow down during a run) and the list-valued keys of
+hierarchical networks (``topology.dims``, ``blocks``, ``allocation``, ``price_per_gbps``) are
+validated here too, with every other key, which takes the module over 400 lines.
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from contract.errors import UsageError
 
 from .zoo import MODELS, get_model
 
-TOPOLOGIES = ("topoopt", "switch", "expander", "torus", "ring")
+TOPOLOGIES = ("topoopt", "switch", "expander", "torus", "ring", "hierarchical")
 STRATEGIES = ("data", "hybrid", "search")
 DEGREE_SPLITS = ("paper", "released")
 
@@ -66,6 +67,14 @@ class Topology:
     seed: int = 1  # random expander
     switch_gbps: float = 0.0  # switch baseline: per-server port rate; 0 means degree * link_gbps
     degree_split: str = "paper"  # paper | released (all ports to the heaviest AllReduce group)
+    # hierarchical only (docs/scenarios.md, "Hierarchical networks"); validated by _hierarchical_value
+    dims: tuple[int, ...] = ()
+    blocks: tuple[str, ...] = ()
+    budget_gbps: float = 0.0  # one server's total over all dims; 0 means degree * link_gbps
+    allocation: str | tuple[float, ...] = "libra"  # libra | equal | one fraction per dimension
+    schedule: str = "pipelined"  # pipelined | sequential
+    objective: str = "time"  # time | time_x_cost
+    price_per_gbps: tuple[float, ...] = ()  # per dimension, for objective = "time_x_cost"
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ class Emulation:
     link_mbps: float = 100.0
     mtu: int = 9000
     netem: str = "auto"  # auto | on | off
+    budget_mbps: float = 0.0  # hierarchical: emulated budget per server (sets link_mbps)
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,8 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("topology", "kind"): TOPOLOGIES,
     ("topology", "degree_split"): DEGREE_SPLITS,
     ("emulation", "netem"): ("auto", "on", "off"),
+    ("topology", "schedule"): ("pipelined", "sequential"),
+    ("topology", "objective"): ("time", "time_x_cost"),
 }
 
 # The documented range of every numeric key (docs/scenarios.md). The maxima sit where memory
@@ -159,6 +171,8 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("topology", "seed"): (0, True, MAX_SEED),
     ("topology", "switch_gbps"): (0, True, MAX_DEGREE * MAX_LINK_GBPS),
     ("emulation", "link_mbps"): (0.1, True, 100_000.0),  # HTB on a veth
+    ("emulation", "budget_mbps"): (0, True, 100_000.0),  # 0: unset (link_mbps)
+    ("topology", "budget_gbps"): (0, True, MAX_DEGREE * MAX_LINK_GBPS),
     ("emulation", "mtu"): (576, True, 65535),  # IPv4 minimum .. largest IP packet
     ("run", "iterations"): (1, True, 100_000),
     ("run", "warmup"): (0, True, 1000),
@@ -193,6 +207,9 @@ def _section(cls: type, table: Any, section: str, source: str) -> Any:
         dotted = f"{section}.{key}"
         if key not in known:
             raise ScenarioError(source, dotted, f"unknown key (known: {', '.join(known)})")
+        if (section, key) in HIERARCHICAL_LISTS:
+            values[key] = _hierarchical_value(value, source, dotted)
+            continue
         want = {"int": int, "float": float, "str": str}[known[key].type]
         value = _typed(value, want, source, dotted)
         choices = _CHOICES.get((section, key))
@@ -253,7 +270,7 @@ def _check_cross_fields(s: Scenario, explicit: set[tuple[str, str]]) -> None:
     need = MIN_DEGREE.get(t.kind, 1)
     if d < need:
         raise ScenarioError(src, "cluster.degree", f"topology.kind = {t.kind!r} needs degree >= {need}, got {d}")
-    if d >= n and t.kind != "switch":
+    if d >= n and t.kind not in ("switch", "hierarchical"):  # hierarchical: degree unused
         raise ScenarioError(
             src, "cluster.degree", f"must be below cluster.servers ({n}) for a direct-connect topology, got {d}"
         )
@@ -289,6 +306,93 @@ def _torus_shape(n: int) -> tuple[int, int] | None:
     return best
 
 
+# Hierarchical networks (topology.kind = "hierarchical", docs/scenarios.md): the keys whose
+# TOML value is a list, with the type of their elements (allocation: also "libra"/"equal").
+HIERARCHICAL_LISTS: dict[tuple[str, str], type] = {
+    ("topology", "dims"): int,
+    ("topology", "blocks"): str,
+    ("topology", "allocation"): float,
+    ("topology", "price_per_gbps"): float,
+}
+HIERARCHICAL_KEYS = (
+    *HIERARCHICAL_LISTS,
+    ("topology", "budget_gbps"),
+    ("topology", "schedule"),
+    ("topology", "objective"),
+    ("emulation", "budget_mbps"),
+)
+ALLOCATIONS = ("libra", "equal")
+MAX_DIMS = 8  # LIBRA's largest networks have 4 dimensions; more is a typo, not a network
+
+
+def _hierarchical_value(value: Any, source: str, key: str) -> Any:
+    """A list-valued hierarchical key: a list of its element type (or an allocation name)."""
+    item = HIERARCHICAL_LISTS[tuple(key.split(".", 1))]  # type: ignore[index]
+    if key == "topology.allocation" and isinstance(value, str):
+        if value not in ALLOCATIONS:
+            raise ScenarioError(source, key, f"{value!r} is not one of libra, equal, or a list of fractions")
+        return value
+    if not isinstance(value, (list, tuple)):
+        raise ScenarioError(source, key, f"expected a list of {item.__name__}, got {type(value).__name__} {value!r}")
+    if not 1 <= len(value) <= MAX_DIMS:
+        raise ScenarioError(source, key, f"expected 1 to {MAX_DIMS} values (one per dimension), got {len(value)}")
+    return tuple(_typed(v, item, source, f"{key}[{i}]") for i, v in enumerate(value))
+
+
+def _check_hierarchical(s: Scenario, explicit: set[tuple[str, str]]) -> Scenario:
+    """The hierarchical keys' rules; returns the scenario with the budgets resolved (budget_gbps
+    0 = degree x link_gbps; link_mbps = budget_mbps, the emulated budget per server)."""
+    src, t, e = s.source, s.topology, s.emulation
+    if t.kind != "hierarchical":
+        stray = [k for k in HIERARCHICAL_KEYS if k in explicit]
+        if stray:
+            raise ScenarioError(src, ".".join(stray[0]), 'only applies to topology.kind = "hierarchical"')
+        return s
+    from .hierarchical import HierarchicalInputError, check_dims_blocks, check_shares
+
+    for key in ("dims", "blocks"):
+        if ("topology", key) not in explicit:
+            raise ScenarioError(src, f"topology.{key}", 'required for topology.kind = "hierarchical"')
+    try:
+        check_dims_blocks(t.dims, t.blocks, s.cluster.servers)
+        if isinstance(t.allocation, tuple):
+            check_shares(t.allocation, t.dims, "topology.allocation")
+    except HierarchicalInputError as err:
+        raise ScenarioError(src, "", str(err)) from None
+    if t.objective == "time_x_cost" and len(t.price_per_gbps) != len(t.dims):
+        raise ScenarioError(
+            src, "topology.price_per_gbps", f"objective time_x_cost needs one price per dimension ({len(t.dims)})"
+        )
+    if t.price_per_gbps and t.objective != "time_x_cost":
+        raise ScenarioError(src, "topology.price_per_gbps", 'only used with topology.objective = "time_x_cost"')
+    if any(not price > 0 for price in t.price_per_gbps):
+        raise ScenarioError(src, "topology.price_per_gbps", f"prices must be positive, got {list(t.price_per_gbps)}")
+    p = s.parallelism
+    if p.strategy == "search":
+        raise ScenarioError(
+            src, "parallelism.strategy", 'the search does not plan hierarchical networks; use "data" or "hybrid"'
+        )
+    prefixes = [math.prod(t.dims[:k]) for k in range(len(t.dims))]
+    if p.strategy == "hybrid" and not get_model(s.workload.model).embeddings and p.mp_degree not in prefixes:
+        raise ScenarioError(
+            src,
+            "parallelism.mp_degree",
+            f"model-parallel groups must be whole leading dimensions of {list(t.dims)} (one of {prefixes}), got {p.mp_degree}",
+        )
+    if ("emulation", "link_mbps") in explicit and e.budget_mbps and e.link_mbps != e.budget_mbps:
+        raise ScenarioError(
+            src,
+            "emulation.link_mbps",
+            "a hierarchical network is emulated by emulation.budget_mbps per server; set only that",
+        )
+    budget_gbps = t.budget_gbps or s.cluster.degree * s.cluster.link_gbps
+    return replace(
+        s,
+        topology=replace(t, budget_gbps=budget_gbps),
+        emulation=replace(e, link_mbps=e.budget_mbps or e.link_mbps, budget_mbps=e.budget_mbps or e.link_mbps),
+    )
+
+
 def parse_scenario(data: dict[str, Any], source: str = "<scenario>", name: str = "scenario") -> Scenario:
     """Validate an already-parsed TOML document."""
     for section in data:
@@ -302,7 +406,7 @@ def parse_scenario(data: dict[str, Any], source: str = "<scenario>", name: str =
     scenario = Scenario(source=source, name=name, faults=faults, **parts)
     explicit = {(sec, key) for sec, table in data.items() if isinstance(table, dict) for key in table}
     _check_cross_fields(scenario, explicit)
-    return scenario
+    return _check_hierarchical(scenario, explicit)
 
 
 def _read_text(path: Path) -> str:

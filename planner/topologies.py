@@ -9,7 +9,10 @@ summary, the strategy's placement). Builders (docs/algorithms.md section 2 and 8
 - ``ring``: the +1 ring with d/2 parallel cables per neighbour pair;
 - ``switch``: one port per server into a non-blocking switch (node n);
 - ``expander``: a seeded random d-regular graph, shortest-path routes;
-- ``torus``: a 2-D torus (d = 4), shortest-path routes.
+- ``torus``: a 2-D torus (d = 4), shortest-path routes;
+- ``hierarchical``: a multi-dimensional network (planner.hierarchical) whose per-server
+  budget is split over the dimensions by LIBRA (planner.allocation) for the strategy's
+  traffic, equally, or by given fractions (docs/algorithms.md section 3).
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import numpy as np
 
 from contract.plan import AllReduceGroup, Link, Placement, Plan, Routes, TrafficDemand
 
+from .allocation import allocate, model_seconds
 from .baseline_graphs import expander_cables, ring_cables, ring_order, switch_cables, torus_cables
+from .hierarchical import demand_workload, hierarchical_plan
 from .routing import circulant_hop_counts, coin_change_first_strides, hop_counts, next_hop_table
 from .scenario import Scenario, _torus_shape
 from .topology_finder import find_topology
@@ -43,6 +48,7 @@ class Topology:
     degree: int | None = None  # None: the scenario's degree
     notes: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+    plan: Plan | None = None  # a builder whose cables differ in rate assembles the plan itself
 
 
 def stride_orders(n: int, strides: list[int]) -> tuple[tuple[int, ...], ...]:
@@ -137,12 +143,63 @@ def torus_topology(s: Scenario, demand: TrafficDemand) -> Topology:
     return Topology(cables, _table_routes(n, cables), demand, (tuple(ring_order(n, cables)),), extra={"shape": [a, b]})
 
 
+def hierarchical_allocation(s: Scenario, demand: TrafficDemand) -> dict:
+    """LIBRA's split of ``topology.budget_gbps`` for the strategy's traffic, the equal split,
+    and the scenario's choice (``allocation``): per-dimension Gbit/s, shares and the model's
+    communication seconds on the planned network (compute is not part of the split)."""
+    t = s.topology
+    dims = list(t.dims)
+    libra = allocate(
+        dims,
+        demand_workload(dims, demand),
+        t.budget_gbps,
+        mode=t.schedule,
+        objective=t.objective,
+        price=t.price_per_gbps or None,
+    )
+
+    def split(shares) -> dict:
+        gbps = [share * t.budget_gbps for share in shares]
+        return {"shares": list(shares), "gbps": gbps, "model_s": model_seconds(libra.dimension_bytes, gbps, t.schedule)}
+
+    named = {"libra": libra.shares, "equal": [1 / len(dims)] * len(dims)}
+    chosen = named.get(t.allocation, t.allocation) if isinstance(t.allocation, str) else t.allocation
+    return {
+        "choice": t.allocation if isinstance(t.allocation, str) else "fractions",
+        "schedule": t.schedule,
+        "objective": t.objective,
+        "budget_gbps": t.budget_gbps,
+        "dimension_bytes": list(libra.dimension_bytes),
+        **split(chosen),
+        "libra": split(libra.shares),
+        "equal": split(named["equal"]),
+    }
+
+
+def hierarchical_topology(s: Scenario, demand: TrafficDemand) -> Topology:
+    t = s.topology
+    allocation = hierarchical_allocation(s, demand)
+    plan = hierarchical_plan(
+        t.dims,
+        t.blocks,
+        t.budget_gbps,
+        allocation["shares"],
+        s.cluster.latency_us,
+        demand,
+        s.workload.model,
+        s.parallelism.strategy,
+    )
+    plan = dataclasses.replace(plan, extra={**plan.extra, "schedule": t.schedule, "allocation": allocation})
+    return Topology([], plan.routes, demand, (), plan=plan)
+
+
 TOPOLOGY_BUILDERS: dict[str, Callable[[Scenario, TrafficDemand], Topology]] = {
     "topoopt": topoopt_topology,
     "ring": ring_topology,
     "switch": switch_topology,
     "expander": expander_topology,
     "torus": torus_topology,
+    "hierarchical": hierarchical_topology,
 }
 
 
@@ -151,6 +208,8 @@ def plan_for_demand(s: Scenario, demand: TrafficDemand, placement: Placement | N
     ``placement`` describes (empty: data parallel)."""
     n = s.cluster.servers
     topo = TOPOLOGY_BUILDERS[s.topology.kind](s, demand)
+    if topo.plan is not None:
+        return dataclasses.replace(topo.plan, placement=placement or Placement())
     rate = float(topo.link_gbps if topo.link_gbps is not None else s.cluster.link_gbps)
     links = tuple(Link(a, b, rate) for a, b in topo.cables)
     plan = Plan(

@@ -15,10 +15,11 @@ from typing import Any
 
 from contract.schedule import Schedule
 
+from .hierarchical import PIPELINE_CHUNKS, hierarchical_allreduce, hierarchical_allreduce_for_plan
 from .rings import coset_rings, multiring_allreduce, ring_allreduce, topoopt_rings
 from .trees import DEFAULT_SEGMENT_BYTES, dbtree_allreduce, tree_allreduce
 
-ALGORITHMS = ("ring", "topoopt", "tree", "dbtree")
+ALGORITHMS = ("ring", "topoopt", "tree", "dbtree", "hierarchical")
 
 
 def plan_rings(plan: Any) -> list[list[int]]:
@@ -62,8 +63,17 @@ def group_rings(plan: Any, group_size: int) -> list[list[list[int]]]:
 def allreduce_for_plan(plan: Any, algorithm: str, nbytes: int, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> Schedule:
     """``ring``: one ring (the plan's first); ``topoopt``: all the plan's rings, both
     directions, concurrently; ``tree``: NCCL's binary tree; ``dbtree``: NCCL's double
-    binary tree. Tree edges are logical (relayed by the hosts where not cabled)."""
+    binary tree; ``hierarchical``: reduce-scatter and all-gather dimension by dimension,
+    pipelined or one dimension after the other as the plan's ``extra["schedule"]`` says; any
+    other plan is one dimension of n servers, where it is the bidirectional ring AllReduce
+    over servers 0 .. n-1 (pipelined). Tree and 1-D ring edges are logical (relayed by the
+    hosts where not cabled)."""
     n = int(plan.servers)
+    if algorithm == "hierarchical":
+        chunks = 1 if plan.extra.get("schedule") == "sequential" else PIPELINE_CHUNKS
+        if plan.topology != "hierarchical":
+            return hierarchical_allreduce([n], ["ring"], nbytes, chunks)
+        return hierarchical_allreduce_for_plan(plan, nbytes, chunks)
     if algorithm == "ring":
         return ring_allreduce(n, nbytes, allreduce_rings(plan)[0])
     if algorithm == "topoopt":

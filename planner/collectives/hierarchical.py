@@ -39,6 +39,10 @@ from .rings import weighted_split
 Deps = Mapping[int, Iterable[int]]
 Region = tuple[int, int]  # (offset, length) in bytes
 PIPELINE_CHUNKS = 14  # chunks of the pipelined variant (module docstring)
+# Smallest chunk worth its ops when a gradient bucket is pipelined: each chunk costs every
+# rank about 2 D + 2 sum_d (p_d - 1) operations, and the workers' per-op software cost
+# (a fraction of a millisecond on two cores) must stay small next to the chunk's transfer.
+MIN_PIPELINE_CHUNK_BYTES = 1 << 20
 TAPER = (1, 1, 2, 2)  # relative sizes of the first chunks (mirrored at the end); middle ones 4
 FULL_CHUNK = 4
 
@@ -177,6 +181,12 @@ def _half(
     return {r: done_cw[r] + done_ccw[r] for r in members}
 
 
+def pipeline_chunks(nbytes: int) -> int:
+    """Chunks of a pipelined bucket of ``nbytes``: `PIPELINE_CHUNKS`, fewer for small
+    buckets so no chunk is below `MIN_PIPELINE_CHUNK_BYTES`."""
+    return max(1, min(PIPELINE_CHUNKS, nbytes // MIN_PIPELINE_CHUNK_BYTES))
+
+
 def add_hierarchical_allreduce(
     b: ScheduleBuilder,
     dims: Sequence[int],
@@ -186,15 +196,19 @@ def add_hierarchical_allreduce(
     length: int,
     chunks: int = 1,
     after: Deps | None = None,
+    span: Sequence[int] | None = None,
 ) -> dict[int, list[int]]:
     """Append the hierarchical AllReduce of ``[offset, offset+length)`` to ``b``; returns per
-    rank the ops that finish it. ``chunks`` > 1 pipelines the dimensions."""
+    rank the ops that finish it. ``chunks`` > 1 pipelines the dimensions. ``span`` (default:
+    all) lists the dimensions reduced over: the AllReduce groups are then the servers that
+    share every coordinate outside ``span`` (planner.hierarchical.layout_span)."""
     if chunks < 1:
         raise ValueError(f"chunks must be >= 1, got {chunks}")
     itemsize = b.buffers[buffer].itemsize
     groups = [dimension_groups(dims, d) for d in range(len(dims))]
     tags = [{k: b.new_tag() for k in ("rs", "rsccw", "ag", "agccw")} for _ in dims]
-    order = [("rs", d) for d in range(len(dims))] + [("ag", d) for d in reversed(range(len(dims)))]
+    used = sorted(range(len(dims)) if span is None else span)
+    order = [("rs", d) for d in used] + [("ag", d) for d in reversed(used)]
     done: dict[int, list[int]] = {r: list((after or {}).get(r, ())) for r in range(b.ranks)}
     finished: dict[int, list[int]] = {r: [] for r in range(b.ranks)}
     for chunk in weighted_split(offset, length, chunk_weights(chunks), itemsize):

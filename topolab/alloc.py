@@ -1,0 +1,304 @@
+"""`topolab alloc`: how LIBRA splits a hierarchical scenario's per-server budget over the
+dimensions, against equal shares and the scenario's own split (docs/algorithms.md section 3).
+
+    topolab alloc SCENARIO [--json]
+    topolab alloc SCENARIO --sweep [--measure] [--bytes 64M] [--out DIR]
+
+Without ``--sweep``: per dimension the bytes one server sends per training iteration and
+the Gbit/s of each split; per split the allocator's model (communication seconds on the
+planned network) and the flow model's prediction of one iteration (planner.predict on the
+schedule ``topolab run`` executes, at ``[emulation] budget_mbps``, in real milliseconds).
+
+``--sweep``: one AllReduce of ``--bytes`` on the scenario's network at LIBRA's split for that
+AllReduce, at equal shares, at LIBRA's split of the other schedule (run as that schedule),
+and at a range of dimension-0 shares (the other dimensions keep LIBRA's proportions). For
+each: the model (max or sum over d of a_d / B_d at TCP goodput), the flow model's prediction
+and, with ``--measure`` (root), the time on the emulated network, every AllReduce verified
+by the workers. Times are emulated seconds. Writes alloc.json and alloc.png (time against
+dimension 0's share, LIBRA's choice marked) into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from contract.errors import UsageError
+from contract.physics import tcp_goodput_fraction
+from planner.allocation import allocate, allreduce_workload, model_seconds
+from planner.collectives.hierarchical import PIPELINE_CHUNKS, hierarchical_allreduce_for_plan
+from planner.hierarchical import hierarchical_plan
+from planner.predict import plan_network, predict
+
+from .collective import parse_size
+from .options import bounded_float, bounded_int, check_output_dir, require_root
+
+DEFAULT_SWEEP_BYTES = 64 << 20  # nccl-tests' usual large message; seconds per AllReduce emulated
+SWEEP_SHARES = (0.5, 0.6, 0.7, 0.75, 0.85, 0.9, 0.95)  # dimension 0's share; LIBRA's is added
+SAME_SHARE = 1e-9
+MAX_SWEEP_BYTES = 256 << 20  # every worker holds the whole buffer: 12 x 256 MiB at most
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SweepCase:
+    """One AllReduce of ``nbytes`` on a hierarchical network emulated at ``budget_mbps``."""
+
+    dims: tuple[int, ...]
+    blocks: tuple[str, ...]
+    budget_gbps: float
+    budget_mbps: float
+    nbytes: int
+    schedule: str = "pipelined"
+    mtu: int = 9000
+    latency_us: float = 1.0
+
+    @classmethod
+    def of(cls, s: Any, nbytes: int) -> SweepCase:
+        t = s.topology
+        return cls(t.dims, t.blocks, t.budget_gbps, s.emulation.budget_mbps, nbytes, t.schedule, s.emulation.mtu)
+
+
+def _row(name: str, shares, mode: str) -> dict:
+    chunks = PIPELINE_CHUNKS if mode == "pipelined" else 1
+    return {"name": name, "shares": [float(x) for x in shares], "mode": mode, "chunks": chunks}
+
+
+def config_rows(case: SweepCase) -> list[dict]:
+    """LIBRA, equal, LIBRA of the other schedule, and the dimension-0 share sweep."""
+    workload = allreduce_workload(case.nbytes)
+    other = "sequential" if case.schedule == "pipelined" else "pipelined"
+    libra = allocate(case.dims, workload, case.budget_gbps, mode=case.schedule)
+    libra_other = allocate(case.dims, workload, case.budget_gbps, mode=other)
+    count = len(case.dims)
+    rows = [
+        _row("libra", libra.shares, case.schedule),
+        _row("equal", [1 / count] * count, case.schedule),
+        _row(f"libra-{other}", libra_other.shares, other),
+    ]
+    rest = sum(libra.shares[1:])
+    for share in SWEEP_SHARES:
+        if all(abs(r["shares"][0] - share) > SAME_SHARE or r["mode"] != case.schedule for r in rows):
+            shares = [share] + [(1 - share) * x / rest for x in libra.shares[1:]]
+            rows.append(_row(f"sweep {share:.2f}", shares, case.schedule))
+    goodput = tcp_goodput_fraction(case.mtu)
+    for r in rows:
+        emulated_gbps = [x * case.budget_mbps / 1e3 * goodput for x in r["shares"]]
+        r["model_s"] = model_seconds(libra.dimension_bytes, emulated_gbps, r["mode"])
+        r["libra"] = r["name"] == "libra"
+    return rows
+
+
+def _plan_and_schedule(case: SweepCase, row: dict):
+    plan = hierarchical_plan(case.dims, case.blocks, case.budget_gbps, row["shares"], case.latency_us)
+    return plan, hierarchical_allreduce_for_plan(plan, case.nbytes, row["chunks"])
+
+
+def predict_row(case: SweepCase, row: dict) -> float:
+    """The flow model's time of the row's AllReduce (emulated seconds)."""
+    plan, schedule = _plan_and_schedule(case, row)
+    return predict(schedule, plan_network(plan, case.budget_mbps * 1e6, mtu=case.mtu)).seconds
+
+
+def measure_row(
+    case: SweepCase,
+    row: dict,
+    repeat: int,
+    wait_s: float,
+    log: Log,
+    timeout_s: float = 120.0,
+    run_dir: str | None = None,
+) -> dict:
+    """Build the row's network on the emulator and time its AllReduce (one warm-up, then
+    ``repeat`` timed runs, each verified by the workers)."""
+    from emulator import EmulatedNetwork
+    from workers.coordinator import Coordinator
+
+    plan, schedule = _plan_and_schedule(case, row)
+    config = {"link_mbps": case.budget_mbps, "mtu": case.mtu, "lock_wait_s": wait_s}
+    if run_dir:
+        config["run_dir"] = run_dir
+    with EmulatedNetwork(plan, config, log=log) as net:
+        hosts = [net.host_address(i) for i in range(plan.servers)]
+
+        def spawn(rank: int, argv: list[str]) -> subprocess.Popen:
+            return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+        times, cpu, verified = [], [], True
+        with Coordinator(schedule.to_dict(), hosts, spawn=spawn, timeout_s=timeout_s) as coord:
+            for i in range(1 + repeat):
+                res = coord.run_iteration(i)
+                verified = verified and res.ok
+                log(
+                    f"  {row['name']}: {'warm-up' if i == 0 else i} {res.time_s:.3f} s {'verified' if res.ok else 'FAILED'}"
+                )
+                if i:
+                    times.append(res.time_s)
+                    cpu.append(sum(r.get("cpu_s", 0.0) for r in res.ranks))
+    t = statistics.median(times)
+    return {"measured_s": t, "times_s": times, "verified": verified, "worker_cpu_cores": statistics.median(cpu) / t}
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    """Model, predicted and (if measured) measured time against dimension 0's share."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    libra = next(r for r in rows if r["libra"])
+    same = sorted((r for r in rows if r["mode"] == libra["mode"]), key=lambda r: r["shares"][0])
+    xs = [r["shares"][0] for r in same]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.plot(xs, [r["model_s"] for r in same], "k:", label="allocator model")
+    ax.plot(xs, [r["predicted_s"] for r in same], "o-", label="predicted (flow model)")
+    if all("measured_s" in r for r in same):
+        ax.plot(xs, [r["measured_s"] for r in same], "s-", label="measured (emulated)")
+    ax.axvline(libra["shares"][0], color="grey", linestyle="--", linewidth=1)
+    ax.annotate("LIBRA", (libra["shares"][0], libra["predicted_s"]), textcoords="offset points", xytext=(6, 30))
+    ax.set_xlabel("share of the budget in dimension 0")
+    ax.set_ylabel("AllReduce time (emulated s)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def sweep(
+    case: SweepCase, measure: bool, repeat: int, wait_s: float, log: Log, run_dir: str | None = None
+) -> list[dict]:
+    """`config_rows` with each row's prediction and, if ``measure``, its measurement."""
+    rows = config_rows(case)
+    for r in rows:
+        r["predicted_s"] = predict_row(case, r)
+        if measure:
+            r.update(measure_row(case, r, repeat, wait_s, log, run_dir=run_dir))
+    return rows
+
+
+def format_sweep(rows: list[dict], case: SweepCase) -> str:
+    lines = [
+        f"# {case.nbytes >> 20} MiB AllReduce, {case.budget_mbps:g} Mbit/s per server emulated (emulated seconds)",
+        f"{'split':<20} {'shares':>13} {'chunks':>6} {'model':>7} {'predicted':>9} {'measured':>9}",
+    ]
+    for r in rows:
+        measured = f"{r['measured_s']:9.3f}" if "measured_s" in r else f"{'-':>9}"
+        shares = "/".join(f"{x:.3f}" for x in r["shares"])
+        mark = " <- LIBRA" if r["libra"] else ""
+        lines.append(
+            f"{r['name']:<20} {shares:>13} {r['chunks']:>6} {r['model_s']:7.3f} {r['predicted_s']:9.3f} {measured}{mark}"
+        )
+    return "\n".join(lines)
+
+
+def iteration_splits(s: Any) -> dict[str, dict]:
+    """LIBRA, equal and (if it differs) the scenario's split of one training iteration:
+    Gbit/s per dimension, the allocator's model and the flow model's prediction (real ms)."""
+    from planner.scenario import with_overrides
+
+    from .prediction import predict_run, prepare
+
+    chosen = s.topology.allocation
+    names = ["libra", "equal"] + ([] if isinstance(chosen, str) else ["scenario"])
+    out: dict[str, dict] = {}
+    for name in names:
+        variant = s if name == "scenario" else with_overrides(s, topology={"allocation": name})
+        plan, schedule, _, emulated = prepare(variant)
+        allocation = plan.extra["allocation"]
+        out[name] = {
+            "shares": allocation["shares"],
+            "gbps": allocation["gbps"],
+            "model_ms": allocation["model_s"] * 1e3,
+            "predicted_ms": predict_run(plan, schedule, emulated, False)["real_ms"],
+        }
+        out["dimension_bytes"] = allocation["dimension_bytes"]
+    return out
+
+
+def format_splits(s: Any, splits: dict) -> str:
+    t = s.topology
+    names = [k for k in splits if k != "dimension_bytes"]
+    lines = [
+        f"# {s.name}: {s.cluster.servers} servers as {' x '.join(map(str, t.dims))} ({' x '.join(t.blocks)}), "
+        f"budget {t.budget_gbps:g} Gbit/s per server, {t.schedule}, objective {t.objective}, "
+        f"allocation {t.allocation if isinstance(t.allocation, str) else list(t.allocation)}",
+        f"{'dim':<4}{'size':>5} {'block':<7}{'MB/iter':>9}" + "".join(f"{n + ' Gbit/s':>17}" for n in names),
+    ]
+    for d, (p, block) in enumerate(zip(t.dims, t.blocks)):
+        row = f"{d:<4}{p:>5} {block:<7}{splits['dimension_bytes'][d] / 1e6:>9.1f}"
+        lines.append(row + "".join(f"{splits[n]['gbps'][d]:>17.2f}" for n in names))
+    libra = splits["libra"]["predicted_ms"]
+    lines.append(f"{'split':<10}{'model (ms)':>12}{'predicted (ms/iter)':>21}{'vs libra':>10}")
+    for n in names:
+        x = splits[n]
+        lines.append(f"{n:<10}{x['model_ms']:>12.3f}{x['predicted_ms']:>21.3f}{x['predicted_ms'] / libra:>9.2f}x")
+    lines.append(
+        "# model: communication of the full-size job; predicted: one iteration as topolab run executes it"
+        f" (compute included, transfers x {s.run.payload_scale:g})"
+    )
+    return "\n".join(lines)
+
+
+def add_alloc_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", help='scenario TOML file with [topology] kind = "hierarchical"')
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
+        "--sweep", action="store_true", help="one AllReduce at a range of shares; writes alloc.json/png"
+    )
+    parser.add_argument(
+        "--measure", action="store_true", help="with --sweep: also run every split on the emulator (root)"
+    )
+    parser.add_argument("--bytes", default="64M", help="with --sweep: AllReduce size (K/M/G suffixes; default 64M)")
+    parser.add_argument("--repeat", type=bounded_int(1, 1000), default=2, help="timed runs per split after a warm-up")
+    parser.add_argument("--wait", type=bounded_float(0.0, 86400.0, low_inclusive=True), default=0.0, metavar="SECONDS")
+    parser.add_argument("--out", default=None, metavar="DIR", help="where alloc.json and alloc.png go (--sweep)")
+    parser.add_argument(
+        "--run-dir", default=None, metavar="DIR", help="run lock and state files (default: /run/topolab)"
+    )
+
+
+def run_alloc(args: argparse.Namespace) -> int:
+    """Entry point of `topolab alloc`."""
+    from planner import load_scenario
+
+    s = load_scenario(args.scenario)
+    if s.topology.kind != "hierarchical":
+        raise UsageError(f'{s.source}: topology.kind: alloc needs "hierarchical", got {s.topology.kind!r}')
+    if args.measure and not args.sweep:
+        raise UsageError("--measure: only with --sweep")
+    if not args.sweep:
+        splits = iteration_splits(s)
+        print(json.dumps(splits, indent=2) if args.json else format_splits(s, splits))
+        return 0
+    nbytes = parse_size(args.bytes)
+    if nbytes > MAX_SWEEP_BYTES:
+        raise UsageError(f"--bytes {args.bytes}: at most {MAX_SWEEP_BYTES >> 20}M")
+    out = check_output_dir(args.out or f"results/alloc-{s.name}", "--out")
+    if args.measure:
+        require_root("alloc --measure")
+        if args.run_dir is not None:
+            check_output_dir(args.run_dir, "--run-dir")
+    case = SweepCase.of(s, nbytes)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    rows = sweep(case, args.measure, args.repeat, args.wait, log, args.run_dir)
+    doc = {"scenario": s.name, "case": asdict(case), "rows": rows, "measured": args.measure, "cpus": os.cpu_count()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "alloc.json").write_text(json.dumps(doc, indent=2))
+    title = (
+        f"{' x '.join(map(str, case.dims))} {' x '.join(case.blocks)}, "
+        f"{case.budget_mbps:g} Mbit/s per server, {case.nbytes >> 20} MiB ({case.schedule})"
+    )
+    plot(rows, out / "alloc.png", title)
+    print(json.dumps(doc, indent=2) if args.json else format_sweep(rows, case))
+    log(f"wrote {out / 'alloc.json'} and {out / 'alloc.png'}")
+    return 0 if all(r.get("verified", True) for r in rows) else 1
