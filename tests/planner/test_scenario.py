@@ -125,7 +125,10 @@ def test_docs_list_every_key_with_its_default_and_range():
         for f in fields(cls):
             row = next((line for line in part.splitlines() if line.startswith(f"| `{f.name}` |")), None)
             assert row is not None, f"{section}.{f.name} missing from {docs}"
-            default = f'`"{f.default}"`' if isinstance(f.default, str) else f"{f.default:g}"
+            if isinstance(f.default, str):
+                default = f'`"{f.default}"`'
+            else:
+                default = "`[]`" if f.default == () else f"{f.default:g}"
             assert row.split("|")[2].strip() == default, row
             bound = scenario.BOUNDS.get((section, f.name))
             if bound is not None and f.name not in ("seed", "mp_degree"):
