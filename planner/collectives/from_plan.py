@@ -15,11 +15,12 @@ from typing import Any
 
 from contract.schedule import Schedule
 
+from .forest import forest_allreduce
 from .hierarchical import PIPELINE_CHUNKS, hierarchical_allreduce, hierarchical_allreduce_for_plan
 from .rings import coset_rings, multiring_allreduce, ring_allreduce, topoopt_rings
 from .trees import DEFAULT_SEGMENT_BYTES, dbtree_allreduce, tree_allreduce
 
-ALGORITHMS = ("ring", "topoopt", "tree", "dbtree", "hierarchical")
+ALGORITHMS = ("ring", "topoopt", "tree", "dbtree", "hierarchical", "forest")
 
 
 def plan_rings(plan: Any) -> list[list[int]]:
@@ -74,6 +75,8 @@ def allreduce_for_plan(plan: Any, algorithm: str, nbytes: int, segment_bytes: in
         if plan.topology != "hierarchical":
             return hierarchical_allreduce([n], ["ring"], nbytes, chunks)
         return hierarchical_allreduce_for_plan(plan, nbytes, chunks)
+    if algorithm == "forest":  # rate-proportional spanning trees (docs/algorithms.md section 2)
+        return forest_allreduce(plan, nbytes, segment_bytes=segment_bytes)
     if algorithm == "ring":
         return ring_allreduce(n, nbytes, allreduce_rings(plan)[0])
     if algorithm == "topoopt":
