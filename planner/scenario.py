@@ -116,6 +116,17 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class CableRate:
+    """One ``[[cables]]`` entry: the cable(s) between servers ``a`` and ``b`` are planned at
+    ``gbps`` instead of the cluster's ``link_gbps`` (heterogeneous networks: an older
+    generation, a degraded transceiver); emulated at the same scale as every cable."""
+
+    a: int
+    b: int
+    gbps: float
+
+
+@dataclass(frozen=True)
 class Scenario:
     source: str
     name: str
@@ -126,6 +137,7 @@ class Scenario:
     emulation: Emulation
     run: Run
     faults: tuple[Fault, ...] = ()
+    cables: tuple[CableRate, ...] = ()
 
 
 _SECTIONS: dict[str, type] = {
@@ -393,17 +405,54 @@ def _check_hierarchical(s: Scenario, explicit: set[tuple[str, str]]) -> Scenario
     )
 
 
+def _cable_rates(entries: Any, source: str, servers: int) -> tuple[CableRate, ...]:
+    """The ``[[cables]]`` entries, validated (that each names a cable of the plan is checked
+    when the plan exists)."""
+    if not isinstance(entries, list):
+        raise ScenarioError(source, "cables", "expected an array of tables [[cables]]")
+    out: list[CableRate] = []
+    seen: set[tuple[int, int]] = set()
+    for i, entry in enumerate(entries):
+        where = f"cables[{i}]"
+        if not isinstance(entry, dict):
+            raise ScenarioError(source, where, f"expected a table [[cables]], got {type(entry).__name__}")
+        for key in entry:
+            if key not in ("a", "b", "gbps"):
+                raise ScenarioError(source, f"{where}.{key}", "unknown key (known: a, b, gbps)")
+        for key in ("a", "b", "gbps"):
+            if key not in entry:
+                raise ScenarioError(source, f"{where}.{key}", "missing")
+        a = _typed(entry["a"], int, source, f"{where}.a")
+        b = _typed(entry["b"], int, source, f"{where}.b")
+        for key, v in (("a", a), ("b", b)):
+            if not 0 <= v < servers:
+                raise ScenarioError(source, f"{where}.{key}", f"no server {v} (servers are 0..{servers - 1})")
+        if a == b:
+            raise ScenarioError(source, f"{where}.b", f"a cable joins two different servers, got {a} and {b}")
+        gbps = _typed(entry["gbps"], float, source, f"{where}.gbps")
+        low, _, high = BOUNDS[("cluster", "link_gbps")]
+        if not low <= gbps <= high:
+            raise ScenarioError(source, f"{where}.gbps", f"must be in {low:g} .. {high:g} Gbit/s, got {gbps!r}")
+        pair = (min(a, b), max(a, b))
+        if pair in seen:
+            raise ScenarioError(source, where, f"a second entry for the cable {pair[0]}-{pair[1]}")
+        seen.add(pair)
+        out.append(CableRate(a, b, gbps))
+    return tuple(out)
+
+
 def parse_scenario(data: dict[str, Any], source: str = "<scenario>", name: str = "scenario") -> Scenario:
     """Validate an already-parsed TOML document."""
     for section in data:
-        if section not in _SECTIONS and section != "faults":
-            raise ScenarioError(source, section, f"unknown table (known: {', '.join(_SECTIONS)}, faults)")
+        if section not in _SECTIONS and section not in ("faults", "cables"):
+            raise ScenarioError(source, section, f"unknown table (known: {', '.join(_SECTIONS)}, faults, cables)")
     parts = {sec: _section(cls, data.get(sec, {}), sec, source) for sec, cls in _SECTIONS.items()}
     entries = data.get("faults", [])
     if not isinstance(entries, list):
         raise ScenarioError(source, "faults", "expected an array of tables [[faults]]")
     faults = tuple(_fault(e, i, source, parts["cluster"].servers) for i, e in enumerate(entries))
-    scenario = Scenario(source=source, name=name, faults=faults, **parts)
+    cables = _cable_rates(data.get("cables", []), source, parts["cluster"].servers)
+    scenario = Scenario(source=source, name=name, faults=faults, cables=cables, **parts)
     explicit = {(sec, key) for sec, table in data.items() if isinstance(table, dict) for key in table}
     _check_cross_fields(scenario, explicit)
     return _check_hierarchical(scenario, explicit)
@@ -458,4 +507,8 @@ def with_overrides(s: Scenario, **sections: dict[str, Any]) -> Scenario:
         {"iteration": f.iteration, "cable": list(f.cable), "action": f.action, "factor": f.factor, "reroute": f.reroute}
         for f in s.faults
     ]
-    return parse_scenario({**data, "faults": faults} if faults else data, s.source, s.name)
+    if faults:
+        data["faults"] = faults  # type: ignore[assignment]
+    if s.cables:
+        data["cables"] = [{"a": c.a, "b": c.b, "gbps": c.gbps} for c in s.cables]  # type: ignore[assignment]
+    return parse_scenario(data, s.source, s.name)

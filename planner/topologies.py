@@ -29,7 +29,7 @@ from .allocation import allocate, model_seconds
 from .baseline_graphs import expander_cables, ring_cables, ring_order, switch_cables, torus_cables
 from .hierarchical import demand_workload, hierarchical_plan
 from .routing import circulant_hop_counts, coin_change_first_strides, hop_counts, next_hop_table
-from .scenario import Scenario, _torus_shape
+from .scenario import Scenario, ScenarioError, _torus_shape
 from .topology_finder import find_topology
 from .topology_summary import summarize_topology
 
@@ -203,6 +203,24 @@ TOPOLOGY_BUILDERS: dict[str, Callable[[Scenario, TrafficDemand], Topology]] = {
 }
 
 
+def with_cable_rates(links: tuple[Link, ...], s: Scenario) -> tuple[Link, ...]:
+    """``links`` with the scenario's ``[[cables]]`` rates applied (every parallel cable of the
+    pair); an entry that names no cable of this plan is a one-line error."""
+    if not s.cables:
+        return links
+    rates = {(min(c.a, c.b), max(c.a, c.b)): c.gbps for c in s.cables}
+    present = {(min(link.a, link.b), max(link.a, link.b)) for link in links}
+    for i, c in enumerate(s.cables):
+        if (min(c.a, c.b), max(c.a, c.b)) not in present:
+            raise ScenarioError(
+                s.source, f"cables[{i}]", f"the {s.topology.kind} plan has no cable between servers {c.a} and {c.b}"
+            )
+    return tuple(
+        dataclasses.replace(link, gbps=rates.get((min(link.a, link.b), max(link.a, link.b)), link.gbps))
+        for link in links
+    )
+
+
 def plan_for_demand(s: Scenario, demand: TrafficDemand, placement: Placement | None = None) -> Plan:
     """The plan of the scenario's topology kind for ``demand``, the traffic of the strategy
     ``placement`` describes (empty: data parallel)."""
@@ -211,7 +229,7 @@ def plan_for_demand(s: Scenario, demand: TrafficDemand, placement: Placement | N
     if topo.plan is not None:
         return dataclasses.replace(topo.plan, placement=placement or Placement())
     rate = float(topo.link_gbps if topo.link_gbps is not None else s.cluster.link_gbps)
-    links = tuple(Link(a, b, rate) for a, b in topo.cables)
+    links = with_cable_rates(tuple(Link(a, b, rate) for a, b in topo.cables), s)
     plan = Plan(
         servers=n,
         degree=topo.degree if topo.degree is not None else s.cluster.degree,
