@@ -17,6 +17,9 @@ A prediction error above the tolerance (``results["tolerance"]``, default
 
 `topolab report DIR` renders them again from a results folder, also from one a killed run
 left behind (results.json with status "running" and its iterations.jsonl), marked incomplete.
+
+One module slightly over 300 lines: the three plots and the markdown read the same summary
+of the results (`summarize`), and splitting them would only pass that summary around.
 """
 
 from __future__ import annotations
