@@ -80,6 +80,9 @@ def as_network(description: Any) -> Network:
     return description if isinstance(description, Network) else network_of(description)
 
 
+POPEN_ENTER_TIMEOUT_S = 5.0  # mnexec's setns takes microseconds; seconds only on a stalled machine
+
+
 class EmulatedNetwork:
     """A network (or a plan's network) built as an emulated network; use as a context manager.
 
@@ -140,10 +143,21 @@ class EmulatedNetwork:
         env = dict(kw.pop("env", None) or os.environ)
         env[ENV_MARK] = self._state.run_id
         kw.setdefault("start_new_session", True)
-        proc = subprocess.Popen(["mnexec", "-a", str(self.hosts[i].pid), *map(str, argv)], env=env, **kw)
+        host = self.hosts[i]
+        proc = subprocess.Popen(["mnexec", "-a", str(host.pid), *map(str, argv)], env=env, **kw)
         self._procs.append(proc)
         self._state.procs.append({"pid": proc.pid, "start": nsutil.start_time(proc.pid), "argv0": str(argv[0])})
         self._state.save()
+        # mnexec enters the host's namespaces after it started: the process counts as started
+        # in the host only once it is there (or has already exited), bounded like a host's start
+        deadline = time.monotonic() + POPEN_ENTER_TIMEOUT_S
+        while nsutil.netns_inode(proc.pid) != host.netns and proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise EmulationError(
+                    f"host {host.name}: {argv[0]} (pid {proc.pid}) did not enter the host's network namespace "
+                    f"within {POPEN_ENTER_TIMEOUT_S:g} s"
+                )
+            time.sleep(0.001)
         return proc
 
     # ---- life cycle ------------------------------------------------------------------
