@@ -251,6 +251,26 @@ def default_out(s: Scenario) -> Path:
     return Path("results") / s.name
 
 
+def keep_previous(out: Path) -> Path | None:
+    """A results folder that already holds a run is renamed after that run's start time
+    (``results/topoopt-12`` -> ``results/topoopt-12-20261123-154512``), never overwritten."""
+    previous = out / RESULTS_FILE
+    if not previous.exists():
+        return None
+    try:
+        started = json.loads(previous.read_text()).get("started", "")
+    except (OSError, ValueError):
+        started = ""
+    stamp = started[:19].replace("-", "").replace(":", "").replace("T", "-") or time.strftime("%Y%m%d-%H%M%S")
+    target = out.with_name(f"{out.name}-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = out.with_name(f"{out.name}-{stamp}-{n}")
+    out.rename(target)
+    return target
+
+
 def ensure_network_free(run_dir: str | None, lock_wait_s: float) -> None:
     """Fail at once, before planning, when another topolab network holds the run lock (a
     race with a run starting now is still caught, later, by the emulator's own lock)."""
@@ -277,6 +297,10 @@ def run_run(args: argparse.Namespace) -> int:
     if args.run_dir is not None:
         check_output_dir(args.run_dir, "--run-dir")
     ensure_network_free(args.run_dir, args.wait)
+    if args.out is None:
+        kept = keep_previous(out)
+        if kept is not None:
+            print(f"topolab: the previous results in {out} are now in {kept}", file=sys.stderr)
     faults = faults_of(s.faults, args.cable_down, args.no_reroute)
     results = execute(
         s, out, args.iterations, args.payload_scale, lock_wait_s=args.wait, run_dir=args.run_dir, faults=faults
