@@ -2,12 +2,12 @@
 
 A network is nodes, cables and destination-based routes, nothing about the job: servers
 ``0 .. servers-1`` and forwarding switch nodes ``servers .. servers+switches-1``; one `Link`
-per physical cable (parallel cables are repeated entries); ``routes`` as in `contract.plan`
+per physical cable (parallel cables are repeated entries); ``routes`` destination based
 (``next_hop[u][v]`` is the neighbour ``u`` forwards to on the way to ``v``, ``-1`` on the
 diagonal); ``latency_us`` per hop and ``link_gbps``, the rate a plain link stands for (time
 dilation scales every link by the same factor, see ``docs/emulation.md``).
 
-`network_of(plan)` takes it out of a `Plan`; `circulant_network(n, strides)` builds the
+`Plan.network` is the network of a plan; `circulant_network(n, strides)` builds the
 TopoOpt wiring C_n(strides) (cable ``i -- i+s`` for every stride ``s``) with shortest-path
 routes stored compactly as per-offset first strides: C_n is vertex transitive, so the route
 from ``u`` to ``v`` depends only on the offset ``(v - u) mod n``. The first stride of each
@@ -24,7 +24,46 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from .plan import Link, Plan, Routes, next_hop_array
+
+@dataclass(frozen=True)
+class Link:
+    """One full-duplex cable between nodes ``a`` and ``b`` of ``gbps`` per direction."""
+
+    a: int
+    b: int
+    gbps: float
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Destination-based routes, stored compactly.
+
+    ``kind == "circulant"``: ``first_stride[r]`` is the signed stride a server takes first
+    towards the server ``r`` positions ahead (mod n); the next hop of ``u`` towards ``v`` is
+    ``u + first_stride[(v - u) mod n]``. ``kind == "table"``: ``table[u][v]`` directly.
+    """
+
+    kind: str
+    first_stride: tuple[int, ...] = ()
+    table: tuple[tuple[int, ...], ...] = ()
+
+
+def next_hop_array(routes: Routes, nodes: int) -> np.ndarray:
+    """Materialize the ``nodes x nodes`` next-hop table of ``routes``."""
+    if routes.kind == "circulant":
+        n = len(routes.first_stride)
+        first = np.asarray(routes.first_stride, dtype=np.int64)
+        u = np.arange(n)[:, None]
+        v = np.arange(n)[None, :]
+        nh: np.ndarray = ((u + first[(v - u) % n]) % n).astype(np.int32)
+        np.fill_diagonal(nh, -1)
+        return nh
+    if routes.kind == "table":
+        arr = np.asarray(routes.table, dtype=np.int32)
+        if arr.shape != (nodes, nodes):
+            raise ValueError(f"route table is {arr.shape}, expected {(nodes, nodes)}")
+        return arr
+    raise ValueError(f"unknown routes kind {routes.kind!r}")
 
 
 @dataclass(frozen=True)
@@ -67,18 +106,6 @@ class Network:
             elif link.b == node:
                 out.append(link.a)
         return out
-
-
-def network_of(plan: Plan) -> Network:
-    """The network a plan asks for (its job, strategy and prediction left out)."""
-    return Network(
-        servers=plan.servers,
-        switches=plan.switches,
-        links=tuple(plan.links),
-        routes=plan.routes,
-        latency_us=plan.latency_us,
-        link_gbps=plan.link_gbps,
-    )
 
 
 def circulant_network(n: int, strides: tuple[int, ...], link_gbps: float = 25.0, latency_us: float = 1.0) -> Network:

@@ -27,14 +27,7 @@ from typing import Any
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class Link:
-    """One full-duplex cable between nodes ``a`` and ``b`` of ``gbps`` per direction."""
-
-    a: int
-    b: int
-    gbps: float
+from .network import Link, Network, Routes
 
 
 @dataclass(frozen=True)
@@ -123,20 +116,6 @@ class Summary:
 
 
 @dataclass(frozen=True)
-class Routes:
-    """Destination-based routes, stored compactly.
-
-    ``kind == "circulant"``: ``first_stride[r]`` is the signed stride a server takes first
-    towards the server ``r`` positions ahead (mod n); the next hop of ``u`` towards ``v`` is
-    ``u + first_stride[(v - u) mod n]``. ``kind == "table"``: ``table[u][v]`` directly.
-    """
-
-    kind: str
-    first_stride: tuple[int, ...] = ()
-    table: tuple[tuple[int, ...], ...] = ()
-
-
-@dataclass(frozen=True)
 class Plan:
     """A complete plan for one training job on one topology."""
 
@@ -164,30 +143,29 @@ class Plan:
         return self.servers + self.switches
 
     @cached_property
+    def network(self) -> Network:
+        """The network this plan asks for (what an emulator builds): nodes, cables, routes."""
+        return Network(
+            servers=self.servers,
+            switches=self.switches,
+            links=tuple(self.links),
+            routes=self.routes,
+            latency_us=self.latency_us,
+            link_gbps=self.link_gbps,
+        )
+
+    @property
     def next_hop(self) -> np.ndarray:
         """``nodes x nodes`` int32 array of next hops (-1 on the diagonal)."""
-        return next_hop_array(self.routes, self.nodes)
+        return self.network.next_hop
 
     def path(self, src: int, dst: int) -> list[int]:
         """The node sequence a packet from ``src`` to ``dst`` follows, both ends included."""
-        nh = self.next_hop
-        path = [src]
-        while path[-1] != dst:
-            nxt = int(nh[path[-1], dst])
-            if nxt < 0 or len(path) > self.nodes:
-                raise ValueError(f"no route from {src} to {dst}")
-            path.append(nxt)
-        return path
+        return self.network.path(src, dst)
 
     def neighbours(self, node: int) -> list[int]:
         """Nodes cabled to ``node``, one entry per cable."""
-        out = []
-        for link in self.links:
-            if link.a == node:
-                out.append(link.b)
-            elif link.b == node:
-                out.append(link.a)
-        return out
+        return self.network.neighbours(node)
 
     # ---- JSON --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -281,21 +259,3 @@ class Plan:
 
 
 PLAN_FORMAT = "topolab.plan/1"
-
-
-def next_hop_array(routes: Routes, nodes: int) -> np.ndarray:
-    """Materialize the ``nodes x nodes`` next-hop table of ``routes``."""
-    if routes.kind == "circulant":
-        n = len(routes.first_stride)
-        first = np.asarray(routes.first_stride, dtype=np.int64)
-        u = np.arange(n)[:, None]
-        v = np.arange(n)[None, :]
-        nh: np.ndarray = ((u + first[(v - u) % n]) % n).astype(np.int32)
-        np.fill_diagonal(nh, -1)
-        return nh
-    if routes.kind == "table":
-        arr = np.asarray(routes.table, dtype=np.int32)
-        if arr.shape != (nodes, nodes):
-            raise ValueError(f"route table is {arr.shape}, expected {(nodes, nodes)}")
-        return arr
-    raise ValueError(f"unknown routes kind {routes.kind!r}")

@@ -43,7 +43,7 @@ from typing import Any
 import pyroute2  # noqa: F401  (imported up front: it takes 0.15 s)
 from mininet.net import Mininet
 
-from contract.network import Network, network_of
+from contract.network import Network
 from contract.physics import tcp_goodput_fraction, time_scale
 
 from . import nsutil, shaping
@@ -76,8 +76,8 @@ def netem_present() -> bool:
 
 
 def as_network(description: Any) -> Network:
-    """A `Network` as is; anything else (a `contract.plan.Plan`) through `network_of`."""
-    return description if isinstance(description, Network) else network_of(description)
+    """A `Network` as is; anything else (a `contract.plan.Plan`) through `Plan.network`."""
+    return description if isinstance(description, Network) else description.network
 
 
 POPEN_ENTER_TIMEOUT_S = 5.0  # mnexec's setns takes microseconds; seconds only on a stalled machine

@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from contract.network import circulant_network, network_of
+from contract.network import circulant_network
 from contract.physics import tcp_goodput_fraction
 from contract.plan import Link
 from emulator import EmulationConfig, EmulationInputError, identity, link_addresses, node_of_identity
@@ -112,7 +112,7 @@ def test_traceroute_output_becomes_a_node_sequence():
 
 def test_network_of_a_plan_keeps_what_the_emulator_builds():
     plan = switch_plan(6)
-    network = network_of(plan)
+    network = plan.network
     assert (network.servers, network.switches, network.nodes) == (6, 1, 7)
     assert network.links == plan.links and network.latency_us == plan.latency_us
     assert (network.next_hop == plan.next_hop).all()
