@@ -155,6 +155,9 @@ class _Replay:
         self.seq = 0
         self.now = 0.0
         self.cpu_free = [0.0] * ranks
+        # ranks to scan for ops that can start: all at first, then those an event touched
+        # (an op's stream, dependencies and message state belong to its own rank only)
+        self.dirty: set[int] = set(range(ranks))
 
     def cpu(self, rank: int, t: float) -> float:
         """Charge one op's software cost to ``rank``'s processor from time ``t`` on."""
@@ -176,6 +179,7 @@ class _Replay:
         self.done[rank][op.id] = end
         self.stream_free[(rank, stream)] = end
         self.cursor[rank][stream] += 1
+        self.dirty.add(rank)  # only a rank whose op finished can start new ops
 
     def start_ready(self, rank: int) -> bool:
         """Start every op of ``rank`` whose stream, dependencies and message allow it."""
@@ -279,8 +283,11 @@ class _Replay:
 
     def run(self) -> Prediction:
         while True:
-            while any([self.start_ready(r) for r in range(self.ranks)]):
-                pass
+            while self.dirty:
+                ranks = sorted(self.dirty)
+                self.dirty.clear()
+                for r in ranks:
+                    self.start_ready(r)
             self.launch_flows()
             max_min_rates(self.active.values(), self.network.capacity)
             if not self.advance():
