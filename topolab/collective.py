@@ -18,6 +18,9 @@ ideal = 2 (n-1) S / (n * D) where D is the slowest server's total egress goodput
 of each of its links times the TCP maximum at the MTU (what HTB lets through after
 Ethernet/IP/TCP headers: contract.physics.tcp_goodput_fraction), summed over its d links. That is the
 lower bound for any AllReduce on the plan's topology with every interface busy.
+
+Over 300 lines: the command's flags and their bounds, and the measurement loop that the
+flags drive; the results and their nccl-tests formatting are in `collective_results`.
 """
 
 from __future__ import annotations

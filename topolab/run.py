@@ -20,6 +20,9 @@ marked incomplete.
 
 Times are kept in emulated seconds and converted to the real cluster's milliseconds by the
 time-scale factor (real link rate / emulated link rate).
+
+Over 300 lines because the run's stages (prepare, emulate, calibrate, iterate, record) share
+the one results document that a kill must leave consistent on disk; they stay together.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ reduced cost). By Nash-Williams and Tutte, ``tau = min_P c(edges crossing P) / (
 over partitions ``P`` of the nodes. Cables are full duplex: a tree carries its share once
 per direction of each of its edges (reduce towards the root, broadcast away from it), so the
 capacity per direction is the cable rate and the AllReduce takes ``S / tau`` at best.
+One algorithm, one module (over 300 lines): the packing, the forest built from it and the
+schedule that runs it share the tree representation.
 
 Trees span every node; switch nodes (``>= servers``) relay but never reduce, so they are
 never roots and a server's tree parent is its nearest server ancestor, reached through the
