@@ -94,9 +94,6 @@ def configure_host(
     timeout_s: float = nlbatch.NETLINK_TIMEOUT_S,
 ) -> None:
     """Addresses, sysctls and routes of node ``u``: a few netlink batches in its namespace."""
-    from pyroute2 import IPBatch
-
-    batch = IPBatch()  # only for multipath routes (parallel cables); the rest is encoded directly
     data, labels, seq = bytearray(), {}, 0
 
     def add(msg: bytes, label: str) -> None:
@@ -127,33 +124,61 @@ def configure_host(
                 nlbatch.connected_route(seq, _subnet31(p.address), 31, index[p.ifname], p.address, CUBIC),
                 f"{host.name}: connected route of {p.ifname}",
             )
-        by_peer: dict[int, list[Port]] = {}
-        for p in ports:
-            by_peer.setdefault(p.peer, []).append(p)
-        mp_what: list[str] = []
-        encode_route = nlbatch.RouteEncoder(CUBIC)
-        for v in range(len(next_hop)):
-            if v == u:
-                continue
-            cables = by_peer[int(next_hop[u, v])]
-            if len(cables) == 1:
-                data += encode_route(
-                    ROUTE_SEQ_BASE + v, identity(v), cables[0].peer_address, index[cables[0].ifname], host.identity
-                )
-            else:  # parallel cables: spread flows over all of them (L4 hash)
-                batch.route(
-                    "add",
-                    dst=identity(v),
-                    dst_len=32,
-                    prefsrc=host.identity,
-                    metrics={"cc_algo": CUBIC},
-                    multipath=[{"gateway": c.peer_address, "oif": index[c.ifname]} for c in cables],
-                )
-                mp_what.append(f"{host.name}: multipath route to {name_of(v)}")
-            labels[ROUTE_SEQ_BASE + v] = f"{host.name}: route to {name_of(v)} via {name_of(int(next_hop[u, v]))}"
-        nlbatch.send(bytes(data), labels=labels, timeout_s=timeout_s)
-        if batch.batch:
-            nlbatch.send(bytes(batch.batch), mp_what, timeout_s=timeout_s)
+        send_routes(host, u, ports, next_hop, index, name_of, data, labels, timeout_s=timeout_s)
+
+
+def send_routes(
+    host: EmulatedHost,
+    u: int,
+    ports: list[Port],
+    next_hop: np.ndarray,
+    index: dict[str, int],
+    name_of: Callable[[int], str],
+    data: bytearray,
+    labels: dict[int, str],
+    *,
+    replace: bool = False,
+    timeout_s: float = nlbatch.NETLINK_TIMEOUT_S,
+) -> None:
+    """One /32 route per destination of node ``u`` over ``ports`` (its cables that are up),
+    appended to the requests already in ``data`` and sent in one batch; multipath routes over
+    parallel cables go in a second one. ``replace`` changes the routes of a running network.
+    The calling thread is in the host's namespace. Used at build time and by live changes."""
+    from pyroute2 import IPBatch
+
+    by_peer: dict[int, list[Port]] = {}
+    for p in ports:
+        by_peer.setdefault(p.peer, []).append(p)
+    batch = IPBatch()  # only for multipath routes (parallel cables); the rest is encoded directly
+    mp_what: list[str] = []
+    encode_route = nlbatch.RouteEncoder(CUBIC, replace=replace)
+    for v in range(len(next_hop)):
+        if v == u:
+            continue
+        hop = int(next_hop[u, v])
+        cables = by_peer.get(hop)
+        if not cables:
+            raise EmulationError(
+                f"{host.name}: route to {name_of(v)} goes via {name_of(hop)}, but every cable to it is down"
+            )
+        seq = ROUTE_SEQ_BASE + v
+        if len(cables) == 1:
+            c = cables[0]
+            data += encode_route(seq, identity(v), c.peer_address, index[c.ifname], host.identity)
+            labels[seq] = f"{host.name}: route to {name_of(v)} via {name_of(hop)}"
+        else:  # parallel cables: spread flows over all of them (L4 hash)
+            batch.route(
+                "replace" if replace else "add",
+                dst=identity(v),
+                dst_len=32,
+                prefsrc=host.identity,
+                metrics={"cc_algo": CUBIC},
+                multipath=[{"gateway": c.peer_address, "oif": index[c.ifname]} for c in cables],
+            )
+            mp_what.append(f"{host.name}: multipath route to {name_of(v)}")
+    nlbatch.send(bytes(data), labels=labels, timeout_s=timeout_s)
+    if batch.batch:
+        nlbatch.send(bytes(batch.batch), mp_what, timeout_s=timeout_s)
 
 
 def apply_qdiscs(

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from . import nlbatch, nsutil, shaping
-from .addressing import Port, identity
+from .addressing import Port
 from .errors import EmulationError
-from .hostconfig import CUBIC, ROUTE_SEQ_BASE, apply_qdiscs, check_qdiscs
+from .hostconfig import CUBIC, apply_qdiscs, check_qdiscs, send_routes
 
 CONNECTED_SEQ_BASE = 50_000
 """Netlink sequence numbers of the connected-route requests (below `ROUTE_SEQ_BASE`)."""
@@ -119,16 +119,10 @@ class LiveChanges:
     def _install_routes(self, u: int, next_hop: np.ndarray) -> None:
         """Connected routes of ``u``'s live cables and its /32 routes, replaced in one batch
         (multipath routes over parallel cables in a second one)."""
-        from pyroute2 import IPBatch
-
         self._require_up()
         net, host = self.net, self.net.hosts[u]
         live = [p for p in net.ports[u] if p.link not in self.dead]
-        by_peer: dict[int, list[Port]] = {}
-        for p in live:
-            by_peer.setdefault(p.peer, []).append(p)
-        data, labels, batch, mp_what = bytearray(), {}, IPBatch(), []
-        encode = nlbatch.RouteEncoder(CUBIC, replace=True)
+        data, labels = bytearray(), {}
         with nsutil.in_netns_of(host.pid):
             index = {p.ifname: socket.if_nametoindex(p.ifname) for p in live}
             for j, p in enumerate(live):
@@ -136,31 +130,4 @@ class LiveChanges:
                 seq = CONNECTED_SEQ_BASE + j
                 data += nlbatch.connected_route(seq, subnet, 31, index[p.ifname], p.address, CUBIC)
                 labels[seq] = f"{host.name}: connected route of {p.ifname}"
-            for v in range(net.nodes):
-                if v == u:
-                    continue
-                hop = int(next_hop[u, v])
-                cables = by_peer.get(hop)
-                if not cables:
-                    raise EmulationError(
-                        f"{host.name}: route to {net.host_name(v)} goes via {net.host_name(hop)}, "
-                        "but every cable to it is down"
-                    )
-                seq = ROUTE_SEQ_BASE + v
-                if len(cables) == 1:
-                    c = cables[0]
-                    data += encode(seq, identity(v), c.peer_address, index[c.ifname], host.identity)
-                    labels[seq] = f"{host.name}: route to {net.host_name(v)} via {net.host_name(hop)}"
-                else:
-                    batch.route(
-                        "replace",
-                        dst=identity(v),
-                        dst_len=32,
-                        prefsrc=host.identity,
-                        metrics={"cc_algo": CUBIC},
-                        multipath=[{"gateway": c.peer_address, "oif": index[c.ifname]} for c in cables],
-                    )
-                    mp_what.append(f"{host.name}: multipath route to {net.host_name(v)}")
-            nlbatch.send(bytes(data), labels=labels)
-            if batch.batch:
-                nlbatch.send(bytes(batch.batch), mp_what)
+            send_routes(host, u, live, next_hop, index, net.host_name, data, labels, replace=True)
