@@ -7,6 +7,13 @@ per physical cable (parallel cables are repeated entries); ``routes`` destinatio
 diagonal); ``latency_us`` per hop and ``link_gbps``, the rate a plain link stands for (time
 dilation scales every link by the same factor, see ``docs/emulation.md``).
 
+A network may also carry a per-destination bandwidth allocation (``allocation``): for some
+ordered server pairs, the paths their traffic is split over and the planned rate of each
+(docs/algorithms.md section 4). Traffic between such a pair travels on *planes*: plane 0 is
+the destination-based route above; plane ``p >= 1`` is ``allocation_of(src, dst).paths[p-1]``,
+which the emulator enforces with policy routing (per-plane source addresses and tables) and
+per-destination HTB classes. A schedule's send names its plane (`contract.schedule.Op.plane`).
+
 `Plan.network` is the network of a plan; `circulant_network(n, strides)` builds the
 TopoOpt wiring C_n(strides) (cable ``i -- i+s`` for every stride ``s``) with shortest-path
 routes stored compactly as per-offset first strides: C_n is vertex transitive, so the route
@@ -67,6 +74,29 @@ def next_hop_array(routes: Routes, nodes: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class PathShare:
+    """One path of a pair's traffic: the node sequence (source and destination included)
+    and the planned rate on it, in Gbit/s of the real network."""
+
+    path: tuple[int, ...]
+    gbps: float
+
+
+@dataclass(frozen=True)
+class PairAllocation:
+    """The per-destination allocation of one ordered pair: its planes 1..len(paths)."""
+
+    src: int
+    dst: int
+    paths: tuple[PathShare, ...]
+
+    @property
+    def gbps(self) -> float:
+        """The pair's total planned rate over all its paths."""
+        return sum(share.gbps for share in self.paths)
+
+
+@dataclass(frozen=True)
 class Network:
     """Nodes, cables and routes of one network (what an emulator builds)."""
 
@@ -76,10 +106,33 @@ class Network:
     routes: Routes
     latency_us: float
     link_gbps: float
+    allocation: tuple[PairAllocation, ...] = ()
 
     @property
     def nodes(self) -> int:
         return self.servers + self.switches
+
+    @cached_property
+    def _allocation_by_pair(self) -> dict[tuple[int, int], PairAllocation]:
+        return {(pair.src, pair.dst): pair for pair in self.allocation}
+
+    def allocation_of(self, src: int, dst: int) -> PairAllocation | None:
+        """The allocation of the ordered pair, or None when it uses plane 0 only."""
+        return self._allocation_by_pair.get((src, dst))
+
+    @property
+    def planes(self) -> int:
+        """The largest plane number any pair uses (0: no allocation, routes only)."""
+        return max((len(pair.paths) for pair in self.allocation), default=0)
+
+    def plane_path(self, src: int, dst: int, plane: int) -> list[int]:
+        """The node sequence of ``plane`` from ``src`` to ``dst`` (plane 0: `path`)."""
+        if plane == 0:
+            return self.path(src, dst)
+        pair = self.allocation_of(src, dst)
+        if pair is None or not 1 <= plane <= len(pair.paths):
+            raise ValueError(f"no plane {plane} from {src} to {dst}")
+        return list(pair.paths[plane - 1].path)
 
     @cached_property
     def next_hop(self) -> npt.NDArray[np.int32]:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .network import Link, Network, Routes
+from .network import Link, Network, PairAllocation, PathShare, Routes
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     placement: Placement = field(default_factory=Placement)
     extra: dict[str, Any] = field(default_factory=dict)
+    allocation: tuple[PairAllocation, ...] = ()  # per-destination multipath (see Network)
 
     # ---- derived views -------------------------------------------------------------
     @property
@@ -152,6 +153,7 @@ class Plan:
             routes=self.routes,
             latency_us=self.latency_us,
             link_gbps=self.link_gbps,
+            allocation=self.allocation,
         )
 
     @property
@@ -190,6 +192,10 @@ class Plan:
         d["rings"] = [list(r) for r in self.rings]
         d["notes"] = list(self.notes)
         d["extra"] = copy.deepcopy(self.extra)
+        d["allocation"] = [
+            {"src": pair.src, "dst": pair.dst, "paths": [{"path": list(s.path), "gbps": s.gbps} for s in pair.paths]}
+            for pair in self.allocation
+        ]
         d["format"] = PLAN_FORMAT
         return d
 
@@ -243,6 +249,16 @@ class Plan:
                 )
             ),
             extra=dict(d.get("extra", {})),
+            allocation=tuple(
+                PairAllocation(
+                    int(pair["src"]),
+                    int(pair["dst"]),
+                    tuple(
+                        PathShare(tuple(int(x) for x in share["path"]), float(share["gbps"])) for share in pair["paths"]
+                    ),
+                )
+                for pair in d.get("allocation", ())
+            ),
         )
 
     @classmethod

@@ -61,11 +61,14 @@ class Op:
     mode: str = ""
     seconds: float = 0.0
     after: list[int] = field(default_factory=list)
+    plane: int = 0  # send only: 0 = the destination route, p >= 1 = the pair's p-th allocated path
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"id": self.id, "op": self.kind}
         if self.kind in ("send", "recv"):
             d.update(peer=self.peer, buffer=self.buffer, offset=self.offset, length=self.length, tag=self.tag)
+            if self.kind == "send" and self.plane:
+                d["plane"] = self.plane
             if self.kind == "recv":
                 d["mode"] = self.mode
         else:
@@ -87,6 +90,7 @@ class Op:
             mode=str(d.get("mode", "")),
             seconds=float(d.get("seconds", 0.0)),
             after=[int(a) for a in d.get("after", ())],
+            plane=int(d.get("plane", 0)),
         )
 
 
@@ -246,6 +250,8 @@ class Schedule:
                             f"{where}: region [{op.offset}, +{op.length}) "
                             f"outside buffer {buf.name!r} of {buf.bytes} bytes"
                         )
+                    if op.plane < 0 or (op.plane and op.kind != "send"):
+                        raise ValueError(f"{where}: plane {op.plane} (only sends name a plane >= 0)")
                     if op.kind == "recv" and op.mode not in RECV_MODES:
                         raise ValueError(f"{where}: recv mode {op.mode!r} not in {RECV_MODES}")
             for ops in program.values():
@@ -306,8 +312,9 @@ class ScheduleBuilder:
         length: int,
         tag: int,
         after: Iterable[int] = (),
+        plane: int = 0,
     ) -> int:
-        return self._add(rank, stream, Op(0, "send", peer, buffer, offset, length, tag, after=list(after)))
+        return self._add(rank, stream, Op(0, "send", peer, buffer, offset, length, tag, after=list(after), plane=plane))
 
     def recv(
         self,
