@@ -110,26 +110,37 @@ class _Flow:
 
 
 def max_min_rates(flows: Iterable[_Flow], capacity: dict[tuple[int, int], float]) -> None:
-    """Set every flow's ``rate`` to its max-min fair share (progressive filling)."""
+    """Set every flow's ``rate`` to its max-min fair share (progressive filling).
+
+    The most contended link (least remaining capacity per unfixed flow) fixes its flows'
+    share, which is subtracted from their other links; repeat. A link's fair share only grows
+    as flows of other links are fixed ((R - s) / (c - 1) >= R / c when s <= R / c), so a heap
+    with lazily dropped stale entries finds the next link in O(log L)."""
     unassigned = [f for f in flows if f.links]
-    remaining = {}
+    remaining: dict[tuple[int, int], float] = {}
     users: dict[tuple[int, int], list[_Flow]] = defaultdict(list)
     for f in unassigned:
         for link in f.links:
             users[link].append(f)
             remaining[link] = capacity[link]
-    active = set(id(f) for f in unassigned)
     count = {link: len(fs) for link, fs in users.items()}
-    while active:
-        link = min((l for l in count if count[l] > 0), key=lambda l: remaining[l] / count[l])
-        share = remaining[link] / count[link]
+    heap = [(remaining[link] / c, link) for link, c in count.items()]
+    heapq.heapify(heap)
+    fixed: set[int] = set()
+    while heap and len(fixed) < len(unassigned):
+        share, link = heapq.heappop(heap)
+        if count[link] == 0 or share != remaining[link] / count[link]:
+            continue  # stale: the link's share changed since this entry was pushed
         for f in users[link]:
-            if id(f) in active:
-                f.rate = share
-                active.discard(id(f))
-                for other in f.links:
-                    remaining[other] -= share
-                    count[other] -= 1
+            if id(f) in fixed:
+                continue
+            f.rate = share
+            fixed.add(id(f))
+            for other in f.links:
+                remaining[other] -= share
+                count[other] -= 1
+                if other != link and count[other] > 0:
+                    heapq.heappush(heap, (remaining[other] / count[other], other))
 
 
 class _Replay:
@@ -158,6 +169,8 @@ class _Replay:
         # ranks to scan for ops that can start: all at first, then those an event touched
         # (an op's stream, dependencies and message state belong to its own rank only)
         self.dirty: set[int] = set(range(ranks))
+        # max-min rates change only when a flow starts or ends, not at every timer event
+        self.flows_changed = False
 
     def cpu(self, rank: int, t: float) -> float:
         """Charge one op's software cost to ``rank``'s processor from time ``t`` on."""
@@ -228,6 +241,7 @@ class _Replay:
                 links = self.network.links(src, dst)
                 relayed = any(b < limit for _, b in links[:-1])
                 self.active[key] = _Flow(src, dst, tag, length, float(length), links, relayed=relayed)
+                self.flows_changed = True
 
     def deliver(self, flow: _Flow, t: float) -> None:
         key = (flow.src, flow.dst, flow.tag)
@@ -265,6 +279,7 @@ class _Replay:
             k for k, f in self.active.items() if finish_at[k] <= t_next or f.remaining <= 1e-6 * max(1, f.length)
         ]:
             f = self.active.pop(key)
+            self.flows_changed = True
             self._account(f, f.remaining)  # rounding leftovers
             self.deliver(f, t_next)
         while self.timers and self.timers[0][0] <= t_next + 1e-15:
@@ -289,7 +304,9 @@ class _Replay:
                 for r in ranks:
                     self.start_ready(r)
             self.launch_flows()
-            max_min_rates(self.active.values(), self.network.capacity)
+            if self.flows_changed:
+                max_min_rates(self.active.values(), self.network.capacity)
+                self.flows_changed = False
             if not self.advance():
                 break
         programs = self.schedule.programs
