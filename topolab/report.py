@@ -233,7 +233,7 @@ def plot_link_bytes(
     plt = pyplot()
     nodes = plan["servers"] + plan.get("switches", 0)
     panels = [("predicted from the schedule", _link_matrix(nodes, predicted))]
-    panels.append(("measured", _link_matrix(nodes, measured) if measured else None))
+    panels.append(("measured on the cables (tx counters)", _link_matrix(nodes, measured) if measured else None))
     values = [m for _, m in panels if m is not None and not np.isnan(m).all()]
     top = max((float(np.nanmax(m)) for m in values), default=1.0) or 1.0
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.6))
@@ -341,6 +341,17 @@ def render_markdown(results: dict) -> str:
         "![link bytes](link_bytes.png)",
         "",
     ]
+    measured_links = results.get("measured", {}).get("link_bytes")
+    predicted_links = results.get("predicted", {}).get("link_bytes")
+    if measured_links and predicted_links:
+        total_measured = sum(row["bytes"] for row in measured_links)
+        total_predicted = sum(row["bytes"] for row in predicted_links)
+        lines += [
+            f"Bytes on the cables per timed iteration: measured {total_measured / 1e6:.2f} MB (wire bytes, "
+            f"headers included), predicted {total_predicted / 1e6:.2f} MB of payload "
+            f"({total_measured / total_predicted:.3f}x).",
+            "",
+        ]
     if results.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
     return "\n".join(lines)

@@ -121,10 +121,13 @@ def execute(
     lock_wait_s: float = 0.0,
     run_dir: str | None = None,
     faults: list | None = None,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run a scenario end to end; once the network is up, always writes results (also partial
-    ones) to ``out_dir``. A network another run holds is a `UsageError` and writes nothing."""
+    ones) to ``out_dir``. A network another run holds is a `UsageError` and writes nothing.
+    ``on_result`` sees the results of a complete run before the report and plots are drawn."""
     from emulator import EmulatedNetwork, EmulationBusyError, netem_present
+    from emulator.counters import cable_tx_bytes, difference
     from workers.coordinator import Coordinator
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -200,8 +203,11 @@ def execute(
                 IterationJournal(out_dir / ITERATIONS_FILE) as journal,
             ):
                 bar = Progress(s.run.warmup + iterations, "iterations")
+                counters_before = cable_tx_bytes(net) if not s.run.warmup else {}
                 for i in range(s.run.warmup + iterations):
                     warm = i < s.run.warmup
+                    if i == s.run.warmup and s.run.warmup:
+                        counters_before = cable_tx_bytes(net)  # the timed iterations' bytes only
                     if injector and not warm:
                         injector.before(i - s.run.warmup)  # faults due now: cable down, reroute
                     res = coord.run_iteration(i)
@@ -229,6 +235,11 @@ def execute(
                     if not res.ok:
                         raise RunError(f"iteration {i} failed verification: {res.mismatches[:1]}")
                 bar.done()
+                timed = sum(1 for it in results["iterations"] if not it["warmup"])
+                results["measured"] = {
+                    "link_bytes": difference(cable_tx_bytes(net), counters_before, timed),
+                    "link_bytes_note": "wire bytes (payload and headers) per timed iteration, from tx counters",
+                }
         results["emulation"]["teardown_s"] = net.facts.get("teardown_s")
         results["status"] = "complete"
     except EmulationBusyError as err:
@@ -245,9 +256,23 @@ def execute(
         raise
     finally:
         if network_up:
+            write_results(results, out_dir, report=False)
+            if results["status"] == "complete" and on_result:
+                on_result(results)  # the result first; the plots take a few seconds
             report = write_results(results, out_dir)
             log(f"[4/4] results in {out_dir}/{RESULTS_FILE}, report in {report}")
     return results
+
+
+def result_line(name: str, results: dict[str, Any]) -> str:
+    """The one line a run ends with: measured, predicted, error, verification."""
+    summ = summarize(results)
+    return (
+        f"{name}: measured {summ.get('median_real_ms', float('nan')):.3f} ms per iteration "
+        f"(median of {summ['iterations']}), predicted {results['predicted']['real_ms']:.3f} ms, "
+        f"error {100 * summ.get('error', float('nan')):.1f}%, "
+        f"verification {'passed' if summ['verified'] else 'FAILED'}"
+    )
 
 
 def default_out(s: Scenario) -> Path:
@@ -306,15 +331,16 @@ def run_run(args: argparse.Namespace) -> int:
             print(f"topolab: the previous results in {out} are now in {kept}", file=sys.stderr)
     faults = faults_of(s.faults, args.cable_down, args.no_reroute)
     results = execute(
-        s, out, args.iterations, args.payload_scale, lock_wait_s=args.wait, run_dir=args.run_dir, faults=faults
+        s,
+        out,
+        args.iterations,
+        args.payload_scale,
+        lock_wait_s=args.wait,
+        run_dir=args.run_dir,
+        faults=faults,
+        on_result=lambda res: print(result_line(s.name, res), flush=True),
     )
     summ = results["summary"]
-    print(
-        f"{s.name}: measured {summ.get('median_real_ms', float('nan')):.3f} ms per iteration "
-        f"(median of {summ['iterations']}), predicted {results['predicted']['real_ms']:.3f} ms, "
-        f"error {100 * summ.get('error', float('nan')):.1f}%, "
-        f"verification {'passed' if summ['verified'] else 'FAILED'}"
-    )
     print(f"report: {out / 'report.md'}")
     if not summ["verified"]:
         return 1

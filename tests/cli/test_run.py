@@ -64,6 +64,13 @@ def test_smoke_run_end_to_end(tmp_path):
     for name in ("report.md", "topology.png", "iterations.png", "link_bytes.png"):
         assert (out / name).stat().st_size > 1000, name
     assert "verification passed" in stdout
+    # the cables' tx counters carry what the schedule sends: same directed links, same bytes
+    # give or take headers and ACKs (small messages here: ~9% on top of the payload)
+    measured = {(r["src"], r["dst"]): r["bytes"] for r in results["measured"]["link_bytes"]}
+    predicted = {(r["src"], r["dst"]): r["bytes"] for r in results["predicted"]["link_bytes"]}
+    assert {k for k, v in measured.items() if v > 0.05 * max(predicted.values())} == set(predicted)
+    assert sum(measured.values()) == pytest.approx(sum(predicted.values()), rel=0.15)
+    assert "Bytes on the cables per timed iteration" in (out / "report.md").read_text()
     assert _root_links() == before
     assert not list((tmp_path / "run").glob("run-*.json"))
     print(f"smoke run took {elapsed:.1f} s")
