@@ -19,7 +19,7 @@ TopoOpt wiring C_n(strides) (cable ``i -- i+s`` for every stride ``s``) with sho
 routes stored compactly as per-offset first strides: C_n is vertex transitive, so the route
 from ``u`` to ``v`` depends only on the offset ``(v - u) mod n``. The first stride of each
 offset is one whose remaining offset is one hop closer (breadth-first distances on the
-offsets), so following next hops always arrives and never loops.
+offsets, `coin_change_first_strides`), so following next hops always arrives and never loops.
 """
 
 from __future__ import annotations
@@ -161,27 +161,38 @@ class Network:
         return out
 
 
+def coin_change_first_strides(n: int, strides: list[int]) -> list[int]:
+    """``first[r]``: the signed stride that starts a shortest path to offset r (0 for r=0).
+
+    "Coin change" over Z_n: a breadth-first search from offset 0 whose coins are the strides
+    and their negatives (smallest magnitude first) gives every offset its fewest strides; the
+    first coin of that decomposition is kept. Every hop looks up its own remaining offset, so
+    the routes are destination-consistent and the whole table is n integers."""
+    coins = sorted({c for p in strides for c in (p % n, -p % n) if c}, key=lambda c: (min(c, n - c), c))
+    signed = {c: (c if c <= n // 2 else c - n) for c in coins}
+    dist = [-1] * n
+    first = [0] * n
+    dist[0] = 0
+    queue = deque([0])
+    while queue:
+        r = queue.popleft()
+        for c in coins:
+            nxt = (r + c) % n
+            if dist[nxt] < 0:
+                dist[nxt] = dist[r] + 1
+                first[nxt] = signed[c] if r == 0 else first[r]
+                queue.append(nxt)
+    if min(dist) < 0:
+        raise ValueError(f"strides {strides} do not generate Z_{n}: the rings are not connected")
+    return first
+
+
 def circulant_network(n: int, strides: tuple[int, ...], link_gbps: float = 25.0, latency_us: float = 1.0) -> Network:
     """C_n(strides) with shortest-path routes: one cable ``i -- i+s`` per server and stride."""
     if n < 2 or not strides or any(not 0 < s < n for s in strides):
         raise ValueError(f"circulant network C_{n}{strides}: need n >= 2 and strides in 1..n-1")
     links = tuple(Link(i, (i + s) % n, link_gbps) for s in strides for i in range(n))
-    moves = sorted({s % n for s in strides} | {-s % n for s in strides})
-    distance = [-1] * n
-    distance[0] = 0
-    queue = deque([0])
-    while queue:
-        r = queue.popleft()
-        for m in moves:
-            if distance[(r + m) % n] < 0:
-                distance[(r + m) % n] = distance[r] + 1
-                queue.append((r + m) % n)
-    if min(distance) < 0:
-        raise ValueError(f"circulant network C_{n}{strides} is not connected")
-    first_stride = [0] * n
-    for r in range(1, n):
-        m = next(m for m in moves if distance[(r - m) % n] == distance[r] - 1)
-        first_stride[r] = m if m <= n // 2 else m - n
+    first_stride = coin_change_first_strides(n, list(strides))
     return Network(
         servers=n,
         switches=0,

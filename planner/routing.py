@@ -2,7 +2,8 @@
 
 Reference: docs/algorithms.md section 4.
 
-- Circulant graphs (TopoOpt rings only, plain ring): "coin change" over Z_n. A BFS from
+- Circulant graphs (TopoOpt rings only, plain ring): "coin change" over Z_n
+  (`contract.network.coin_change_first_strides`, shared with `circulant_network`). A BFS from
   offset 0 where each coin is a chosen stride or its negative gives, for every offset r, the
   shortest number of strides summing to r mod n. We keep the FIRST coin of a shortest
   decomposition for every r; a server u forwards a packet for v along
@@ -16,30 +17,11 @@ Reference: docs/algorithms.md section 4.
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
+from contract.network import coin_change_first_strides
 
-def coin_change_first_strides(n: int, strides: list[int]) -> list[int]:
-    """``first[r]``: the signed stride that starts a shortest path to offset r (0 for r=0)."""
-    coins = sorted({c for p in strides for c in (p % n, -p % n) if c}, key=lambda c: (min(c, n - c), c))
-    signed = {c: (c if c <= n // 2 else c - n) for c in coins}
-    dist = [-1] * n
-    first = [0] * n
-    dist[0] = 0
-    queue = deque([0])
-    while queue:
-        r = queue.popleft()
-        for c in coins:
-            nxt = (r + c) % n
-            if dist[nxt] < 0:
-                dist[nxt] = dist[r] + 1
-                first[nxt] = signed[c] if r == 0 else first[r]
-                queue.append(nxt)
-    if min(dist) < 0:
-        raise ValueError(f"strides {strides} do not generate Z_{n}: the rings are not connected")
-    return first
+__all__ = ["coin_change_first_strides", "next_hop_table", "hop_counts", "circulant_hop_counts"]
 
 
 def next_hop_table(nodes: int, cables: list[tuple[int, int]], preferred: int | None = None) -> np.ndarray:
