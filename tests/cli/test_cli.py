@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from contract.errors import RunError, UsageError
+from tests.fixtures.sample_results import smoke_results
 from topolab import __version__, plan_cmd
 from topolab.cli import COMMANDS, main
 from topolab.report import recover
@@ -89,23 +90,7 @@ def test_recover_marks_a_killed_run_incomplete():
 
 
 def test_report_renders_a_results_folder(tmp_path, capsys):
-    from planner import build_plan, load_scenario
-    from topolab.run import plan_dict
-
-    plan = build_plan(load_scenario("scenarios/smoke-12.toml"))
-    results = {
-        "status": "running",
-        "scenario": {
-            "name": "smoke-12",
-            "workload": {"model": "dlrm", "batch_per_server": 128},
-            "parallelism": {"strategy": "hybrid"},
-        },
-        "plan": plan_dict(plan),
-        "emulation": {"time_scale": 250.0, "plan_link_gbps": 25.0, "link_mbps": 100.0, "mtu": 9000},
-        "schedule": {"payload_scale": 0.01, "ops": 10, "allreduce_buckets": 1},
-        "iterations": [],
-        "predicted": {"emulated_s": 0.5, "real_ms": 2.0},
-    }
+    results = smoke_results("running", [], {"emulated_s": 0.5, "real_ms": 2.0})
     (tmp_path / "results.json").write_text(json.dumps(results))
     lines = [
         {"index": i, "measured_s": 0.5, "measured_real_ms": 2.0, "compute_real_ms": 1.0, "verified": True}

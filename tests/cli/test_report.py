@@ -5,38 +5,27 @@ from __future__ import annotations
 
 import json
 
+from tests.fixtures.sample_results import smoke_results
 from topolab.cli import main
 from topolab.report import PREDICTION_TOLERANCE, wrapped
 
 
 def _results_folder(tmp_path, measured_ms: float, with_measured_links: bool):
     from planner import build_plan, load_scenario
-    from topolab.run import plan_dict
 
     plan = build_plan(load_scenario("scenarios/smoke-12.toml"))
     predicted_links = [{"src": link.a, "dst": link.b, "bytes": 2e6} for link in plan.links]
-    results = {
-        "status": "complete",
-        "scenario": {
-            "name": "smoke-12",
-            "workload": {"model": "dlrm", "batch_per_server": 128},
-            "parallelism": {"strategy": "hybrid"},
-        },
-        "plan": plan_dict(plan),
-        "emulation": {"time_scale": 250.0, "plan_link_gbps": 25.0, "link_mbps": 100.0, "mtu": 9000},
-        "schedule": {"payload_scale": 0.01, "ops": 10, "allreduce_buckets": 1},
-        "iterations": [
-            {
-                "index": i,
-                "measured_s": measured_ms * 0.25,
-                "measured_real_ms": measured_ms,
-                "compute_real_ms": 1.0,
-                "verified": True,
-            }
-            for i in range(3)
-        ],
-        "predicted": {"emulated_s": 0.5, "real_ms": 2.0, "link_bytes": predicted_links},
-    }
+    iterations = [
+        {
+            "index": i,
+            "measured_s": measured_ms * 0.25,
+            "measured_real_ms": measured_ms,
+            "compute_real_ms": 1.0,
+            "verified": True,
+        }
+        for i in range(3)
+    ]
+    results = smoke_results("complete", iterations, {"emulated_s": 0.5, "real_ms": 2.0, "link_bytes": predicted_links})
     if with_measured_links:
         results["measured"] = {"link_bytes": [dict(row, bytes=row["bytes"] * 1.1) for row in predicted_links]}
     (tmp_path / "results.json").write_text(json.dumps(results))
