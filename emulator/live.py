@@ -88,10 +88,18 @@ class LiveChanges:
         if rate_bps <= 0:
             raise EmulationError(f"cable {self.cable_name(k)}: rate must be positive, got {rate_bps}")
         self._require_up()
-        work = [(self.net.hosts[u], [shaping.Shaping(p.ifname, int(rate_bps))]) for u, p in self.ends(k)]
-        apply_qdiscs(work, False, render=shaping.tc_rate_change)
-        check_qdiscs(work, False)
+        old = self.net.link_rate_bps[k]
         self.net.link_rate_bps[k] = int(rate_bps)
+        try:
+            work = [
+                (self.net.hosts[u], [s for s in self.net.shaping_of(u, 0.0) if s.ifname == p.ifname])
+                for u, p in self.ends(k)
+            ]
+            apply_qdiscs(work, False, render=shaping.tc_rate_change)
+            check_qdiscs(work, False)
+        except BaseException:
+            self.net.link_rate_bps[k] = old
+            raise
 
     def replace_routes(self, next_hop: np.ndarray) -> None:
         """Replace every host's routes by those of ``next_hop`` (nodes x nodes)."""
@@ -130,4 +138,4 @@ class LiveChanges:
                 seq = CONNECTED_SEQ_BASE + j
                 data += nlbatch.connected_route(seq, subnet, 31, index[p.ifname], p.address, CUBIC)
                 labels[seq] = f"{host.name}: connected route of {p.ifname}"
-            send_routes(host, u, live, next_hop, index, net.host_name, data, labels, replace=True)
+            send_routes(host, u, live, next_hop, index, net.host_name, data, labels, replace=True, planes=net.planes[u])
