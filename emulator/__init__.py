@@ -13,7 +13,7 @@ explains the whole construction.
         proc = net.popen(0, ["iperf3", "-c", net.host_address(5)])
 """
 
-from .addressing import identity, link_addresses, node_of_identity
+from .addressing import identity, link_addresses, node_of_identity, plane_address, plane_of_address
 from .config import EmulationConfig
 from .errors import EmulationBusyError, EmulationError, EmulationInputError, ShapingError
 from .net import EmulatedNetwork, netem_present
@@ -29,6 +29,8 @@ __all__ = [
     "identity",
     "link_addresses",
     "node_of_identity",
+    "plane_address",
+    "plane_of_address",
     "netem_present",
     "clean_dead_runs",
 ]

@@ -7,10 +7,13 @@ destination-based route 0-1-3: plane 1 is 0-2-3 at 15 Gbit/s, plane 2 is 0-4-3 a
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +34,7 @@ from emulator.cable import emulated_bps_per_gbps
 from emulator.checks import check_paths, check_plane_paths
 from emulator.planes import RULE_PRIORITY, destination_rates, node_planes, table_of, validate_allocation
 
+REPO = Path(__file__).resolve().parents[2]
 LINK_MBPS = 100
 PLANE_1 = (0, 2, 3)
 PLANE_2 = (0, 4, 3)
@@ -129,6 +133,17 @@ def test_an_allocation_the_emulator_cannot_carry_is_refused(paths, message):
         validate_allocation(_network(paths))
 
 
+def test_the_address_plan_limits_networks_with_planes():
+    big = circulant_network(MAX_PLANE_NODES + 1, (1,))
+    one_pair = (PairAllocation(0, 1, (PathShare((0, 1), 1.0),)),)
+    with pytest.raises(EmulationInputError, match=f"plane addresses exist for at most {MAX_PLANE_NODES} nodes"):
+        validate_allocation(dataclasses.replace(big, allocation=one_pair))
+    too_many = tuple(PathShare((0, 2, 3), 0.1) for _ in range(MAX_PLANES + 1))
+    with pytest.raises(EmulationInputError, match=f"{MAX_PLANES + 1} paths, the emulator holds 1..{MAX_PLANES}"):
+        validate_allocation(dataclasses.replace(_network(), allocation=(PairAllocation(0, 3, too_many),)))
+    validate_allocation(circulant_network(6, (1, 2)))  # no allocation: nothing to check
+
+
 def test_tc_batch_of_a_planned_cable_end():
     s = shaping.Shaping("h0-eth2", 100_000_000, 0.0, (shaping.DestinationClass(3, identity(3), 60_000_000),))
     text = shaping.tc_batch([s], use_netem=False)
@@ -185,6 +200,16 @@ def test_destination_classes_are_read_back_with_their_rates(tmp_path):
 
     with EmulatedNetwork(_network(), _config(tmp_path)) as net:
         assert net.facts["shaping_checked"] == sum(len(p) for p in net.ports)
+        assert net.facts["planes"] == {
+            "pairs": 1,
+            "planes": 2,
+            "plane_routes": 4,
+            "rules": 4,
+            "destination_classes": 4,
+        }
+        assert net.plane_address(0, 2) == plane_address(0, 2) and net.plane_address(0, 0) == identity(0)
+        with pytest.raises(IndexError, match="node 1 sends on no plane 1"):
+            net.plane_address(1, 1)
         seen = {}
         for u, peer in ((0, 2), (2, 3), (0, 4), (4, 3), (0, 1)):
             port = next(p for p in net.ports[u] if p.peer == peer)
@@ -259,3 +284,37 @@ def test_planes_leave_nothing_behind(tmp_path):
     assert not any(nsutil.is_same_process(pid, start) for pid, start in shells)
     assert _root_state() == before
     assert not list(tmp_path.glob("run-*.json"))
+
+
+_HOLDER = """
+import dataclasses, json, sys, time
+from contract.network import PairAllocation, PathShare, circulant_network
+from emulator import EmulatedNetwork, EmulationConfig, nsutil
+shares = (PathShare((0, 2, 3), 15.0), PathShare((0, 4, 3), 25.0))
+network = dataclasses.replace(circulant_network(6, (1, 2)), allocation=(PairAllocation(0, 3, shares),))
+with EmulatedNetwork(network, EmulationConfig(run_dir=sys.argv[1])) as net:
+    print(json.dumps([[h.pid, nsutil.start_time(h.pid)] for h in net.hosts]), flush=True)
+    time.sleep(300)
+"""
+
+
+@pytest.mark.root
+def test_a_sigkilled_run_with_planes_is_cleaned_completely(tmp_path):
+    from topolab.clean import run_clean
+
+    before = _root_state()
+    repo = Path(__file__).resolve().parents[2]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(tmp_path)], cwd=repo, stdout=subprocess.PIPE, text=True
+    )
+    shells = [tuple(x) for x in json.loads(holder.stdout.readline())]
+    holder.kill()
+    holder.wait(timeout=10)
+    holder.stdout.close()
+    assert any(nsutil.is_same_process(pid, start) for pid, start in shells)  # what clean is for
+    assert run_clean(argparse.Namespace(run_dir=str(tmp_path), json=False)) == 0
+    deadline = time.monotonic() + 3
+    while any(nsutil.is_same_process(pid, start) for pid, start in shells) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(nsutil.is_same_process(pid, start) for pid, start in shells)
+    assert _root_state() == before
