@@ -10,7 +10,8 @@ section 5):
 - **up** (`LiveChanges.cable_up`): both ends up again; the kernel re-adds the cable's
   connected /31 without our congestion control, and the routes it dropped stay dropped, so
   both end hosts get their connected routes and every /32 route re-installed from the
-  current next-hop table (replace semantics: existing routes are overwritten).
+  current next-hop table (replace semantics: existing routes are overwritten), with their
+  plane routes (`emulator.planes`: a plane whose cable is down uses the main table meanwhile).
 - **rate** (`LiveChanges.set_cable_rate`): ``tc class change`` of the HTB class on both ends
   (queues and any netem leaf stay), then read back like the build's shaping.
 - **routes** (`LiveChanges.replace_routes`): every host's /32 routes replaced from a new

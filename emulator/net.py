@@ -140,6 +140,10 @@ class EmulatedNetwork:
             raise IndexError(f"node {i} sends on no plane {plane} (its planes: {list(self.planes[i].planes)})")
         return plane_address(i, plane)
 
+    def plane_addresses(self, i: int) -> dict[int, str]:
+        """``{plane: source address}`` of every plane node ``i`` sends on (empty: plane 0 only)."""
+        return {plane: plane_address(i, plane) for plane in self.planes[i].planes}
+
     def host_name(self, i: int) -> str:
         return node_name(i, self.servers)
 

@@ -208,6 +208,8 @@ def test_destination_classes_are_read_back_with_their_rates(tmp_path):
             "destination_classes": 4,
         }
         assert net.plane_address(0, 2) == plane_address(0, 2) and net.plane_address(0, 0) == identity(0)
+        assert net.plane_addresses(0) == {1: plane_address(0, 1), 2: plane_address(0, 2)}
+        assert net.plane_addresses(3) == {}
         with pytest.raises(IndexError, match="node 1 sends on no plane 1"):
             net.plane_address(1, 1)
         seen = {}
@@ -245,6 +247,11 @@ def _iperf(net, src: int, dst: int, bind: str, port: int, seconds: int = 4):
     )
 
 
+def _tx_bytes(net, node: int, peer: int) -> int:
+    port = next(p for p in net.ports[node] if p.peer == peer)
+    return int(net.hosts[node].cmd(f"cat /sys/class/net/{port.ifname}/statistics/tx_bytes"))
+
+
 def _received_mbps(proc) -> float:
     out, _ = proc.communicate(timeout=30)
     return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
@@ -259,12 +266,16 @@ def test_plane_sockets_get_the_planned_split(tmp_path):
             "unplanned": _iperf(net, 0, 2, identity(0), 5203),  # shares h0-h2 with plane 1
         }
         time.sleep(0.4)  # let the servers listen
+        sent_before = {peer: _tx_bytes(net, peer, 3) for peer in (1, 2, 4)}
         clients = {
             name: net.popen(src, argv, stdout=subprocess.PIPE, text=True) for name, (_s, (src, argv)) in flows.items()
         }
         mbps = {name: _received_mbps(proc) for name, proc in clients.items()}
         for server, _ in flows.values():
             server.wait(timeout=10)
+        sent = {peer: _tx_bytes(net, peer, 3) - sent_before[peer] for peer in (1, 2, 4)}
+    # the bytes to h3 arrive over the planes' last cables, none over plane 0's (h1-h3)
+    assert sent[2] > 10_000_000 and sent[4] > 10_000_000 and sent[1] < 1_000_000, sent
     # plane 2 has its cables to itself; plane 1 shares h0-h2 with unplanned traffic, and its
     # destination class (60 of 100 Mbit/s) wins it 60:40 instead of TCP's even split
     assert mbps["plane2"] > 0.9 * LINK_MBPS, mbps
