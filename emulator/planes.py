@@ -42,6 +42,8 @@ TABLE_BASE = 1000
 RULE_PRIORITY = 100
 """Priority of every plane rule: after ``local`` (0), before ``main`` (32766). Rules of one
 host never overlap (one source address each), so they share one priority."""
+MIN_CLASS_RATE_BPS = 8
+"""The least rate of a destination class: HTB counts in bytes per second, and tc refuses 0."""
 CAPACITY_SLACK = 1e-6
 """Relative rounding an allocation may exceed a cable's rate by (the LP's own tolerance)."""
 
@@ -114,7 +116,7 @@ def destination_rates(
                 for port in cables:
                     rates = out.setdefault((w, port.ifname), {})
                     rates[pair.dst] = rates.get(pair.dst, 0.0) + share.gbps * scale / len(cables)
-    return {key: {d: round(r) for d, r in sorted(rates.items())} for key, rates in out.items()}
+    return {key: {d: max(MIN_CLASS_RATE_BPS, round(r)) for d, r in sorted(rates.items())} for key, rates in out.items()}
 
 
 def validate_allocation(network: Network) -> None:

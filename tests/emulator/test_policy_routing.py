@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.network import Network, PairAllocation, PathShare, circulant_network
+from contract.network import Link, Network, PairAllocation, PathShare, Routes, circulant_network
 from emulator import EmulatedNetwork, EmulationConfig, EmulationInputError, ShapingError, identity, nsutil, shaping
 from emulator.addressing import (
     IDENTITY_NET,
@@ -225,6 +225,26 @@ def test_destination_classes_are_read_back_with_their_rates(tmp_path):
         assert seen[0, 1] == ({1: cable}, set())  # no plane crosses it: one class, as before
         # a live rate change keeps the destination classes under the new ceiling
         net.live.set_cable_rate(net.live.cable_between(0, 2), 200_000_000)
+
+
+@pytest.mark.root
+def test_a_plane_over_parallel_cables_is_one_multipath_route_in_its_table(tmp_path):
+    from pyroute2 import IPRoute
+
+    links = (Link(0, 1, 25.0), Link(0, 1, 25.0), Link(1, 2, 25.0), Link(0, 2, 25.0))
+    routes = Routes(kind="table", table=((-1, 1, 2), (0, -1, 2), (0, 1, -1)))
+    allocation = (PairAllocation(0, 2, (PathShare((0, 1, 2), 20.0),)),)
+    network = Network(3, 0, links, routes, 1.0, 25.0, allocation=allocation)
+    with EmulatedNetwork(network, _config(tmp_path)) as net:
+        with nsutil.in_netns_of(net.hosts[0].pid), IPRoute() as ipr:
+            (route,) = ipr.get_routes(family=2, table=table_of(0, 1))
+            hops = {ipr.get_links(nh["oif"])[0].get_attr("IFLA_IFNAME") for nh in route.get_attr("RTA_MULTIPATH")}
+            names = {ipr.link_lookup(ifname=n)[0]: n for n in ("h0-eth0", "h0-eth1")}
+            got = shaping.read_back(ipr, names)
+        assert hops == {"h0-eth0", "h0-eth1"}
+        for name in names.values():  # 20 Gbit/s over two 25 Gbit/s cables: 40 of each 100 Mbit/s
+            assert got[name]["classes"][0x102]["rate_bps"] == 40_000_000
+        assert [r.observed for r in check_plane_paths(net)] == [[0, 1, 2]]
 
 
 @pytest.mark.root
