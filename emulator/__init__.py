@@ -5,7 +5,8 @@ and static routes on the hosts (host-based multi-hop forwarding, as the TopoOpt 
 relayed with RDMA forwarding), time dilation from the scenario's ``[emulation]`` table.
 Laid out as Mininet is (node / link / net): `emulator.host` (hosts), `emulator.cable`
 (veth cables and their shaping), `emulator.hostconfig` (per-host addresses, routes, qdiscs
-and the read-back), `emulator.net` (`EmulatedNetwork`, the life cycle). ``docs/emulation.md``
+and the read-back), `emulator.planes` (a bandwidth allocation as policy routing and
+per-destination classes), `emulator.net` (`EmulatedNetwork`, the life cycle). ``docs/emulation.md``
 explains the whole construction.
 
     from emulator import EmulatedNetwork, EmulationConfig
