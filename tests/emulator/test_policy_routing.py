@@ -179,6 +179,9 @@ def test_each_plane_takes_its_planned_path_and_a_broken_plane_is_caught(tmp_path
         assert [(r.plane, r.observed) for r in results] == [(1, list(PLANE_1)), (2, list(PLANE_2))]
         assert all(r.ok for r in results)
         assert all(r.ok for r in check_paths(net, [(0, 3), (3, 0), (2, 3)]))  # plane 0 as before
+        # a destination the plane's table has no route for is reached through the main table
+        ping = net.popen(0, ["ping", "-c1", "-W2", "-I", plane_address(0, 1), identity(5)], stdout=subprocess.DEVNULL)
+        assert ping.wait(timeout=10) == 0
 
         # cable h0-h2 down: plane 1 loses its route and falls back to the main table (0-1-3)
         k = net.live.cable_between(0, 2)
