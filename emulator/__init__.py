@@ -5,7 +5,8 @@ and static routes on the hosts (host-based multi-hop forwarding, as the TopoOpt 
 relayed with RDMA forwarding), time dilation from the scenario's ``[emulation]`` table.
 Laid out as Mininet is (node / link / net): `emulator.host` (hosts), `emulator.cable`
 (veth cables and their shaping), `emulator.hostconfig` (per-host addresses, routes, qdiscs
-and the read-back), `emulator.net` (`EmulatedNetwork`, the life cycle). ``docs/emulation.md``
+and the read-back), `emulator.planes` (a bandwidth allocation as policy routing and
+per-destination classes), `emulator.net` (`EmulatedNetwork`, the life cycle). ``docs/emulation.md``
 explains the whole construction.
 
     from emulator import EmulatedNetwork, EmulationConfig
@@ -13,7 +14,7 @@ explains the whole construction.
         proc = net.popen(0, ["iperf3", "-c", net.host_address(5)])
 """
 
-from .addressing import identity, link_addresses, node_of_identity
+from .addressing import identity, link_addresses, node_of_identity, plane_address, plane_of_address
 from .config import EmulationConfig
 from .errors import EmulationBusyError, EmulationError, EmulationInputError, ShapingError
 from .net import EmulatedNetwork, netem_present
@@ -29,6 +30,8 @@ __all__ = [
     "identity",
     "link_addresses",
     "node_of_identity",
+    "plane_address",
+    "plane_of_address",
     "netem_present",
     "clean_dead_runs",
 ]

@@ -6,6 +6,12 @@ Everything lives in 198.18.0.0/15, the RFC 2544 benchmarking range, and nowhere 
   connections, traceroute replies and ICMP errors all name hosts by identity.
 - cable ``k`` of ``plan.links``: the /31 ``198.19.0.0 + 2k``; end ``a`` gets the even address,
   end ``b`` the odd one (198.19.0.0/16: up to 32768 cables).
+- plane ``p >= 1`` of node ``u`` (the source address its traffic on plane ``p`` carries, see
+  `emulator.planes`): ``198.19.128.0 + 16u + p``, a /32 on its loopback. Each node owns the
+  /28 ``198.19.128.0 + 16u`` (offset 0 unused, so the last hex digit is the plane: up to 15
+  planes) in the top half of the cable range (198.19.128.0/17: up to 2048 nodes). A network
+  with an allocation therefore keeps its cables in the bottom half (up to 16384 cables);
+  `emulator.validate` checks both limits.
 Interface names follow Mininet's ``h3-eth2`` (``s0-eth11`` for switch nodes); they exist only
 inside the hosts' namespaces, never in the root namespace.
 """
@@ -20,6 +26,15 @@ IDENTITY_NET = ipaddress.ip_network("198.18.0.0/16")
 LINK_NET = ipaddress.ip_network("198.19.0.0/16")
 MAX_NODES = IDENTITY_NET.num_addresses - 2
 MAX_LINKS = LINK_NET.num_addresses // 2
+PLANE_NET = ipaddress.ip_network("198.19.128.0/17")
+PLANE_BLOCK_LEN = 28
+"""Prefix length of one node's block of plane addresses."""
+PLANE_BLOCK = 1 << (32 - PLANE_BLOCK_LEN)
+MAX_PLANES = PLANE_BLOCK - 1
+"""Planes per node: offset 0 of each block is left unused."""
+MAX_PLANE_NODES = PLANE_NET.num_addresses // PLANE_BLOCK
+MAX_LINKS_WITH_PLANES = (LINK_NET.num_addresses - PLANE_NET.num_addresses) // 2
+"""Cables a network with an allocation may have: their /31s stay below `PLANE_NET`."""
 
 
 def identity(node: int) -> str:
@@ -36,6 +51,29 @@ def node_of_identity(address: str) -> int | None:
         return None
     node = int(ip) - int(IDENTITY_NET.network_address) - 1
     return node if 0 <= node < MAX_NODES else None
+
+
+def plane_block(node: int) -> str:
+    """Network address of ``node``'s /28 of plane addresses (`PLANE_BLOCK_LEN`)."""
+    if not 0 <= node < MAX_PLANE_NODES:
+        raise ValueError(f"node {node} outside 0..{MAX_PLANE_NODES - 1}: no plane addresses")
+    return str(PLANE_NET.network_address + node * PLANE_BLOCK)
+
+
+def plane_address(node: int, plane: int) -> str:
+    """Source address of ``node``'s traffic on ``plane`` (1..`MAX_PLANES`), a /32 on its loopback."""
+    if not 1 <= plane <= MAX_PLANES:
+        raise ValueError(f"plane {plane} outside 1..{MAX_PLANES}")
+    return str(ipaddress.ip_address(plane_block(node)) + plane)
+
+
+def plane_of_address(address: str) -> tuple[int, int] | None:
+    """Inverse of `plane_address`: ``(node, plane)``, or None for an address that is none."""
+    ip = ipaddress.ip_address(address)
+    if ip not in PLANE_NET:
+        return None
+    node, plane = divmod(int(ip) - int(PLANE_NET.network_address), PLANE_BLOCK)
+    return (node, plane) if plane else None
 
 
 def link_addresses(k: int) -> tuple[str, str]:

@@ -7,7 +7,8 @@ by default: RDMA clusters run jumbo frames). All cables go to the kernel in one 
 
 Each cable end is shaped on egress (`cable_shaping`): one HTB class at the cable's emulated
 rate, ``link.gbps / reference_gbps * link_mbps`` (time dilation, ``docs/emulation.md``), and
-netem with the dilated per-hop latency where the kernel has netem (`emulator.shaping`).
+netem with the dilated per-hop latency where the kernel has netem (`emulator.shaping`),
+and under it the destination classes of a bandwidth allocation (`emulator.planes`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from contract.plan import Link
 
 from . import nlbatch, shaping
-from .addressing import Port
+from .addressing import Port, identity
 from .host import EmulatedHost
 
 
@@ -52,6 +53,26 @@ def make_cables(
     nlbatch.send(batch.batch, what, timeout_s=timeout_s)
 
 
-def cable_shaping(ports: list[Port], rate_bps: list[int], delay_us: float) -> list[shaping.Shaping]:
-    """What each of one host's cable ends must carry (``delay_us`` 0: no netem)."""
-    return [shaping.Shaping(p.ifname, rate_bps[p.link], delay_us) for p in ports]
+def emulated_bps_per_gbps(reference_gbps: float, link_mbps: float) -> float:
+    """Emulated bit/s of one planned Gbit/s (the dilation `emulated_rate_bps` applies)."""
+    return link_mbps * 1e6 / reference_gbps
+
+
+def cable_shaping(
+    ports: list[Port],
+    rate_bps: list[int],
+    delay_us: float,
+    destination_bps: dict[str, dict[int, int]] | None = None,
+) -> list[shaping.Shaping]:
+    """What each of one host's cable ends must carry (``delay_us`` 0: no netem), with a class
+    per destination where ``destination_bps[ifname]`` (``{node: bit/s}``) plans one."""
+    planned = destination_bps or {}
+    return [
+        shaping.Shaping(
+            p.ifname,
+            rate_bps[p.link],
+            delay_us,
+            tuple(shaping.DestinationClass(d, identity(d), rate) for d, rate in planned.get(p.ifname, {}).items()),
+        )
+        for p in ports
+    ]

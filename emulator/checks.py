@@ -1,10 +1,14 @@
-"""Checks that an emulated network is the plan: reachability, paths, per-link goodput.
+"""Checks that an emulated network is the plan: reachability, paths, plane paths, per-link goodput.
 
 - Paths: from every host, one ``traceroute`` per destination (UDP probes, all TTLs in
   flight at once); every hop answers with its identity address (routes carry it as
   preferred source), so the observed node sequence is read straight off the output and
   compared with ``network.path(src, dst)``. A traceroute that reaches its destination also
   proves the pair reachable both ways (the answer travels back).
+- Plane paths (`check_plane_paths`): the same traceroute, its probes sent from the plane's
+  source address (``traceroute -s``), so every hop forwards them by the plane's table; the
+  observed sequence is compared with ``network.plane_path(src, dst, plane)``. A plane whose
+  route is missing anywhere falls back to the main table and shows as a mismatch.
 - Goodput: ``iperf3 --bidir`` between the two ends of a cable (bound to the cable's
   addresses, so the bytes cross exactly that cable), both directions at once, against the
   TCP maximum of the shaped rate at the MTU (`contract.physics.tcp_goodput_fraction`). Cables are measured
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 
 from contract.physics import tcp_goodput_fraction
 
-from .addressing import node_of_identity
+from .addressing import node_of_identity, plane_address
 
 _HOP = re.compile(r"^\s*(\d+)\s+(.*)$")
 _ADDR = re.compile(r"(\d+\.\d+\.\d+\.\d+)")
@@ -38,6 +42,7 @@ class PathResult:
     expected: list[int]
     observed: list[int | None]
     reached: bool
+    plane: int = 0
 
     @property
     def ok(self) -> bool:
@@ -95,30 +100,46 @@ def check_paths(
     """Traceroute every ordered pair of servers (or ``pairs``), all sources in parallel.
     Pairs with a silent hop are traced again (up to ``retries`` times): a lost probe or
     reply is not a wrong path, a wrong node answering is."""
-    network = net.network
-    servers = int(network.servers)
+    servers = int(net.network.servers)
     if pairs is None:
         pairs = [(s, d) for s in range(servers) for d in range(servers) if s != d]
-    results = {(r.src, r.dst): r for r in _trace(net, pairs, timeout_s)}
+    return _check([(s, d, 0) for s, d in pairs], net, timeout_s, retries)
+
+
+def check_plane_paths(
+    net, planes: list[tuple[int, int, int]] | None = None, timeout_s: float = 60.0, retries: int = 2
+) -> list[PathResult]:
+    """Traceroute every plane ``(src, dst, plane)`` of the network's allocation (or
+    ``planes``) from the plane's source address, as `check_paths` does for plane 0."""
+    network = net.network
+    if planes is None:
+        planes = [(a.src, a.dst, p) for a in network.allocation for p in range(1, len(a.paths) + 1)]
+    return _check(planes, net, timeout_s, retries)
+
+
+def _check(probes: list[tuple[int, int, int]], net, timeout_s: float, retries: int) -> list[PathResult]:
+    results = {(r.src, r.dst, r.plane): r for r in _trace(net, probes, timeout_s)}
     for _ in range(retries):
         again = [k for k, r in results.items() if not r.reached or None in r.observed]
         if not again:
             break
-        results.update({(r.src, r.dst): r for r in _trace(net, again, timeout_s)})
-    return [results[p] for p in pairs]
+        results.update({(r.src, r.dst, r.plane): r for r in _trace(net, again, timeout_s)})
+    return [results[p] for p in probes]
 
 
-def _trace(net, pairs: list[tuple[int, int]], timeout_s: float) -> list[PathResult]:
+def _trace(net, probes: list[tuple[int, int, int]], timeout_s: float) -> list[PathResult]:
     network = net.network
-    by_src: dict[int, list[int]] = {}
-    for s, d in pairs:
-        by_src.setdefault(s, []).append(d)
+    by_src: dict[int, list[tuple[int, int]]] = {}
+    for s, d, plane in probes:
+        by_src.setdefault(s, []).append((d, plane))
     procs = {}
-    for s, dsts in by_src.items():
+    for s, targets in by_src.items():
         # probe a little beyond the planned length: a longer path shows as a mismatch
         script = "; ".join(
-            f"echo '## {d}'; traceroute -n -q 1 -w 1 -N 8 -m {len(network.path(s, d)) + 1} {net.host_address(d)} 2>&1"
-            for d in dsts
+            f"echo '## {d} {plane}'; traceroute -n -q 1 -w 1 -N 8 -m {len(network.plane_path(s, d, plane)) + 1}"
+            + (f" -s {plane_address(s, plane)}" if plane else "")
+            + f" {net.host_address(d)} 2>&1"
+            for d, plane in targets
         )
         procs[s] = net.popen(s, ["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     results = []
@@ -128,11 +149,12 @@ def _trace(net, pairs: list[tuple[int, int]], timeout_s: float) -> list[PathResu
         except subprocess.TimeoutExpired:  # its pairs count as unreached (and are traced again)
             os.killpg(proc.pid, signal.SIGKILL)  # its own session: sh and its traceroutes
             out, _ = proc.communicate()
-        chunks = re.split(r"^## (\d+)\n", out, flags=re.M)
-        texts = {int(chunks[i]): chunks[i + 1] for i in range(1, len(chunks) - 1, 2)}
-        for d in by_src[s]:
-            observed = parse_traceroute(texts.get(d, ""), s)
-            results.append(PathResult(s, d, network.path(s, d), observed, observed[-1] == d))
+        chunks = re.split(r"^## (\d+) (\d+)\n", out, flags=re.M)
+        texts = {(int(chunks[i]), int(chunks[i + 1])): chunks[i + 2] for i in range(1, len(chunks) - 2, 3)}
+        for d, plane in by_src[s]:
+            observed = parse_traceroute(texts.get((d, plane), ""), s)
+            expected = network.plane_path(s, d, plane)
+            results.append(PathResult(s, d, expected, observed, observed[-1] == d, plane))
     return results
 
 

@@ -11,6 +11,9 @@ For each host, inside its namespace (the calling thread enters it with ``setns``
   identity as preferred source; a next hop reached by parallel cables gets one multipath
   route over all of them (flows hashed on ports). Every route carries ``congctl cubic``
   (`CUBIC`).
+- planes of a bandwidth allocation (`emulator.planes`): the host's plane addresses (/32 on
+  ``lo``) and its plane rules with the addresses; with the routes, a /28 route per sourcing
+  node's plane addresses (like its identity) and the plane routes in their tables.
 
 Then per host one ``tc -batch`` (all hosts in parallel, each bounded by `TC_TIMEOUT_S`)
 shapes every cable end, and `check_qdiscs` reads every qdisc back from the kernel (bounded
@@ -30,9 +33,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import nlbatch, nsutil, shaping
-from .addressing import Port, identity
+from .addressing import PLANE_BLOCK_LEN, Port, identity, plane_address, plane_block
 from .errors import EmulationError, ShapingError
 from .host import EmulatedHost
+from .planes import RULE_PRIORITY, NodePlanes
 
 CUBIC = "cubic"
 """Congestion control of every route (``ip route ... congctl cubic``): the default bbr leaves
@@ -46,6 +50,11 @@ READBACK_TIMEOUT_S = 10.0
 ROUTE_SEQ_BASE = 100_000
 """Netlink sequence numbers of the routes: ``ROUTE_SEQ_BASE + destination``, above those of
 the address requests, so each ack names its request."""
+PLANE_BLOCK_SEQ_BASE = 200_000
+"""... of the routes to a node's plane addresses: ``PLANE_BLOCK_SEQ_BASE + node`` (nodes
+with planes < 2048, so above every destination route's number)."""
+PLANE_ROUTE_SEQ_BASE = 300_000
+"""... of the plane routes: ``PLANE_ROUTE_SEQ_BASE + i`` for the host's i-th `PlaneHop`."""
 _TC_ERRORS_SHOWN = 3
 
 _SYSCTLS = {
@@ -92,8 +101,10 @@ def configure_host(
     next_hop: np.ndarray,
     name_of: Callable[[int], str],
     timeout_s: float = nlbatch.NETLINK_TIMEOUT_S,
+    planes: NodePlanes = NodePlanes(),
 ) -> None:
-    """Addresses, sysctls and routes of node ``u``: a few netlink batches in its namespace."""
+    """Addresses, sysctls, plane rules and routes of node ``u``: a few netlink batches in its
+    namespace."""
     data, labels, seq = bytearray(), {}, 0
 
     def add(msg: bytes, label: str) -> None:
@@ -108,6 +119,13 @@ def configure_host(
         add(nlbatch.link_up(seq, lo), f"{host.name}: lo up")
         seq += 1
         add(nlbatch.addr_add(seq, lo, host.identity, 32), f"{host.name}: identity {host.identity}/32")
+        for plane in planes.planes:
+            seq += 1
+            address = plane_address(u, plane)
+            add(nlbatch.addr_add(seq, lo, address, 32), f"{host.name}: plane {plane} address {address}/32")
+        for address, table in planes.rules:
+            seq += 1
+            add(nlbatch.rule_add(seq, address, table, RULE_PRIORITY), f"{host.name}: rule from {address} table {table}")
         for p in ports:
             idx = index[p.ifname]
             seq += 1
@@ -124,7 +142,7 @@ def configure_host(
                 nlbatch.connected_route(seq, _subnet31(p.address), 31, index[p.ifname], p.address, CUBIC),
                 f"{host.name}: connected route of {p.ifname}",
             )
-        send_routes(host, u, ports, next_hop, index, name_of, data, labels, timeout_s=timeout_s)
+        send_routes(host, u, ports, next_hop, index, name_of, data, labels, timeout_s=timeout_s, planes=planes)
 
 
 def send_routes(
@@ -139,11 +157,15 @@ def send_routes(
     *,
     replace: bool = False,
     timeout_s: float = nlbatch.NETLINK_TIMEOUT_S,
+    planes: NodePlanes = NodePlanes(),
 ) -> None:
     """One /32 route per destination of node ``u`` over ``ports`` (its cables that are up),
+    the /28 routes to the other sourcing nodes' plane addresses and ``u``'s plane routes,
     appended to the requests already in ``data`` and sent in one batch; multipath routes over
     parallel cables go in a second one. ``replace`` changes the routes of a running network.
-    The calling thread is in the host's namespace. Used at build time and by live changes."""
+    A plane route whose cables are all down is left out: that plane falls back to the main
+    table. The calling thread is in the host's namespace. Used at build time and by live
+    changes."""
     from pyroute2 import IPBatch
 
     by_peer: dict[int, list[Port]] = {}
@@ -152,30 +174,48 @@ def send_routes(
     batch = IPBatch()  # only for multipath routes (parallel cables); the rest is encoded directly
     mp_what: list[str] = []
     encode_route = nlbatch.RouteEncoder(CUBIC, replace=replace)
-    for v in range(len(next_hop)):
-        if v == u:
-            continue
+
+    def route(seq: int, cables: list[Port], dst: str, dst_len: int, table: int, label: str) -> None:
+        if len(cables) == 1:
+            c = cables[0]
+            data.extend(encode_route(seq, dst, c.peer_address, index[c.ifname], host.identity, table, dst_len))
+            labels[seq] = label
+        else:  # parallel cables: spread flows over all of them (L4 hash)
+            batch.route(
+                "replace" if replace else "add",
+                dst=dst,
+                dst_len=dst_len,
+                table=table,
+                prefsrc=host.identity,
+                metrics={"cc_algo": CUBIC},
+                multipath=[{"gateway": c.peer_address, "oif": index[c.ifname]} for c in cables],
+            )
+            mp_what.append(f"multipath {label}")
+
+    def cables_towards(v: int) -> list[Port]:
         hop = int(next_hop[u, v])
         cables = by_peer.get(hop)
         if not cables:
             raise EmulationError(
                 f"{host.name}: route to {name_of(v)} goes via {name_of(hop)}, but every cable to it is down"
             )
-        seq = ROUTE_SEQ_BASE + v
-        if len(cables) == 1:
-            c = cables[0]
-            data += encode_route(seq, identity(v), c.peer_address, index[c.ifname], host.identity)
-            labels[seq] = f"{host.name}: route to {name_of(v)} via {name_of(hop)}"
-        else:  # parallel cables: spread flows over all of them (L4 hash)
-            batch.route(
-                "replace" if replace else "add",
-                dst=identity(v),
-                dst_len=32,
-                prefsrc=host.identity,
-                metrics={"cc_algo": CUBIC},
-                multipath=[{"gateway": c.peer_address, "oif": index[c.ifname]} for c in cables],
+        return cables
+
+    for v in range(len(next_hop)):
+        if v != u:
+            label = f"{host.name}: route to {name_of(v)} via {name_of(int(next_hop[u, v]))}"
+            route(ROUTE_SEQ_BASE + v, cables_towards(v), identity(v), 32, nlbatch.MAIN_TABLE, label)
+    for v in planes.sources:
+        label = f"{host.name}: route to the plane addresses of {name_of(v)}"
+        route(PLANE_BLOCK_SEQ_BASE + v, cables_towards(v), plane_block(v), PLANE_BLOCK_LEN, nlbatch.MAIN_TABLE, label)
+    for i, hop in enumerate(planes.hops):
+        cables = by_peer.get(hop.next_hop)
+        if cables:
+            label = (
+                f"{host.name}: plane {hop.plane} of {name_of(hop.src)} to {name_of(hop.dst)} "
+                f"via {name_of(hop.next_hop)} (table {hop.table})"
             )
-            mp_what.append(f"{host.name}: multipath route to {name_of(v)}")
+            route(PLANE_ROUTE_SEQ_BASE + i, cables, identity(hop.dst), 32, hop.table, label)
     nlbatch.send(bytes(data), labels=labels, timeout_s=timeout_s)
     if batch.batch:
         nlbatch.send(bytes(batch.batch), mp_what, timeout_s=timeout_s)

@@ -10,7 +10,8 @@ section 5):
 - **up** (`LiveChanges.cable_up`): both ends up again; the kernel re-adds the cable's
   connected /31 without our congestion control, and the routes it dropped stay dropped, so
   both end hosts get their connected routes and every /32 route re-installed from the
-  current next-hop table (replace semantics: existing routes are overwritten).
+  current next-hop table (replace semantics: existing routes are overwritten), with their
+  plane routes (`emulator.planes`: a plane whose cable is down uses the main table meanwhile).
 - **rate** (`LiveChanges.set_cable_rate`): ``tc class change`` of the HTB class on both ends
   (queues and any netem leaf stay), then read back like the build's shaping.
 - **routes** (`LiveChanges.replace_routes`): every host's /32 routes replaced from a new
@@ -88,10 +89,18 @@ class LiveChanges:
         if rate_bps <= 0:
             raise EmulationError(f"cable {self.cable_name(k)}: rate must be positive, got {rate_bps}")
         self._require_up()
-        work = [(self.net.hosts[u], [shaping.Shaping(p.ifname, int(rate_bps))]) for u, p in self.ends(k)]
-        apply_qdiscs(work, False, render=shaping.tc_rate_change)
-        check_qdiscs(work, False)
+        old = self.net.link_rate_bps[k]
         self.net.link_rate_bps[k] = int(rate_bps)
+        try:
+            work = [
+                (self.net.hosts[u], [s for s in self.net.shaping_of(u, 0.0) if s.ifname == p.ifname])
+                for u, p in self.ends(k)
+            ]
+            apply_qdiscs(work, False, render=shaping.tc_rate_change)
+            check_qdiscs(work, False)
+        except BaseException:
+            self.net.link_rate_bps[k] = old
+            raise
 
     def replace_routes(self, next_hop: np.ndarray) -> None:
         """Replace every host's routes by those of ``next_hop`` (nodes x nodes)."""
@@ -130,4 +139,4 @@ class LiveChanges:
                 seq = CONNECTED_SEQ_BASE + j
                 data += nlbatch.connected_route(seq, subnet, 31, index[p.ifname], p.address, CUBIC)
                 labels[seq] = f"{host.name}: connected route of {p.ifname}"
-            send_routes(host, u, live, next_hop, index, net.host_name, data, labels, replace=True)
+            send_routes(host, u, live, next_hop, index, net.host_name, data, labels, replace=True, planes=net.planes[u])

@@ -11,9 +11,11 @@ tears down what exists and nothing is created before the input is checked:
    root namespace), MTU set on both ends (`emulator.cable`);
 5. per host, over netlink in its namespace: addresses, links up, identity /32 on ``lo``,
    sysctls and one static route per destination from ``network.next_hop``
-   (`emulator.hostconfig`);
+   (`emulator.hostconfig`); with an allocation, also the plane addresses, rules and tables
+   (`emulator.planes`);
 6. per host, one ``tc -batch`` (all hosts in parallel, bounded): HTB at each cable's
-   emulated rate, netem with the dilated latency where available;
+   emulated rate, with a class per planned destination, netem with the dilated latency
+   where available;
 7. read every qdisc back and raise `ShapingError` if any cable is not shaped as planned.
 
 Teardown (`stop`, leaving the block, an exception or a signal): end the processes started in
@@ -25,7 +27,7 @@ finish the job (``docs/emulation.md`` section 4).
 
 The build order, the signal handling and the teardown share one state (the hosts, the run's
 processes, the lock and the state file) and must stay in one place to keep the guarantee
-above, hence one module slightly over 300 lines.
+above, hence one module over 300 lines.
 """
 
 from __future__ import annotations
@@ -47,13 +49,14 @@ from contract.network import Network
 from contract.physics import tcp_goodput_fraction, time_scale
 
 from . import nsutil, shaping
-from .addressing import RANGE, Port, identity, node_name, ports_of
-from .cable import cable_shaping, emulated_rate_bps, make_cables
+from .addressing import RANGE, Port, identity, node_name, plane_address, ports_of
+from .cable import cable_shaping, emulated_bps_per_gbps, emulated_rate_bps, make_cables
 from .config import EmulationConfig
 from .errors import EmulationError, EmulationInputError
 from .host import HOST_START_TIMEOUT_S, EmulatedHost, end_hosts
 from .hostconfig import apply_qdiscs, check_qdiscs, configure_host
 from .live import LiveChanges
+from .planes import destination_rates, node_planes
 from .state import ENV_MARK, RunLock, RunState, run_dir_path, terminate_pids
 from .validate import validate
 
@@ -87,9 +90,10 @@ class EmulatedNetwork:
     """A network (or a plan's network) built as an emulated network; use as a context manager.
 
     ``net.host_address(i)``, ``net.popen(i, argv)``, ``net.time_scale``, ``net.link_mbps``,
-    ``net.mtu``, ``net.netem``, ``net.link_rate_bps``, ``net.facts`` and ``net.live`` (live
-    changes: `emulator.live.LiveChanges`) are the public interface; ``net.network`` is the `Network` it builds, ``net.mininet`` Mininet's view
-    of it (for Mininet's CLI)."""
+    ``net.mtu``, ``net.netem``, ``net.link_rate_bps``, ``net.facts``, ``net.plane_address(i, p)``
+    and ``net.live`` (live changes: `emulator.live.LiveChanges`) are the public interface;
+    ``net.network`` is the `Network` it builds, ``net.mininet`` Mininet's view of it (for
+    Mininet's CLI)."""
 
     def __init__(self, network: Any, config: Any = None, *, log: Callable[[str], None] | None = None):
         self.network = as_network(network)
@@ -106,6 +110,9 @@ class EmulatedNetwork:
         self.ports: list[list[Port]] = ports_of(self.network.links, self.nodes, self.servers)
         self.link_rate_bps = [emulated_rate_bps(l, self.reference_gbps, self.link_mbps) for l in self.network.links]
         self.delay_us = float(self.network.latency_us) * self.time_scale
+        self.planes = node_planes(self.network)  # per node: plane addresses, rules, routes
+        scale = emulated_bps_per_gbps(self.reference_gbps, self.link_mbps)
+        self.destination_bps = destination_rates(self.network, self.ports, scale)  # (node, ifname) -> {dst: bit/s}
         self.facts: dict[str, Any] = {}
         self.mininet: Mininet | None = None
         self.hosts: list[EmulatedHost] = []
@@ -123,6 +130,19 @@ class EmulatedNetwork:
         if not 0 <= i < self.nodes:
             raise IndexError(f"no node {i} (network has {self.nodes} nodes)")
         return identity(i)
+
+    def plane_address(self, i: int, plane: int) -> str:
+        """Source address of node ``i``'s traffic on ``plane`` (0: its identity); bind a socket
+        to it (``tcp://SRC:0;DST:PORT`` in ZeroMQ) and its packets take the plane's path."""
+        if plane == 0:
+            return self.host_address(i)
+        if plane not in self.planes[i].planes:
+            raise IndexError(f"node {i} sends on no plane {plane} (its planes: {list(self.planes[i].planes)})")
+        return plane_address(i, plane)
+
+    def plane_addresses(self, i: int) -> dict[int, str]:
+        """``{plane: source address}`` of every plane node ``i`` sends on (empty: plane 0 only)."""
+        return {plane: plane_address(i, plane) for plane in self.planes[i].planes}
 
     def host_name(self, i: int) -> str:
         return node_name(i, self.servers)
@@ -280,19 +300,28 @@ class EmulatedNetwork:
         phases["cables"] = -t + (t := time.perf_counter())
         next_hop = self.network.next_hop
         for u, host in enumerate(self.hosts):
-            configure_host(host, u, self.ports[u], next_hop, self.host_name)
+            configure_host(host, u, self.ports[u], next_hop, self.host_name, planes=self.planes[u])
         phases["addresses_routes"] = -t + (t := time.perf_counter())
         delay_us = self.delay_us if self.netem else 0.0
-        work = [
-            (host, cable_shaping(self.ports[u], self.link_rate_bps, delay_us))
-            for u, host in enumerate(self.hosts)
-            if self.ports[u]
-        ]
+        work = [(host, self.shaping_of(u, delay_us)) for u, host in enumerate(self.hosts) if self.ports[u]]
         apply_qdiscs(work, self.netem)
         phases["tc"] = -t + (t := time.perf_counter())
         check_qdiscs(work, self.netem)
         self.facts["shaping_checked"] = sum(len(items) for _host, items in work)
+        if self.network.allocation:
+            self.facts["planes"] = {
+                "pairs": len(self.network.allocation),
+                "planes": self.network.planes,
+                "plane_routes": sum(len(p.hops) for p in self.planes),
+                "rules": sum(len(p.rules) for p in self.planes),
+                "destination_classes": sum(len(r) for r in self.destination_bps.values()),
+            }
         phases["readback"] = -t + (t := time.perf_counter())
+
+    def shaping_of(self, u: int, delay_us: float) -> list[shaping.Shaping]:
+        """What each of node ``u``'s cable ends carries (rates as now, destination classes)."""
+        planned = {ifname: rates for (w, ifname), rates in self.destination_bps.items() if w == u}
+        return cable_shaping(self.ports[u], self.link_rate_bps, delay_us, planned)
 
     # ---- teardown --------------------------------------------------------------------
     def _end_processes(self) -> None:

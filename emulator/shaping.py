@@ -4,6 +4,14 @@ HTB, not TBF or Mininet's TCLink: TBF with Mininet's burst collapses to 40-52% a
 Gbit/s and TCLink leaves every link above 1000 Mbit/s unshaped without an error
 (``docs/emulation.md`` section 3). One HTB class per interface carries the whole
 egress at the link's rate; its leaf is netem with the dilated plan latency when netem exists.
+
+A cable end that carries planes of a bandwidth allocation (`emulator.planes`) gets, under
+that class (1:1, the cable), one HTB class per destination (1:``DESTINATION_CLASS_BASE + d``,
+rate = the planned rate towards ``d`` through this cable, ceil = the cable's rate, so idle
+bandwidth is borrowed) selected by a u32 filter on the destination's identity, and a default
+class 1:2 for all other traffic (rate = what the plan leaves, at least
+`DEFAULT_SHARE_FLOOR` of the cable; ceil = the cable's rate). netem, where present, sits
+under every leaf class. ``docs/emulation.md`` section 6.
 """
 
 from __future__ import annotations
@@ -14,41 +22,113 @@ from dataclasses import dataclass
 from .errors import ShapingError
 
 BURST_FLOOR = 65536 + 9014  # a veth hands HTB GSO packets of up to 64 KiB
+CABLE_CLASS = 1
+"""Minor of the class that carries a cable end's whole egress (1:1)."""
+DEFAULT_CLASS = 2
+"""Minor of the class of unplanned traffic on a cable end with destination classes (1:2)."""
+DESTINATION_CLASS_BASE = 0x100
+"""Class of destination node ``d``: 1:``DESTINATION_CLASS_BASE + d`` (up to 65279 nodes)."""
+DEFAULT_SHARE_FLOOR = 0.01
+"""The least share of a cable the default class is guaranteed when the plan fills the cable:
+unplanned traffic (acks, plane 0) is never starved, and borrows the rest like any class."""
+NETEM_HANDLE = 0x10
+"""Handle of the netem qdisc under the default class (10:)."""
+NETEM_LIMIT = 100000
+
+
+@dataclass(frozen=True)
+class DestinationClass:
+    """The HTB class of one destination on one cable end: ``rate_bps`` guaranteed to packets
+    for ``address`` (the identity of node ``node``)."""
+
+    node: int
+    address: str
+    rate_bps: int
+
+    @property
+    def minor(self) -> int:
+        return DESTINATION_CLASS_BASE + self.node
 
 
 @dataclass(frozen=True)
 class Shaping:
-    """What one interface must carry: ``rate_bps`` (bit/s) and ``delay_us`` (0: none)."""
+    """What one interface must carry: ``rate_bps`` (bit/s), ``delay_us`` (0: none) and the
+    destination classes of a bandwidth allocation (none: one class for everything)."""
 
     ifname: str
     rate_bps: int
     delay_us: float = 0.0
+    destinations: tuple[DestinationClass, ...] = ()
+
+    @property
+    def default_minor(self) -> int:
+        """The class unmatched traffic goes to."""
+        return DEFAULT_CLASS if self.destinations else CABLE_CLASS
+
+    @property
+    def default_rate_bps(self) -> int:
+        """The default class's guaranteed rate (the cable's, without destination classes)."""
+        if not self.destinations:
+            return self.rate_bps
+        planned = sum(d.rate_bps for d in self.destinations)
+        return max(self.rate_bps - planned, round(self.rate_bps * DEFAULT_SHARE_FLOOR))
 
 
 def tc_batch(items: list[Shaping], use_netem: bool) -> str:
     """``tc -batch`` text that shapes every interface of one host."""
     lines = []
     for s in items:
-        # quantum: one class per qdisc, so it only silences the "quantum is big" warning.
-        lines.append(f"qdisc replace dev {s.ifname} root handle 1: htb default 1")
+        # quantum: it only silences the "quantum is big" warning (HTB's r2q default).
+        lines.append(f"qdisc replace dev {s.ifname} root handle 1: htb default {s.default_minor:x}")
         lines.append(_htb_class("add", s))
-        if use_netem and s.delay_us > 0:
-            lines.append(f"qdisc add dev {s.ifname} parent 1:1 handle 10: netem delay {s.delay_us:.1f}us limit 100000")
+        netem = use_netem and s.delay_us > 0
+        if s.destinations:
+            lines.append(_htb_class("add", s, DEFAULT_CLASS, s.default_rate_bps))
+            for d in s.destinations:
+                lines.append(_htb_class("add", s, d.minor, d.rate_bps))
+                lines.append(
+                    f"filter add dev {s.ifname} parent 1: protocol ip prio 1 u32 "
+                    f"match ip dst {d.address}/32 flowid 1:{d.minor:x}"
+                )
+                if netem:
+                    lines.append(_netem(s, d.minor, d.minor))
+        if netem:
+            lines.append(_netem(s, s.default_minor, NETEM_HANDLE))
     return "\n".join(lines) + "\n"
 
 
-def _htb_class(verb: str, s: Shaping) -> str:
-    burst = max(BURST_FLOOR, s.rate_bps // 8 // 1000)  # 1 ms of the rate, at least one GSO packet
+def _netem(s: Shaping, parent_minor: int, handle: int) -> str:
     return (
-        f"class {verb} dev {s.ifname} parent 1: classid 1:1 htb rate {s.rate_bps}bit "
-        f"ceil {s.rate_bps}bit burst {burst}b cburst {burst}b quantum 200000"
+        f"qdisc add dev {s.ifname} parent 1:{parent_minor:x} handle {handle:x}: "
+        f"netem delay {s.delay_us:.1f}us limit {NETEM_LIMIT}"
+    )
+
+
+def _burst(rate_bps: int) -> int:
+    return max(BURST_FLOOR, rate_bps // 8 // 1000)  # 1 ms of the rate, at least one GSO packet
+
+
+def _htb_class(verb: str, s: Shaping, minor: int = CABLE_CLASS, rate_bps: int | None = None) -> str:
+    """The cable's class 1:1 (``minor`` 1), or a child of it at ``rate_bps`` with the cable's ceil."""
+    rate = s.rate_bps if rate_bps is None else rate_bps
+    parent = "1:" if minor == CABLE_CLASS else f"1:{CABLE_CLASS:x}"
+    return (
+        f"class {verb} dev {s.ifname} parent {parent} classid 1:{minor:x} htb rate {rate}bit "
+        f"ceil {s.rate_bps}bit burst {_burst(rate)}b cburst {_burst(s.rate_bps)}b quantum 200000"
     )
 
 
 def tc_rate_change(items: list[Shaping], use_netem: bool = False) -> str:
     """``tc -batch`` text that changes the HTB rate of interfaces already shaped by
-    `tc_batch` (a live change: the qdiscs, their queues and any netem leaf stay)."""
-    return "".join(_htb_class("change", s) + "\n" for s in items)
+    `tc_batch` (a live change: the qdiscs, their queues and any netem leaf stay); the
+    destination classes keep their rates and take the new rate as their ceil."""
+    lines = []
+    for s in items:
+        lines.append(_htb_class("change", s))
+        if s.destinations:
+            lines.append(_htb_class("change", s, DEFAULT_CLASS, s.default_rate_bps))
+            lines.extend(_htb_class("change", s, d.minor, d.rate_bps) for d in s.destinations)
+    return "".join(line + "\n" for line in lines)
 
 
 def netem_available() -> bool:
@@ -72,44 +152,53 @@ def _attr(msg, name, default=None):
 
 def read_back(ipr, index_to_name: dict[int, str]) -> dict[str, dict]:
     """What the kernel actually does on each interface: ``{ifname: {"root": kind,
-    "rate_bps": int|None, "leaf": kind|None, "delay_us": float|None}}``."""
+    "classes": {minor: {"parent": minor|None, "rate_bps": int, "ceil_bps": int}},
+    "leaves": {class minor: qdisc kind}, "filters": {class minor a u32 filter selects}}}``
+    (HTB classes of handle 1: only; a parent None is the root)."""
     out: dict[str, dict] = {
-        name: {"root": None, "rate_bps": None, "leaf": None, "delay_us": None} for name in index_to_name.values()
+        name: {"root": None, "classes": {}, "leaves": {}, "filters": set()} for name in index_to_name.values()
     }
     for q in ipr.get_qdiscs():
         name = index_to_name.get(q["index"])
         if name is None:
             continue
         kind = _attr(q, "TCA_KIND")
-        if q["parent"] == 0xFFFFFFFF:
+        if q["parent"] == _ROOT:
             out[name]["root"] = kind
-        elif q["parent"] == 0x00010001:
-            out[name]["leaf"] = kind
-            if kind == "netem":
-                opts = _attr(q, "TCA_OPTIONS")
-                latency = opts.get("latency") if hasattr(opts, "get") else None
-                out[name]["delay_us"] = _netem_delay_us(opts, latency)
+        elif q["parent"] >> 16 == 1:
+            out[name]["leaves"][q["parent"] & 0xFFFF] = kind
     for index, name in index_to_name.items():
         for c in ipr.get_classes(index=index):
-            if c["handle"] != 0x00010001 or _attr(c, "TCA_KIND") != "htb":
+            if c["handle"] >> 16 != 1 or _attr(c, "TCA_KIND") != "htb":
                 continue
             opts = _attr(c, "TCA_OPTIONS")
-            rate64 = opts.get_attr("TCA_HTB_RATE64") if opts is not None else None
-            parms = opts.get_attr("TCA_HTB_PARMS") if opts is not None else None
-            if rate64:
-                out[name]["rate_bps"] = int(rate64) * 8
-            elif parms is not None:
-                out[name]["rate_bps"] = int(parms["rate"]) * 8
+            if opts is None:
+                continue
+            parms = opts.get_attr("TCA_HTB_PARMS")
+            rate = opts.get_attr("TCA_HTB_RATE64") or (parms and parms["rate"]) or 0
+            ceil = opts.get_attr("TCA_HTB_CEIL64") or (parms and parms["ceil"]) or 0
+            parent = None if c["parent"] == _ROOT else c["parent"] & 0xFFFF
+            out[name]["classes"][c["handle"] & 0xFFFF] = {
+                "parent": parent,
+                "rate_bps": int(rate) * 8,
+                "ceil_bps": int(ceil) * 8,
+            }
+        # pyroute2 0.9 misreads the u32 selector's keys, so only the filter's class is read
+        # back here; that each destination's filter matches its identity shows in traffic
+        # (emulator.checks.check_plane_paths and the tests).
+        for f in ipr.get_filters(index=index, parent=0x10000):
+            opts = _attr(f, "TCA_OPTIONS")
+            flow = opts.get_attr("TCA_U32_CLASSID") if hasattr(opts, "get_attr") else None
+            if flow is not None and flow >> 16 == 1:
+                out[name]["filters"].add(flow & 0xFFFF)
     return out
 
 
-def _netem_delay_us(opts, latency) -> float | None:
-    if opts is None:
-        return None
-    lat64 = opts.get_attr("TCA_NETEM_LATENCY64") if hasattr(opts, "get_attr") else None
-    if lat64 is not None:
-        return lat64 / 1000.0
-    return None
+_ROOT = 0xFFFFFFFF
+
+
+def _rate_off(got: int | None, want: int) -> bool:
+    return got is None or abs(got - want) > max(8, want * 1e-3)
 
 
 def check(wanted: list[Shaping], actual: dict[str, dict], use_netem: bool, host: str) -> list[str]:
@@ -121,10 +210,32 @@ def check(wanted: list[Shaping], actual: dict[str, dict], use_netem: bool, host:
         if got is None or got["root"] != "htb":
             problems.append(f"{where}: root qdisc is {got and got['root']!r}, expected htb")
             continue
-        if got["rate_bps"] is None or abs(got["rate_bps"] - s.rate_bps) > max(8, s.rate_bps * 1e-3):
-            problems.append(f"{where}: HTB rate {got['rate_bps']} bit/s, expected {s.rate_bps}")
-        if use_netem and s.delay_us > 0 and got["leaf"] != "netem":
-            problems.append(f"{where}: leaf qdisc is {got['leaf']!r}, expected netem delay {s.delay_us:.1f}us")
+        classes = got["classes"]
+        cable = classes.get(CABLE_CLASS, {})
+        if _rate_off(cable.get("rate_bps"), s.rate_bps):
+            problems.append(f"{where}: HTB rate {cable.get('rate_bps')} bit/s, expected {s.rate_bps}")
+        children = [(DEFAULT_CLASS, s.default_rate_bps, "default class")] if s.destinations else []
+        children += [(d.minor, d.rate_bps, f"class of {d.address}") for d in s.destinations]
+        for minor, rate, what in children:
+            c = classes.get(minor)
+            if c is None or c["parent"] != CABLE_CLASS:
+                problems.append(f"{where}: no HTB {what} 1:{minor:x} under 1:{CABLE_CLASS:x}")
+            elif _rate_off(c["rate_bps"], rate) or _rate_off(c["ceil_bps"], s.rate_bps):
+                problems.append(
+                    f"{where}: HTB {what} 1:{minor:x} rate {c['rate_bps']} ceil {c['ceil_bps']} bit/s, "
+                    f"expected {rate} ceil {s.rate_bps}"
+                )
+        missing = [d.address for d in s.destinations if d.minor not in got["filters"]]
+        if missing:
+            problems.append(f"{where}: no u32 filter into the class of {', '.join(missing)}")
+        leaves = [s.default_minor] + [d.minor for d in s.destinations]
+        if use_netem and s.delay_us > 0:
+            for minor in leaves:
+                if got["leaves"].get(minor) != "netem":
+                    problems.append(
+                        f"{where}: leaf qdisc of 1:{minor:x} is {got['leaves'].get(minor)!r}, "
+                        f"expected netem delay {s.delay_us:.1f}us"
+                    )
     return problems
 
 

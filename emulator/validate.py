@@ -16,6 +16,7 @@ from contract.network import Network
 from .addressing import MAX_LINKS, MAX_NODES
 from .config import EmulationConfig
 from .errors import EmulationInputError
+from .planes import validate_allocation
 
 MEMORY_SHARE = 0.5
 """Share of the available memory the hosts may take: the rest stays for the workers and
@@ -63,6 +64,7 @@ def validate(plan: Network, config: EmulationConfig, available_mib: float | None
             raise EmulationInputError(f"plan.links[{k}].gbps = {link.gbps!r}: must be a positive rate")
         adjacency[link.a, link.b] = adjacency[link.b, link.a] = True
     _check_routes(plan, nodes, adjacency)
+    validate_allocation(plan)
     _check_memory(nodes, config, available_mib)
 
 
