@@ -117,7 +117,7 @@ def _plan_and_config(args, command: str):
 
 def run_verify(args) -> int:
     from emulator import EmulatedNetwork
-    from emulator.checks import check_goodput, check_paths, sample_links
+    from emulator.checks import check_goodput, check_paths, check_plane_paths, sample_links
 
     scenario, plan, config = _plan_and_config(args, "verify")
 
@@ -140,6 +140,9 @@ def run_verify(args) -> int:
         )
         paths = check_paths(net)
         progress(f"paths traced: {sum(p.ok for p in paths)}/{len(paths)} equal the plan")
+        plane_paths = check_plane_paths(net)  # [] without a per-destination allocation
+        if plane_paths:
+            progress(f"plane paths traced: {sum(p.ok for p in plane_paths)}/{len(plane_paths)} equal the allocation")
         goodput = None
         if not args.no_goodput:
             chosen = None if args.links == "all" else sample_links(len(plan.links), int(args.links))
@@ -160,6 +163,11 @@ def run_verify(args) -> int:
         "equal": sum(p.ok for p in paths),
         "hops": dict(sorted(Counter(len(p.expected) - 1 for p in paths).items())),
         "mismatches": [asdict(p) for p in paths if not p.ok],
+    }
+    report["plane_paths"] = {
+        "planes": len(plane_paths),
+        "equal": sum(p.ok for p in plane_paths),
+        "mismatches": [asdict(p) for p in plane_paths if not p.ok],
     }
     if goodput is not None:
         ratios = [r for l in goodput.links for r in (l.ratio(l.a_to_b_mbps), l.ratio(l.b_to_a_mbps)) if r is not None]
@@ -187,6 +195,7 @@ def run_verify(args) -> int:
     ok = (
         reached == len(paths)
         and report["paths"]["equal"] == len(paths)
+        and report["plane_paths"]["equal"] == len(plane_paths)
         and (goodput is None or all(l.ok for l in goodput.links))
     )
     report["ok"] = ok
@@ -220,6 +229,14 @@ def _print_table(r: dict, plan) -> None:
             return " ".join("?" if n is None else (f"h{n}" if n < plan.servers else f"s{n - plan.servers}") for n in p)
 
         print(f"     h{m['src']} -> h{m['dst']}: plan {show(m['expected'])}, observed {show(m['observed'])}")
+    planes = r["plane_paths"]
+    if planes["planes"]:
+        print(
+            f"{mark(planes['equal'] == planes['planes'])} plane paths: {planes['equal']}/{planes['planes']} "
+            "(source, destination, plane) equal the allocation"
+        )
+        for m in planes["mismatches"][:20]:
+            print(f"     h{m['src']} -> h{m['dst']} plane {m['plane']}: plan {m['expected']}, observed {m['observed']}")
     g = r.get("goodput")
     if g is None:
         print("-    goodput: skipped")
