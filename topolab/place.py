@@ -13,13 +13,16 @@ activations. Printed: group -> server, per-server memory and compute, the predic
 after fusion, and beside it the makespans of placement without allocation, round robin, the
 memory-balanced contiguous partition and data parallelism (each at the plan's pair rates).
 
-``--run`` builds the plan's emulated network and runs the placement (and the best baseline
-placer's, for comparison) as a schedule (planner.placement.placement_schedule: compute
+``--run`` builds the plan's emulated network and runs the placement (and, for comparison,
+the placement searched without allocation and the best baseline placer's) as a schedule (planner.placement.placement_schedule: compute
 waits scaled by the time scale, activations forward and gradients backward between the
 servers holding producer and consumer, each transfer copy-checked): warm-up then
 ``--iterations`` timed iterations, median compared with the cost model and the flow-level
 prediction of the same schedule. The emulator shapes the plan's cables and routes, not the
 per-destination rate split, so the run's predictions are at the plan's pair rates.
+
+Over 300 lines: the two modes (search, emulator run) fill one results document that the
+text rendering and --json both print, and their flags with their bounds live here.
 """
 
 from __future__ import annotations
@@ -196,7 +199,7 @@ def search(s: Any, fusion: bool, time_limit: float, memory_bytes: float) -> tupl
         },
     }
     best_baseline = min(baselines.values(), key=lambda b: b.makespan, default=None)
-    return doc, (plan, tasks, p, best_baseline, rates)
+    return doc, (plan, tasks, p, plain, best_baseline, rates)
 
 
 def _scaled_tasks(tasks: Any, payload_scale: float) -> Any:
@@ -225,10 +228,14 @@ def run_placements(
     from .prediction import predict_run
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    plan, tasks, placement, baseline, rates = found
+    plan, tasks, placement, plain, baseline, rates = found
     scale = time_scale(plan.link_gbps, s.emulation.link_mbps)
     scaled = _scaled_tasks(tasks, payload_scale)
-    runs = {"placement": placement} | ({"baseline " + baseline.method: baseline} if baseline else {})
+    runs = {"placement": placement}
+    if plain.assignment != placement.assignment:  # the ablation: the same search without allocation
+        runs["placement without allocation"] = plain
+    if baseline is not None:
+        runs["baseline " + baseline.method] = baseline
     config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
     if run_dir:
         config["run_dir"] = run_dir
@@ -299,7 +306,7 @@ def format_text(doc: dict[str, Any]) -> str:
         ]
         for label, r in run["runs"].items():
             lines.append(
-                f"  {label:24s} measured {r['measured_ms']:.4f}  cost model {r['cost_model_ms']:.4f} "
+                f"  {label:28s} measured {r['measured_ms']:.4f}  cost model {r['cost_model_ms']:.4f} "
                 f"({100 * r['cost_model_error']:+.0f}%)  flow model {r['flow_predicted_ms']:.4f} "
                 f"({100 * r['flow_error']:+.0f}%)  {r['transfers_checked']} transfers "
                 f"{'verified' if r['verified'] else 'FAILED'}"
