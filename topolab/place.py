@@ -1,6 +1,6 @@
 """`topolab place`: place a scenario's operator groups on its servers, optionally run it.
 
-    topolab place SCENARIO [--no-fusion] [--json] [--servers N] [--time-limit S] [--memory-gb GB]
+    topolab place SCENARIO [--no-fusion] [--json] [--servers N] [--time-limit S] [--memory-gb GB] [--multipath]
                            [--run [--iterations N] [--payload-scale F] [--wait S] [--run-dir DIR]]
 
 Inter-operator parallelism (docs/algorithms.md section 4): the scenario's model is fused
@@ -8,7 +8,9 @@ Inter-operator parallelism (docs/algorithms.md section 4): the scenario's model 
 on the servers of the scenario's plan jointly with the per-destination bandwidth allocation
 (planner.placement.place_jointly: HEFT + local search alternated with allocation), every
 server holding at most ``--memory-gb`` of weights, gradients, optimizer state and stashed
-activations. Printed: group -> server, per-server memory and compute, the predicted makespan
+activations. Each pair's allocated rate is capped at its route's bottleneck, as the plan's
+static routes carry a pair over one path (``--multipath`` lifts the cap: a server's whole
+egress may then go to one destination, which needs per-destination multipath routing). Printed: group -> server, per-server memory and compute, the predicted makespan
 (the placement cost model at the allocation), the search time, the operators before and
 after fusion, and beside it the makespans of placement without allocation, round robin, the
 memory-balanced contiguous partition and data parallelism (each at the plan's pair rates).
@@ -77,6 +79,12 @@ def add_place_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="GB",
         help=f"memory per server for weights, gradients, Adam state and activations (default: {DEFAULT_MEMORY_GB:g})",
     )
+    parser.add_argument(
+        "--multipath",
+        action="store_true",
+        help="let the allocation give a pair more than its path's bottleneck (per-destination multipath; "
+        "predicted only: the emulated network routes every pair over one path)",
+    )
     parser.add_argument("--run", action="store_true", help="run the placement on the emulated network (root)")
     parser.add_argument(
         "--iterations",
@@ -114,7 +122,9 @@ def _scenario(args: argparse.Namespace) -> Any:
     return s
 
 
-def search(s: Any, fusion: bool, time_limit: float, memory_bytes: float) -> tuple[dict[str, Any], Any]:
+def search(
+    s: Any, fusion: bool, time_limit: float, memory_bytes: float, single_path: bool = True
+) -> tuple[dict[str, Any], Any]:
     """Plan, fuse, place jointly and score the baselines; returns (figures, what `--run` needs)."""
     from planner import build_plan
     from planner.fusion import FusionConfig, fuse
@@ -150,7 +160,9 @@ def search(s: Any, fusion: bool, time_limit: float, memory_bytes: float) -> tupl
     fusion_s = time.perf_counter() - t0 if fusion else 0.0
     tasks = task_graph(searched, w.batch_per_server, w.device_tflops)
     check_memory_feasible(tasks, k, memory_bytes)  # one line naming the limit before any search
-    joint = place_jointly(tasks, rates, egress, memory_bytes, time_limit=time_limit)
+    # the emulator routes a pair over one path: no pair's allocation can exceed that path
+    cap = rates if single_path else None
+    joint = place_jointly(tasks, rates, egress, memory_bytes, time_limit=time_limit, pair_cap=cap)
     p = joint.placement
     plain = place_heuristic(tasks, rates, memory_bytes, time_limit)
     baselines: dict[str, Any] = {}
@@ -179,6 +191,7 @@ def search(s: Any, fusion: bool, time_limit: float, memory_bytes: float) -> tupl
         "method": p.method,
         "predicted_makespan_ms": p.makespan * 1e3,
         "allocation_rounds": len(joint.history),
+        "allocation_single_path": single_path,
         "placement": [
             {"group": tasks.names[g], "members": list(searched.ops[g].members), "server": p.assignment[g]}
             for g in p.order
@@ -232,10 +245,11 @@ def run_placements(
     scale = time_scale(plan.link_gbps, s.emulation.link_mbps)
     scaled = _scaled_tasks(tasks, payload_scale)
     runs = {"placement": placement}
-    if plain.assignment != placement.assignment:  # the ablation: the same search without allocation
-        runs["placement without allocation"] = plain
-    if baseline is not None:
-        runs["baseline " + baseline.method] = baseline
+    # the ablation (the same search without allocation) and the best baseline, unless they
+    # place the groups exactly as a run before them
+    for label, other in (("placement without allocation", plain), ("baseline", baseline)):
+        if other is not None and all(other.assignment != p.assignment for p in runs.values()):
+            runs[label if other is plain else f"baseline {other.method}"] = other
     config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
     if run_dir:
         config["run_dir"] = run_dir
@@ -325,7 +339,7 @@ def run_place(args: argparse.Namespace) -> int:
     from planner.placement import PlacementError
 
     try:
-        doc, found = search(s, not args.no_fusion, args.time_limit, args.memory_gb * GB)
+        doc, found = search(s, not args.no_fusion, args.time_limit, args.memory_gb * GB, not args.multipath)
     except PlacementError as err:
         raise UsageError(f"--memory-gb {args.memory_gb:g}: {err}") from None
     if args.run:

@@ -60,6 +60,7 @@ def test_placement_fused_and_unfused_with_its_figures(candle, capsys):
     assert {"round-robin", "contiguous", "data_parallel", "placement_without_allocation"} <= set(baselines)
     # the joint search starts from the baselines, so it is never worse than they are
     assert fused["predicted_makespan_ms"] <= baselines["round-robin"] * 1.001
+    assert fused["allocation_single_path"]  # the plan routes each pair over one path
     assert fused["search_s"] > 0 and fused["fusion_s"] > 0 and unfused["fusion_s"] == 0
 
 
@@ -106,7 +107,10 @@ def test_run_on_the_emulator_verifies_and_matches_the_prediction(candle, capsys)
     runs = doc["run"]["runs"]
     placement = runs["placement"]
     baseline = next(r for label, r in runs.items() if label.startswith("baseline"))
-    assert placement["verified"] and baseline["verified"]
-    assert placement["transfers_checked"] >= 2  # activation forward and its gradient back, at least
-    assert abs(placement["flow_error"]) < RUN_TOLERANCE
-    assert placement["measured_ms"] < baseline["measured_ms"]  # the placement wins on the emulator too
+    assert all(r["verified"] for r in runs.values())
+    assert baseline["transfers_checked"] >= 2  # activations forward and gradients back, each copy-checked
+    assert all(abs(r["flow_error"]) < RUN_TOLERANCE for r in runs.values())
+    # at 25 Gbit/s candle's towers compute for less time than their tensors take to cross:
+    # the placement keeps them together and wins on the emulator as predicted
+    assert placement["cost_model_ms"] < 0.85 * baseline["cost_model_ms"]
+    assert placement["measured_ms"] < 0.85 * baseline["measured_ms"]
