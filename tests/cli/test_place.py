@@ -57,7 +57,7 @@ def test_placement_fused_and_unfused_with_its_figures(candle, capsys):
     compute = sum(r["compute_ms"] for r in fused["per_server"])
     assert fused["predicted_makespan_ms"] >= compute / len([r for r in fused["per_server"] if r["groups"]])
     baselines = fused["baselines_ms"]
-    assert {"round-robin", "contiguous", "data_parallel", "placement_without_allocation"} <= set(baselines)
+    assert {"round-robin", "contiguous", "data_parallel", "placement_only"} <= set(baselines)
     # the joint search starts from the baselines, so it is never worse than they are
     assert fused["predicted_makespan_ms"] <= baselines["round-robin"] * 1.001
     assert fused["allocation_single_path"]  # the plan routes each pair over one path
@@ -103,7 +103,7 @@ def test_bad_input_is_one_line_exit_2(candle, tmp_path, capsys, extra, toml, nee
 
 @pytest.mark.root
 def test_run_on_the_emulator_verifies_and_matches_the_prediction(candle, capsys):
-    doc = _place(capsys, candle, "--run", "--iterations", "2")
+    doc = _place(capsys, candle, "--run", "--iterations", "2", "--wait", "30")
     runs = doc["run"]["runs"]
     placement = runs["placement"]
     baseline = next(r for label, r in runs.items() if label.startswith("baseline"))
