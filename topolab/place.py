@@ -242,8 +242,10 @@ def run_placements(
     run_dir: str | None = None,
     log: Log | None = None,
 ) -> dict[str, Any]:
-    """Run the placement and the best baseline's on the plan's emulated network; measured
-    per-iteration times next to the cost model and the flow-level prediction (real ms)."""
+    """Run the placement, "placement only" and the best baseline's (each distinct one once)
+    on the plan's emulated network, one worker set each, the same way `topolab collective`
+    measures a schedule; measured per-iteration times next to the cost model at the plan's
+    pair rates and the flow-level prediction of the same schedule (real ms)."""
     from contract.physics import time_scale
     from emulator import EmulatedNetwork
     from planner.placement import makespan, placement_schedule
