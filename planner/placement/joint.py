@@ -14,7 +14,9 @@ Alternate until the makespan stops improving:
    the next placement can use; a destination whose ingress cables cannot take what its
    senders allocate scales those rates down to its ingress. On the network this is one HTB
    class per destination with a per-destination filter, the heavy classes spread over
-   several cables by policy routing;
+   several cables by policy routing; where a pair's traffic takes one path only (a network
+   without per-destination multipath, such as the emulator's static routes), ``pair_cap``
+   bounds each pair at its path's bottleneck;
 4. score the placement at its own allocation, keep the best, and place again at those
    rates while the makespan improves.
 """
@@ -73,9 +75,14 @@ def plan_capacity(plan: Plan, mtu: int = 9000) -> tuple[np.ndarray, np.ndarray]:
 
 
 def allocate_rates(
-    traffic: np.ndarray, egress: np.ndarray, ingress: np.ndarray | None = None, reserve: float = RESERVED_SHARE
+    traffic: np.ndarray,
+    egress: np.ndarray,
+    ingress: np.ndarray | None = None,
+    reserve: float = RESERVED_SHARE,
+    pair_cap: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Per-pair rates: egress split by demand (step 3 of the module docstring)."""
+    """Per-pair rates: egress split by demand (step 3 of the module docstring), at most
+    ``pair_cap`` per pair when given."""
     k = traffic.shape[0]
     ingress = egress if ingress is None else ingress
     rates = np.zeros((k, k))
@@ -89,6 +96,8 @@ def allocate_rates(
         arriving = rates[:, d].sum()
         if arriving > ingress[d]:
             rates[:, d] *= ingress[d] / arriving
+    if pair_cap is not None:
+        rates = np.minimum(rates, pair_cap)
     rates[~off] = np.inf
     return rates
 
@@ -110,18 +119,20 @@ def place_jointly(
     time_limit: float = 60.0,
     max_rounds: int = DEFAULT_ROUNDS,
     ingress: np.ndarray | None = None,
+    pair_cap: np.ndarray | None = None,
 ) -> JointPlacement:
     """Placement and per-destination allocation, alternated (module docstring); ``rates``
     are the pair rates of the first round (the network without allocation). A placement is
     always scored at its own allocation, which (unlike independent pair rates) charges
-    several senders sharing a receiver's ingress, or a sender's egress."""
+    several senders sharing a receiver's ingress, or a sender's egress. ``pair_cap`` bounds
+    every pair's allocation (single-path networks: pass ``rates``)."""
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
     started = time.perf_counter()
     k = rates.shape[0]
 
     def allocation(assignment: Sequence[int]) -> np.ndarray:
-        return allocate_rates(traffic_matrix(tasks, assignment, k), egress, ingress)
+        return allocate_rates(traffic_matrix(tasks, assignment, k), egress, ingress, pair_cap=pair_cap)
 
     placement = solver(tasks, rates, memory_limit, time_limit)
     history: list[float] = []

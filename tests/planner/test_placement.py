@@ -230,3 +230,15 @@ def test_joint_placement_charges_a_crowded_receiver():
     joint = place_jointly(tasks, base, egress, MEMORY, time_limit=10)
     assert joint.placement.makespan < plain_score
     assert max(server_memory(tasks, joint.placement.assignment, k)) <= MEMORY
+
+
+def test_allocation_never_exceeds_the_pair_cap():
+    traffic = np.array([[0, 8.0, 0], [0, 0, 0], [1.0, 1.0, 0]])
+    egress = np.array([10.0, 10.0, 10.0])
+    cap = np.full((3, 3), 4.0)
+    free = allocate_rates(traffic, egress, np.full(3, np.inf))
+    capped = allocate_rates(traffic, egress, np.full(3, np.inf), pair_cap=cap)
+    assert free[0, 1] > 4.0  # without the cap, server 0 sends almost all its egress to server 1
+    off = ~np.eye(3, dtype=bool)
+    assert np.all(capped[off] <= 4.0) and capped[0, 1] == 4.0
+    assert np.all(capped[off] == np.minimum(free[off], 4.0))

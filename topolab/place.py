@@ -1,0 +1,364 @@
+"""`topolab place`: place a scenario's operator groups on its servers, optionally run it.
+
+    topolab place SCENARIO [--no-fusion] [--json] [--servers N] [--time-limit S] [--memory-gb GB] [--multipath]
+                           [--run [--iterations N] [--payload-scale F] [--wait S] [--run-dir DIR]]
+
+Inter-operator parallelism (docs/algorithms.md section 4): the scenario's model is fused
+(planner.fusion; ``--no-fusion`` searches the operator graph itself), its groups are placed
+on the servers of the scenario's plan jointly with the per-destination bandwidth allocation
+(planner.placement.place_jointly: HEFT + local search alternated with allocation), every
+server holding at most ``--memory-gb`` of weights, gradients, optimizer state and stashed
+activations. Each pair's allocated rate is capped at its route's bottleneck, as the plan's
+static routes carry a pair over one path (``--multipath`` lifts the cap: a server's whole
+egress may then go to one destination, which needs per-destination multipath routing).
+
+Printed: group -> server, per-server memory and compute, the predicted makespan, the search
+time, the operators before and after fusion, and beside it the makespans of the same search
+without allocation ("placement only"), round robin and the memory-balanced contiguous
+partition (every placement scored by the placement cost model at the allocation of its own
+traffic), and of data parallelism (ring AllReduce at the plan's pair rates).
+
+``--run`` builds the plan's emulated network and runs the placement (and, for comparison,
+"placement only" and the best baseline placer's, each unless it places the groups as a run
+before it) as a schedule (planner.placement.placement_schedule: compute waits scaled by the
+time scale, activations forward and gradients backward between the servers holding
+producer and consumer, each transfer copy-checked): warm-up then ``--iterations`` timed
+iterations, median compared with the cost model and the flow-level prediction of the same
+schedule. The emulator shapes the plan's cables and routes, not the per-destination rate
+split, so the run's predictions are at the plan's pair rates.
+
+Over 300 lines: the two modes (search, emulator run) fill one results document that the
+text rendering and --json both print, and their flags with their bounds live here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from contract.errors import RunError, UsageError
+
+from .options import MAX_ITERATIONS, MAX_PAYLOAD_SCALE, MAX_WAIT_S, MIN_PAYLOAD_SCALE, bounded_float, bounded_int
+
+DEFAULT_MEMORY_GB = 80.0  # one A100 80 GB
+MAX_MEMORY_GB = 1e6  # a petabyte per server: beyond any machine
+MAX_TIME_LIMIT_S = 3600.0  # an hour of search; the heuristic converges in seconds on fused graphs
+DEFAULT_TIME_LIMIT_S = 30.0
+DEFAULT_RUN_ITERATIONS = 3
+GB = 1e9
+
+Log = Callable[[str], None]
+
+
+def add_place_arguments(parser: argparse.ArgumentParser) -> None:
+    from planner.scenario import MAX_SERVERS
+
+    parser.add_argument("scenario", help="scenario TOML file (its model, batch, servers and network)")
+    parser.add_argument("--no-fusion", action="store_true", help="place the operator graph itself, without fusion")
+    parser.add_argument("--json", action="store_true", help="print the placement and figures as JSON")
+    parser.add_argument(
+        "--servers",
+        type=bounded_int(2, MAX_SERVERS),
+        metavar="N",
+        help="place on N servers instead of the scenario's [cluster] servers",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=bounded_float(0.0, MAX_TIME_LIMIT_S),
+        default=DEFAULT_TIME_LIMIT_S,
+        metavar="S",
+        help=f"search time limit per solver call in seconds (default: {DEFAULT_TIME_LIMIT_S:g})",
+    )
+    parser.add_argument(
+        "--memory-gb",
+        type=bounded_float(0.0, MAX_MEMORY_GB),
+        default=DEFAULT_MEMORY_GB,
+        metavar="GB",
+        help=f"memory per server for weights, gradients, Adam state and activations (default: {DEFAULT_MEMORY_GB:g})",
+    )
+    parser.add_argument(
+        "--multipath",
+        action="store_true",
+        help="let the allocation give a pair more than its path's bottleneck (per-destination multipath; "
+        "predicted only: the emulated network routes every pair over one path)",
+    )
+    parser.add_argument("--run", action="store_true", help="run the placement on the emulated network (root)")
+    parser.add_argument(
+        "--iterations",
+        type=bounded_int(1, MAX_ITERATIONS),
+        default=DEFAULT_RUN_ITERATIONS,
+        metavar="N",
+        help=f"with --run: timed iterations after one warm-up (default: {DEFAULT_RUN_ITERATIONS})",
+    )
+    parser.add_argument(
+        "--payload-scale",
+        type=bounded_float(MIN_PAYLOAD_SCALE, MAX_PAYLOAD_SCALE, low_inclusive=True),
+        metavar="F",
+        help="with --run: multiply every transfer size (default: [run] payload_scale)",
+    )
+    parser.add_argument(
+        "--wait",
+        type=bounded_float(0.0, MAX_WAIT_S, low_inclusive=True),
+        default=0.0,
+        metavar="SECONDS",
+        help="with --run: wait up to SECONDS for another topolab network to finish (default: fail at once)",
+    )
+    parser.add_argument("--run-dir", metavar="DIR", help="with --run: where the run lock lives (default: /run/topolab)")
+
+
+def _scenario(args: argparse.Namespace) -> Any:
+    from planner import ScenarioError, load_scenario
+    from planner.scenario import with_overrides
+
+    s = load_scenario(args.scenario)
+    if args.servers is not None and args.servers != s.cluster.servers:
+        try:
+            s = with_overrides(s, cluster={"servers": args.servers})
+        except ScenarioError as err:
+            raise UsageError(f"--servers {args.servers}: {err.key}: {err.problem}") from None
+    return s
+
+
+def search(
+    s: Any, fusion: bool, time_limit: float, memory_bytes: float, single_path: bool = True
+) -> tuple[dict[str, Any], Any]:
+    """Plan, fuse, place jointly and score the baselines; returns (figures, what `--run` needs)."""
+    from planner import build_plan
+    from planner.fusion import FusionConfig, fuse
+    from planner.opgraph import model_graph
+    from planner.placement import (
+        allocate_rates,
+        contiguous_partition,
+        data_parallel_seconds,
+        makespan,
+        place_heuristic,
+        place_jointly,
+        plan_capacity,
+        round_robin,
+        task_graph,
+        traffic_matrix,
+    )
+    from planner.placement.cost import check_memory_feasible, server_memory
+
+    w = s.workload
+    plan = build_plan(s)
+    k = plan.servers
+    rates, egress = plan_capacity(plan, s.emulation.mtu)
+    graph = model_graph(w.model)
+    t0 = time.perf_counter()
+    searched = (
+        fuse(
+            graph,
+            FusionConfig(
+                batch=w.batch_per_server, device_tflops=w.device_tflops, server_gbps=plan.degree * plan.link_gbps
+            ),
+        )
+        if fusion
+        else graph
+    )
+    fusion_s = time.perf_counter() - t0 if fusion else 0.0
+    tasks = task_graph(searched, w.batch_per_server, w.device_tflops)
+    check_memory_feasible(tasks, k, memory_bytes)  # one line naming the limit before any search
+    # the emulator routes a pair over one path: no pair's allocation can exceed that path
+    cap = rates if single_path else None
+    joint = place_jointly(tasks, rates, egress, memory_bytes, time_limit=time_limit, pair_cap=cap)
+    p = joint.placement
+    plain = place_heuristic(tasks, rates, memory_bytes, time_limit)
+    baselines: dict[str, Any] = {}
+    for placer in (round_robin, contiguous_partition):
+        try:
+            b = placer(tasks, rates, memory_bytes)
+        except UsageError:
+            continue  # this placer cannot fit the memory limit
+        baselines[b.method] = b
+
+    def at_own_allocation(q: Any) -> float:  # how the joint search scores its placements
+        allocated = allocate_rates(traffic_matrix(tasks, q.assignment, k), egress, pair_cap=cap)
+        return makespan(tasks, q.assignment, q.order, allocated)
+
+    memory = server_memory(tasks, p.assignment, k)
+    compute = [0.0] * k
+    for g, server in enumerate(p.assignment):
+        compute[server] += tasks.forward[g] + tasks.backward[g]
+    doc = {
+        "scenario": s.name,
+        "model": w.model,
+        "batch": w.batch_per_server,
+        "topology": plan.topology,
+        "servers": k,
+        "fusion": fusion,
+        "operators": len(graph),
+        "groups": len(searched),
+        "fusion_s": fusion_s,
+        "search_s": p.search_seconds,
+        "memory_limit_gb": memory_bytes / GB,
+        "method": p.method,
+        "predicted_makespan_ms": p.makespan * 1e3,
+        "allocation_rounds": len(joint.history),
+        "allocation_single_path": single_path,
+        "placement": [
+            {"group": tasks.names[g], "members": list(searched.ops[g].members), "server": p.assignment[g]}
+            for g in p.order
+        ],
+        "per_server": [
+            {
+                "server": i,
+                "groups": sum(1 for a in p.assignment if a == i),
+                "memory_gb": memory[i] / GB,
+                "compute_ms": compute[i] * 1e3,
+            }
+            for i in range(k)
+        ],
+        "baselines_ms": {
+            "placement_only": at_own_allocation(plain) * 1e3,
+            **{name: at_own_allocation(b) * 1e3 for name, b in baselines.items()},
+            "data_parallel": data_parallel_seconds(tasks, rates) * 1e3,
+        },
+    }
+    best_baseline = min(baselines.values(), key=at_own_allocation, default=None)
+    return doc, (plan, tasks, p, plain, best_baseline, rates)
+
+
+def _scaled_tasks(tasks: Any, payload_scale: float) -> Any:
+    from planner.placement import TaskGraph
+
+    edges = tuple((u, v, nbytes * payload_scale) for u, v, nbytes in tasks.edges)
+    return TaskGraph(tasks.names, tasks.forward, tasks.backward, tasks.memory, tasks.param_bytes, edges)
+
+
+def run_placements(
+    s: Any,
+    found: Any,
+    iterations: int,
+    payload_scale: float,
+    lock_wait_s: float = 0.0,
+    run_dir: str | None = None,
+    log: Log | None = None,
+) -> dict[str, Any]:
+    """Run the placement, "placement only" and the best baseline's (each distinct one once)
+    on the plan's emulated network, one worker set each, the same way `topolab collective`
+    measures a schedule; measured per-iteration times next to the cost model at the plan's
+    pair rates and the flow-level prediction of the same schedule (real ms)."""
+    from contract.physics import time_scale
+    from emulator import EmulatedNetwork
+    from planner.placement import makespan, placement_schedule
+    from workers.coordinator import Coordinator
+
+    from .prediction import predict_run
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    plan, tasks, placement, plain, baseline, rates = found
+    scale = time_scale(plan.link_gbps, s.emulation.link_mbps)
+    scaled = _scaled_tasks(tasks, payload_scale)
+    runs = {"placement": placement}
+    # the ablation (the same search without allocation) and the best baseline, unless they
+    # place the groups exactly as a run before them
+    for label, other in (("placement only", plain), ("baseline", baseline)):
+        if other is not None and all(other.assignment != p.assignment for p in runs.values()):
+            runs[label if other is plain else f"baseline {other.method}"] = other
+    config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
+    if run_dir:
+        config["run_dir"] = run_dir
+    emulated = {"time_scale": scale, "link_mbps": s.emulation.link_mbps, "mtu": s.emulation.mtu}
+    out: dict[str, Any] = {"time_scale": scale, "payload_scale": payload_scale, "iterations": iterations, "runs": {}}
+    with EmulatedNetwork(plan, config, log=log) as net:
+        hosts = [net.host_address(i) for i in range(plan.servers)]
+
+        def spawn(rank: int, argv: list[str]) -> subprocess.Popen:
+            return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+        for label, p in runs.items():
+            schedule = placement_schedule(tasks, p, plan.servers, time_scale=scale, payload_scale=payload_scale)
+            flow = predict_run(plan, schedule, emulated, net.netem)
+            times, verified, errors = [], True, []
+            with Coordinator(schedule.to_dict(), hosts, spawn=spawn, timeout_s=s.run.timeout_s) as coord:
+                for i in range(1 + iterations):
+                    res = coord.run_iteration(i)
+                    verified = verified and res.ok
+                    errors += res.mismatches[:3]
+                    log(
+                        f"  {label}: {'warm-up' if i == 0 else i} {res.time_s:.3f} s {'verified' if res.ok else 'FAILED'}"
+                    )
+                    if i:
+                        times.append(res.time_s / scale * 1e3)
+            measured = statistics.median(times)
+            model = makespan(scaled, p.assignment, p.order, rates) * 1e3
+            out["runs"][label] = {
+                "method": p.method,
+                "cost_model_ms": model,
+                "flow_predicted_ms": flow["real_ms"],
+                "measured_ms": measured,
+                "measured_all_ms": times,
+                "cost_model_error": (model - measured) / measured,
+                "flow_error": (flow["real_ms"] - measured) / measured,
+                "transfers_checked": len(schedule.checks),
+                "verified": verified,
+                "errors": errors[:5],
+            }
+    return out
+
+
+def format_text(doc: dict[str, Any]) -> str:
+    size = f"{doc['operators']} operators" + (f" fused into {doc['groups']} groups" if doc["fusion"] else ", no fusion")
+    lines = [
+        f"{doc['scenario']}: {doc['model']} (batch {doc['batch']}) on {doc['servers']} servers ({doc['topology']}), "
+        f"memory limit {doc['memory_limit_gb']:g} GB per server",
+        f"graph searched   {size}" + (f" in {doc['fusion_s']:.3f} s" if doc["fusion"] else ""),
+        f"search           {doc['method']}: {doc['search_s']:.3f} s, {doc['allocation_rounds']} allocation round(s)",
+        f"predicted        {doc['predicted_makespan_ms']:.4f} ms per iteration",
+        "baselines        "
+        + ", ".join(f"{name.replace('_', ' ')} {ms:.4f} ms" for name, ms in doc["baselines_ms"].items()),
+        "",
+        "server  groups  memory GB  compute ms",
+    ]
+    lines += [
+        f"{r['server']:6d}  {r['groups']:6d}  {r['memory_gb']:9.3f}  {r['compute_ms']:10.4f}"
+        for r in doc["per_server"]
+        if r["groups"]
+    ]
+    lines += ["", "group -> server"]
+    lines += [f"  {row['group']} -> {row['server']}" for row in doc["placement"]]
+    run = doc.get("run")
+    if run:
+        lines += [
+            "",
+            f"run on the emulator: median of {run['iterations']} iterations (real ms, payload x{run['payload_scale']:g})",
+        ]
+        for label, r in run["runs"].items():
+            lines.append(
+                f"  {label:28s} measured {r['measured_ms']:.4f}  cost model {r['cost_model_ms']:.4f} "
+                f"({100 * r['cost_model_error']:+.0f}%)  flow model {r['flow_predicted_ms']:.4f} "
+                f"({100 * r['flow_error']:+.0f}%)  {r['transfers_checked']} transfers "
+                f"{'verified' if r['verified'] else 'FAILED'}"
+            )
+    return "\n".join(lines)
+
+
+def run_place(args: argparse.Namespace) -> int:
+    s = _scenario(args)
+    if args.run:
+        from .options import check_output_dir, require_root
+
+        require_root("place --run")
+        if args.run_dir is not None:
+            check_output_dir(args.run_dir, "--run-dir")
+    from planner.placement import PlacementError
+
+    try:
+        doc, found = search(s, not args.no_fusion, args.time_limit, args.memory_gb * GB, not args.multipath)
+    except PlacementError as err:
+        raise UsageError(f"--memory-gb {args.memory_gb:g}: {err}") from None
+    if args.run:
+        payload = s.run.payload_scale if args.payload_scale is None else args.payload_scale
+        doc["run"] = run_placements(s, found, args.iterations, payload, args.wait, args.run_dir)
+    print(json.dumps(doc, indent=1) if args.json else format_text(doc))
+    if args.run and not all(r["verified"] for r in doc["run"]["runs"].values()):
+        raise RunError("a transfer of the placement failed its copy check on the emulator")
+    return 0
