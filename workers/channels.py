@@ -1,4 +1,7 @@
-"""The data plane's sockets: one PULL bound on this rank's address, one PUSH per peer.
+"""The data plane's sockets: one PULL bound on this rank's address, one PUSH per peer, and one
+more PUSH per (peer, plane) this rank sends on with a plane p >= 1, connected from the spec's
+``plane_sources[p]`` address (libzmq's ``tcp://SOURCE:0;DESTINATION:PORT``), so the emulator's
+policy routing can steer that traffic by source onto the pair's p-th path.
 
 Wire format: every message is two frames, a 16-byte `HEADER` (iteration, src, tag, nbytes;
 little-endian u32) and one chunk of at most ``chunk_bytes`` (pipelined 64 KB - 4 MB chunks
@@ -52,23 +55,31 @@ class Channels:
         endpoint = self.pull.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.address = endpoint.removeprefix("tcp://")
         self.peers = sorted(spec.peers)
-        self.push: dict[int, zmq.Socket] = {}
+        self.plane_sources = dict(spec.plane_sources)
+        self.send_planes = sorted(spec.send_planes())
+        self.push: dict[tuple[int, int], zmq.Socket] = {}  # (peer, plane) -> PUSH
         self.monitors: dict[zmq.Socket, int] = {}
         self.peer_address: dict[int, str] = dict(spec.peers)
         self.peer_down: dict[int, float] = {}
         self.trackers: deque = deque()  # (buffer, lo, hi, MessageTracker, peer) of sends in flight
 
     def connect(self, peers: dict[int, str]) -> None:
-        """Connect a PUSH socket (and its monitor) to every peer, at the bound addresses."""
+        """Connect a PUSH socket (and its monitor) to every peer, at the bound addresses, and
+        one per (peer, plane >= 1) from the plane's source address."""
         self.peer_address.update(peers)
-        for peer in self.peers:
-            addr = self.peer_address[peer]
+        for key in [(peer, 0) for peer in self.peers] + self.send_planes:
+            peer, plane = key
+            endpoint = f"tcp://{self.peer_address[peer]}"
+            if plane:
+                source = self.plane_sources[plane]
+                source = f"[{source}]" if ":" in source else source  # an IPv6 source
+                endpoint = f"tcp://{source}:0;{self.peer_address[peer]}"
             sock = self.ctx.socket(zmq.PUSH)
             sock.setsockopt(zmq.SNDHWM, QUEUE_MESSAGES)
             sock.setsockopt(zmq.LINGER, 0)
             mon = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
-            sock.connect(f"tcp://{addr}")
-            self.push[peer] = sock
+            sock.connect(endpoint)
+            self.push[key] = sock
             self.monitors[mon] = peer
 
     def close(self) -> None:

@@ -145,7 +145,7 @@ class IterationRun:
                 peer,
             )
         if xfer.blocked_push:
-            peer = min(xfer.blocked_push)
+            peer = min(xfer.blocked_push)[0]
             raise PeerFailure(
                 f"rank {self.rank}: peer {channels.describe(peer)} accepted no data for "
                 f"{idle:.1f} s (timeout {self.timeout_s:g} s)",
@@ -186,11 +186,11 @@ class IterationRun:
                 wait = min(wait, max(0.0, min(a.deadline for a in self.computes) - t))
             if xfer.stash_waiting():
                 wait = min(wait, STASH_POLL_S)
-            for peer in xfer.blocked_push:
-                self.poller.register(channels.push[peer], zmq.POLLOUT)
+            for key in xfer.blocked_push:
+                self.poller.register(channels.push[key], zmq.POLLOUT)
             events = dict(self.poller.poll(wait * 1000))
-            for peer in xfer.blocked_push:
-                self.poller.unregister(channels.push[peer])
+            for key in xfer.blocked_push:
+                self.poller.unregister(channels.push[key])
             if channels.pull in events:
                 xfer.receive()
             for mon in channels.monitors:

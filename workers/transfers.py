@@ -69,7 +69,7 @@ class Transfers:
         self.sends: list[Active] = []
         self.posted: dict[tuple[int, int], deque[Active]] = defaultdict(deque)
         self.stash: dict[tuple[int, int], deque] = defaultdict(deque)
-        self.blocked_push: set[int] = set()
+        self.blocked_push: set[tuple[int, int]] = set()  # (peer, plane) whose PUSH queue is full
         self.last_heard: dict[int, float] = {}
         self.last_progress = now()
         self.bytes_sent = 0
@@ -84,7 +84,7 @@ class Transfers:
         """Queue as many chunks of ``act`` as the peer's socket takes; True when all are."""
         op = act.op
         channels = self.channels
-        sock = channels.push[op.peer]
+        sock = channels.push[(op.peer, op.plane)]
         raw = self.raw[op.buffer]
         chunk = self.chunk_bytes
         end = op.offset + op.length
@@ -94,7 +94,7 @@ class Transfers:
             try:
                 sock.send(HEADER.pack(self.iteration, self.rank, op.tag, n), SEND_MORE)
             except zmq.Again:
-                self.blocked_push.add(op.peer)
+                self.blocked_push.add((op.peer, op.plane))
                 return False
             if n < ZERO_COPY_MIN:
                 sock.send(raw[lo : lo + n], copy=True)  # copied now: nothing to track
