@@ -33,7 +33,9 @@ FRAME_REDUCE_MIN = zmq.COPY_THRESHOLD
 """A reduce chunk at least this big is added straight from libzmq's message (a zero-copy
 frame): one memcpy per byte less than ``recv_into`` the scratch chunk, for a frame object's
 few microseconds (pyzmq's own copy/zero-copy threshold, 64 KiB)."""
-SEND_MORE = int(zmq.SNDMORE | zmq.NOBLOCK)  # a plain int: enum arithmetic per chunk costs
+# plain ints: arithmetic on pyzmq's enum constants builds an enum object per chunk
+SEND_MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
+EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 
 @dataclass(slots=True)
@@ -175,7 +177,7 @@ class Transfers:
         channels = self.channels
         pull = channels.pull
         for _ in range(budget):
-            if not pull.get(zmq.EVENTS) & zmq.POLLIN:  # cheaper than a NOBLOCK recv raising Again
+            if not pull.get(EVENTS) & POLLIN:  # cheaper than a NOBLOCK recv raising Again
                 return
             header = pull.recv()
             if len(header) != HEADER.size:
