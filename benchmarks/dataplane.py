@@ -30,6 +30,9 @@ docs/dataplane.md.
     .venv/bin/python benchmarks/dataplane.py --cases 12@400,32-ring --no-search
 
 Writes benchmarks/results/dataplane.json.
+
+Over 300 lines: the cases, the iperf3 comparison, the rate search and the loopback split by
+thread all feed one table and one JSON document, and must run in one session to compare.
 """
 
 from __future__ import annotations

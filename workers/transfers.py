@@ -1,15 +1,17 @@
 """Moving one iteration's bytes: pipelined sends and chunk-by-chunk receives (the hot path).
 
-Sends: a send op is cut into equal chunks of at most ``chunk_bytes`` (`even_chunk`); each goes out as header + chunk, the
-chunk zero-copy and tracked (`workers.channels`) unless smaller than ``ZERO_COPY_MIN``. A peer
-whose PUSH queue is full stops the op (``blocked_push``) until the socket is writable again.
+Sends: a send op is cut into equal chunks of at most ``chunk_bytes`` (`even_chunk`); each
+goes out as header + chunk, the chunk zero-copy and tracked (`workers.channels`) unless
+smaller than ``ZERO_COPY_MIN``. A peer whose PUSH queue is full stops the op
+(``blocked_push``) until the socket is writable again.
 
 Receives: FIFO matching per (src, tag) (docs/schedules.md). A chunk for a posted recv goes
 straight into place: copy mode with ``recv_into`` the target region; reduce mode with
 ``np.add(target, chunk, out=target)`` straight from libzmq's message (a zero-copy frame; a
-chunk under `FRAME_REDUCE_MIN` goes through a preallocated scratch chunk); a chunk that arrives before its recv
-is posted, or while a send of its target region is still in flight, is kept as a zmq frame
-(no copy) in ``stash`` and applied once allowed.
+chunk under `FRAME_REDUCE_MIN` goes through a preallocated scratch chunk). A chunk that
+arrives before its recv is posted, or while a send of its target region is still in flight,
+is kept as a zmq frame (no copy) in ``stash`` and applied once allowed. Costs and profile:
+docs/dataplane.md.
 
 Nothing here blocks: the scheduler (`workers.scheduler`) polls and calls in. ``complete`` is
 its callback for an op whose last byte went out or came in.
