@@ -262,7 +262,9 @@ def loopback_split(iterations: int = 3) -> dict:
         "program_cpu_s_per_gb": program_cpu / gb,
         "threads_s_per_gb": {role: {"user": u / gb, "system": s / gb} for role, (u, s) in sorted(split.items())},
         "machine_cpu_s": cpu_split(m0, m1),
-        "idle_second_cpu_s": sum(idle[k][1] + idle[k][2] - after[k][1] - after[k][2] for k in idle if k in after),
+        "idle_second_cpu_s": max(
+            0.0, sum(idle[k][1] + idle[k][2] - after[k][1] - after[k][2] for k in idle if k in after)
+        ),
         "note": "thread totals include filling and verifying the buffers; program_cpu_s_per_gb does not",
     }
 
