@@ -1,9 +1,9 @@
 """Moving one iteration's bytes: pipelined sends and chunk-by-chunk receives (the hot path).
 
-Sends: a send op is cut into equal chunks of at most ``chunk_bytes`` (`even_chunk`); each
-goes out as header + chunk, the chunk zero-copy and tracked (`workers.channels`) unless
-smaller than ``ZERO_COPY_MIN``. A peer whose PUSH queue is full stops the op
-(``blocked_push``) until the socket is writable again.
+Sends: a send op is cut into chunks of ``chunk_bytes``; each goes out as header + chunk, the
+chunk zero-copy and tracked (`workers.channels`) unless smaller than ``ZERO_COPY_MIN``. A
+peer whose PUSH queue is full stops the op (``blocked_push``) until the socket is writable
+again.
 
 Receives: FIFO matching per (src, tag) (docs/schedules.md). A chunk for a posted recv goes
 straight into place: copy mode with ``recv_into`` the target region; reduce mode with
@@ -40,28 +40,12 @@ SEND_MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
 EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 
-CHUNK_ALIGN = 64
-"""Chunks of one op are equal multiples of this (a cache line; every dtype's item size
-divides it), so a reduce chunk is whole elements."""
-
-
-def even_chunk(length: int, chunk_bytes: int) -> int:
-    """The chunk size that cuts ``length`` bytes into as few chunks of at most ``chunk_bytes``
-    as a fixed size would, but of equal size (1.33 MiB at 1 MiB: two of 0.67 MiB, not 1 MiB
-    and a 0.33 MiB tail that costs a chunk's overhead for a third of the bytes, and is copied
-    rather than sent zero-copy)."""
-    pieces = max(1, -(-length // chunk_bytes))
-    even = -(-length // pieces)
-    return min(chunk_bytes, -(-even // CHUNK_ALIGN) * CHUNK_ALIGN)
-
-
 @dataclass(slots=True)
 class Active:
     """An op in progress: a send being chunked, a posted recv, or a compute wait."""
 
     op: Op
     pos: int = 0  # bytes sent / received so far
-    chunk: int = 0  # send: this op's chunk size (`even_chunk`)
     deadline: float = 0.0  # compute
 
 
@@ -106,7 +90,7 @@ class Transfers:
         channels = self.channels
         sock = channels.push[(op.peer, op.plane)]
         raw = self.raw[op.buffer]
-        chunk = act.chunk = act.chunk or even_chunk(op.length, self.chunk_bytes)
+        chunk = self.chunk_bytes
         end = op.offset + op.length
         while act.pos < op.length:
             lo = op.offset + act.pos
