@@ -141,7 +141,9 @@ class Coordinator:
         keep_workdir: bool = False,
         relay_failures: bool = True,
         progress: Callable[[str], None] | None = None,
+        plane_sources: Sequence[dict[int, str]] | None = None,
     ) -> None:
+        """``plane_sources[rank]``: rank's {plane: source IP} for sends with a plane >= 1."""
         self.schedule = schedule
         self.n = int(schedule["ranks"])
         self.hosts = list(hosts)
@@ -164,6 +166,7 @@ class Coordinator:
             timestamps=timestamps,
             log_dir=str(self.workdir),
             idle_timeout_s=max(IDLE_MIN_S, IDLE_TIMEOUTS * timeout_s),
+            plane_sources=plane_sources,
         )
         self.procs: dict[int, subprocess.Popen] = {}
         self.addresses: dict[int, str] = {}

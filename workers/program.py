@@ -29,6 +29,7 @@ class Op:
     tag: int = 0
     reduce: bool = False
     seconds: float = 0.0
+    plane: int = 0  # send only: 0 = the destination route, p >= 1 = from the plane-p source address
     after: tuple[int, ...] = ()
 
 
@@ -56,6 +57,7 @@ class Program:
                     tag=int(d.get("tag", 0)),
                     reduce=d.get("mode") == "reduce",
                     seconds=float(d.get("seconds", 0.0)),
+                    plane=int(d.get("plane", 0)),
                     after=tuple(int(a) for a in d.get("after", ())),
                 )
                 index_of[op.id] = op.index

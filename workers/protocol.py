@@ -17,8 +17,8 @@ One ROUTER socket (coordinator) on an ipc:// endpoint, one DEALER per worker who
 Timing. A worker sends ``progress`` every `HEARTBEAT_S` while an iteration runs. The
 coordinator calls a rank that has sent nothing for `SILENCE_S` = `SILENCE_HEARTBEATS` x
 `HEARTBEAT_S` *silent*: that is what tells a hung rank from the neighbour that merely waits
-for it. Outside the program loop (filling the inputs before, verifying after) a worker sends
-no heartbeat; `ITERATION_GRACE_S` covers that when the coordinator decides a rank is gone.
+for it. Outside the program loop (verifying, then filling the next iteration's inputs) a
+worker sends no heartbeat; `ITERATION_GRACE_S` covers that when the coordinator decides a rank is gone.
 
 Times are ``CLOCK_MONOTONIC`` (`now`): one clock shared by every process and namespace.
 """

@@ -65,6 +65,7 @@ class IterationRun:
         self.cursor = [0] * len(program.streams)
         self.busy = [False] * len(program.streams)  # stream's head op is in progress
         self.computes: list[Active] = []
+        self.heads_stale = True  # an op completed since `advance` last looked at the stream heads
         self.remaining_with = dict(program.ops_per_peer)
         self.poller = zmq.Poller()
         self.poller.register(channels.pull, zmq.POLLIN)
@@ -80,16 +81,17 @@ class IterationRun:
         self.ndone += 1
         self.cursor[op.stream] += 1
         self.busy[op.stream] = False
+        self.heads_stale = True
         if op.kind != COMPUTE:
             self.remaining_with[op.peer] -= 1
         self.xfer.last_progress = t
 
     def advance(self) -> None:
-        """Start every stream head whose dependencies are done, until nothing changes."""
+        """Start every stream head whose dependencies are done, until nothing changes (only
+        an op completing can make a head startable, so without one there is nothing to do)."""
         xfer = self.xfer
-        changed = True
-        while changed:
-            changed = False
+        while self.heads_stale:
+            self.heads_stale = False
             for si, ops in enumerate(self.program.streams):
                 if self.busy[si] or self.cursor[si] >= len(ops):
                     continue
@@ -109,7 +111,6 @@ class IterationRun:
                         self.complete(op)
                     else:
                         self.computes.append(act)
-                changed = changed or not self.busy[si]
 
     # ---- faults ------------------------------------------------------------------------
     def check_faults(self) -> None:
@@ -144,7 +145,7 @@ class IterationRun:
                 peer,
             )
         if xfer.blocked_push:
-            peer = min(xfer.blocked_push)
+            peer = min(xfer.blocked_push)[0]
             raise PeerFailure(
                 f"rank {self.rank}: peer {channels.describe(peer)} accepted no data for "
                 f"{idle:.1f} s (timeout {self.timeout_s:g} s)",
@@ -185,11 +186,11 @@ class IterationRun:
                 wait = min(wait, max(0.0, min(a.deadline for a in self.computes) - t))
             if xfer.stash_waiting():
                 wait = min(wait, STASH_POLL_S)
-            for peer in xfer.blocked_push:
-                self.poller.register(channels.push[peer], zmq.POLLOUT)
+            for key in xfer.blocked_push:
+                self.poller.register(channels.push[key], zmq.POLLOUT)
             events = dict(self.poller.poll(wait * 1000))
-            for peer in xfer.blocked_push:
-                self.poller.unregister(channels.push[peer])
+            for key in xfer.blocked_push:
+                self.poller.unregister(channels.push[key])
             if channels.pull in events:
                 xfer.receive()
             for mon in channels.monitors:

@@ -20,11 +20,16 @@ Format ``topolab.worker/1`` (documented in docs/schedules.md):
     idle_timeout_s         the worker exits if the coordinator is silent for this long
     timestamps             "none" | "streams" | "ops": timing detail reported per iteration
     log                    optional path; the worker appends its stderr there
+    plane_sources          optional {plane: "IP"}: this host's source address for plane p >= 1;
+                           a send with ``plane`` p goes over its own PUSH connection to the
+                           peer, connected from that address (docs/schedules.md)
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +62,7 @@ class WorkerSpec:
     timestamps: str = "streams"
     log: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    plane_sources: dict[int, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +81,7 @@ class WorkerSpec:
             "timestamps": self.timestamps,
             "log": self.log,
             "extra": self.extra,
+            "plane_sources": {str(k): v for k, v in self.plane_sources.items()},
         }
 
     @classmethod
@@ -102,6 +109,7 @@ class WorkerSpec:
                 timestamps=str(d.get("timestamps", "streams")),
                 log=str(d.get("log", "")),
                 extra=dict(d.get("extra", {})),
+                plane_sources={int(k): str(v) for k, v in d.get("plane_sources", {}).items()},
             )
         except (TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, SpecError):
@@ -109,6 +117,15 @@ class WorkerSpec:
             raise SpecError(f"worker spec: bad value ({exc})") from None
         spec.validate()
         return spec
+
+    def send_planes(self) -> set[tuple[int, int]]:
+        """Every (peer, plane >= 1) this rank sends on: each gets its own PUSH connection."""
+        return {
+            (int(op["peer"]), int(op["plane"]))
+            for ops in self.streams.values()
+            for op in ops
+            if op.get("op") == "send" and int(op.get("plane", 0))
+        }
 
     def validate(self) -> None:
         if not 0 <= self.rank < self.ranks:
@@ -126,6 +143,15 @@ class WorkerSpec:
             raise SpecError(f"worker spec: timeout_s must be > 0, got {self.timeout_s}")
         if self.timestamps not in ("none", "streams", "ops"):
             raise SpecError(f"worker spec: timestamps {self.timestamps!r} not in none|streams|ops")
+        for plane, source in self.plane_sources.items():
+            if plane < 1:
+                raise SpecError(f"worker spec: rank {self.rank}: plane_sources has plane {plane} (planes are >= 1)")
+            try:
+                ipaddress.ip_address(source)
+            except ValueError:
+                raise SpecError(
+                    f"worker spec: rank {self.rank}: plane_sources[{plane}] {source!r} is not an IP address"
+                ) from None
         names = set()
         for b in self.buffers:
             names.add(b["name"])
@@ -133,6 +159,14 @@ class WorkerSpec:
                 raise SpecError(f"worker spec: buffer {b['name']!r} has negative size")
         for stream, ops in self.streams.items():
             for op in ops:
+                plane = int(op.get("plane", 0))
+                if plane and op.get("op") != "send":
+                    raise SpecError(f"worker spec: stream {stream!r} op {op.get('id')}: only a send names a plane")
+                if plane and plane not in self.plane_sources:
+                    raise SpecError(
+                        f"worker spec: rank {self.rank} sends on plane {plane} (stream {stream!r} op "
+                        f"{op.get('id')}) but plane_sources has no source address for plane {plane}"
+                    )
                 if op.get("op") in ("send", "recv"):
                     if op.get("buffer") not in names:
                         raise SpecError(
@@ -176,12 +210,16 @@ def specs_for_schedule(
     timestamps: str = "streams",
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     log_dir: str = "",
+    plane_sources: Sequence[dict[int, str]] | None = None,
 ) -> list[WorkerSpec]:
     """One spec per rank from a schedule dict (``Schedule.to_dict()``) and each rank's host
-    address (e.g. 127.0.0.1 for loopback, the emulated host's IPv4 in the emulator)."""
+    address (e.g. 127.0.0.1 for loopback, the emulated host's IPv4 in the emulator);
+    ``plane_sources[rank]``: that rank's {plane: source address} (default: none)."""
     n = int(schedule["ranks"])
     if len(hosts) != n:
         raise SpecError(f"{len(hosts)} host addresses for {n} ranks")
+    if plane_sources is not None and len(plane_sources) != n:
+        raise SpecError(f"{len(plane_sources)} plane_sources entries for {n} ranks")
     specs = []
     for rank in range(n):
         streams = schedule["programs"][rank]
@@ -201,6 +239,8 @@ def specs_for_schedule(
                 idle_timeout_s=idle_timeout_s,
                 timestamps=timestamps,
                 log=f"{log_dir}/rank-{rank}.log" if log_dir else "",
+                plane_sources=dict(plane_sources[rank]) if plane_sources else {},
             )
         )
+        specs[-1].validate()  # e.g. a send on a plane without a source: one line before any start
     return specs

@@ -1,14 +1,17 @@
 """Moving one iteration's bytes: pipelined sends and chunk-by-chunk receives (the hot path).
 
 Sends: a send op is cut into chunks of ``chunk_bytes``; each goes out as header + chunk, the
-chunk zero-copy and tracked (`workers.channels`) unless smaller than ``ZERO_COPY_MIN``. A peer
-whose PUSH queue is full stops the op (``blocked_push``) until the socket is writable again.
+chunk zero-copy and tracked (`workers.channels`) unless smaller than ``ZERO_COPY_MIN``. A
+peer whose PUSH queue is full stops the op (``blocked_push``) until the socket is writable
+again.
 
 Receives: FIFO matching per (src, tag) (docs/schedules.md). A chunk for a posted recv goes
-straight into place with ``recv_into`` (copy mode: into the target region; reduce mode: into
-a preallocated scratch chunk, then ``np.add`` in place); a chunk that arrives before its recv
-is posted, or while a send of its target region is still in flight, is kept as a zmq frame
-(no copy) in ``stash`` and applied once allowed.
+straight into place: copy mode with ``recv_into`` the target region; reduce mode with
+``np.add(target, chunk, out=target)`` straight from libzmq's message (a zero-copy frame; a
+chunk under `FRAME_REDUCE_MIN` goes through a preallocated scratch chunk). A chunk that
+arrives before its recv is posted, or while a send of its target region is still in flight,
+is kept as a zmq frame (no copy) in ``stash`` and applied once allowed. Costs and profile:
+docs/dataplane.md.
 
 Nothing here blocks: the scheduler (`workers.scheduler`) polls and calls in. ``complete`` is
 its callback for an op whose last byte went out or came in.
@@ -28,6 +31,13 @@ from .program import Op
 from .protocol import PeerFailure, now
 
 RECEIVE_BUDGET = 64  # messages taken per poll, so sends and faults get their turn
+FRAME_REDUCE_MIN = zmq.COPY_THRESHOLD
+"""A reduce chunk at least this big is added straight from libzmq's message (a zero-copy
+frame): one memcpy per byte less than ``recv_into`` the scratch chunk, for a frame object's
+few microseconds (pyzmq's own copy/zero-copy threshold, 64 KiB)."""
+# plain ints: arithmetic on pyzmq's enum constants builds an enum object per chunk
+SEND_MORE = int(zmq.SNDMORE | zmq.NOBLOCK)
+EVENTS, POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 
 @dataclass(slots=True)
@@ -63,7 +73,7 @@ class Transfers:
         self.sends: list[Active] = []
         self.posted: dict[tuple[int, int], deque[Active]] = defaultdict(deque)
         self.stash: dict[tuple[int, int], deque] = defaultdict(deque)
-        self.blocked_push: set[int] = set()
+        self.blocked_push: set[tuple[int, int]] = set()  # (peer, plane) whose PUSH queue is full
         self.last_heard: dict[int, float] = {}
         self.last_progress = now()
         self.bytes_sent = 0
@@ -78,7 +88,7 @@ class Transfers:
         """Queue as many chunks of ``act`` as the peer's socket takes; True when all are."""
         op = act.op
         channels = self.channels
-        sock = channels.push[op.peer]
+        sock = channels.push[(op.peer, op.plane)]
         raw = self.raw[op.buffer]
         chunk = self.chunk_bytes
         end = op.offset + op.length
@@ -86,9 +96,9 @@ class Transfers:
             lo = op.offset + act.pos
             n = min(chunk, end - lo)
             try:
-                sock.send(HEADER.pack(self.iteration, self.rank, op.tag, n), zmq.SNDMORE | zmq.NOBLOCK)
+                sock.send(HEADER.pack(self.iteration, self.rank, op.tag, n), SEND_MORE)
             except zmq.Again:
-                self.blocked_push.add(op.peer)
+                self.blocked_push.add((op.peer, op.plane))
                 return False
             if n < ZERO_COPY_MIN:
                 sock.send(raw[lo : lo + n], copy=True)  # copied now: nothing to track
@@ -165,14 +175,13 @@ class Transfers:
             self._apply(act, data, n)
 
     def receive(self, budget: int = RECEIVE_BUDGET) -> None:
-        """Take up to ``budget`` messages off the PULL socket."""
+        """Take up to ``budget`` messages off the PULL socket (stops when it has none ready)."""
         channels = self.channels
         pull = channels.pull
         for _ in range(budget):
-            try:
-                header = pull.recv(zmq.NOBLOCK)
-            except zmq.Again:
+            if not pull.get(EVENTS) & POLLIN:  # cheaper than a NOBLOCK recv raising Again
                 return
+            header = pull.recv()
             if len(header) != HEADER.size:
                 raise PeerFailure(f"rank {self.rank}: malformed message header ({len(header)} bytes)")
             iteration, src, tag, n = HEADER.unpack(header)
@@ -189,19 +198,30 @@ class Transfers:
                 self._check_fits(act, n, src, tag)
                 lo = act.op.offset + act.pos
                 if channels.region_free(act.op.buffer, lo, lo + n):
-                    if act.op.reduce:
-                        got = pull.recv_into(self.scratch[:n])
-                        data = self.scratch[:n]
-                    else:
-                        got = pull.recv_into(self.raw[act.op.buffer][lo : lo + n])
-                        data = None
-                    if got != n:
-                        raise PeerFailure(
-                            f"rank {self.rank}: chunk from {channels.describe(src)} has {got} bytes, header said {n}",
-                            src,
-                        )
-                    self._apply(act, data, n)
+                    self._receive_in_place(act, n, src, lo)
                     continue
             frame = pull.recv(copy=False)
             self.stash[key].append(frame)
             self.last_heard[src] = self.last_progress = now()
+
+    def _receive_in_place(self, act: Active, n: int, src: int, lo: int) -> None:
+        """The data frame of a chunk for posted recv ``act``: copy mode lands it in the region
+        with ``recv_into`` (the one unavoidable copy); reduce mode adds it from libzmq's own
+        message (a zero-copy frame) or, below `FRAME_REDUCE_MIN`, from the scratch chunk."""
+        pull = self.channels.pull
+        if act.op.reduce and n >= FRAME_REDUCE_MIN:
+            frame = pull.recv(copy=False)
+            got = len(frame)
+            data = np.frombuffer(frame, dtype=np.uint8)
+        elif act.op.reduce:
+            got = pull.recv_into(self.scratch[:n])
+            data = self.scratch[:n]
+        else:
+            got = pull.recv_into(self.raw[act.op.buffer][lo : lo + n])
+            data = None
+        if got != n:
+            raise PeerFailure(
+                f"rank {self.rank}: chunk from {self.channels.describe(src)} has {got} bytes, header said {n}",
+                src,
+            )
+        self._apply(act, data, n)

@@ -14,6 +14,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 import traceback
 
 import zmq
@@ -33,6 +34,9 @@ from .protocol import (
 from .spec import SpecError, load_spec
 
 PR_SET_PDEATHSIG = 1
+PROFILE_ENV = "TOPOLAB_WORKER_PROFILE"
+"""Set to a directory: each worker runs under cProfile and writes ``rank-<rank>.prof`` there
+(docs/dataplane.md, how the data plane was profiled)."""
 
 
 def _die_with_parent() -> None:
@@ -129,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return 2
     code = 1
+    profile_dir = os.environ.get(PROFILE_ENV, "")
+    profiler = None
+    if profile_dir:
+        import cProfile
+
+        profiler = cProfile.Profile(time.thread_time)  # CPU of this thread, not wall time
+        profiler.enable()
     try:
         code = worker.run()
     except (PeerFailure, Aborted) as exc:
@@ -152,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             message=f"rank {worker.spec.rank}: {type(exc).__name__}: {exc}",
         )
     finally:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile_dir, f"rank-{worker.spec.rank}.prof"))
         worker.close()
     return code
 

@@ -194,3 +194,21 @@ def test_worker_exits_when_coordinator_disappears(tmp_path):
     )
     assert proc.returncode == 1
     assert "coordinator" in proc.stderr
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of every thread of process ``pid`` (from /proc)."""
+    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_idle_workers_burn_no_cpu():
+    """Between iterations (and with their sockets connected) workers block in a wait: eight
+    of them together use well under 5 % of one core over a second."""
+    sched = multiring_allreduce(8, 1 << 20, topoopt_rings(8, [1, 3]))
+    with Coordinator(sched.to_dict(), [LOOP] * 8) as coord:
+        assert coord.run_iteration(0).ok
+        before = sum(process_cpu_s(pid) for pid in coord.pids())
+        time.sleep(1.0)
+        idle = sum(process_cpu_s(pid) for pid in coord.pids()) - before
+    assert idle < 0.05, f"8 idle workers used {idle:.3f} CPU-s in 1 s"
