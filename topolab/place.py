@@ -278,7 +278,13 @@ def run_placements(
             schedule = placement_schedule(tasks, p, plan.servers, time_scale=scale, payload_scale=payload_scale)
             flow = predict_run(plan, schedule, emulated, net.netem)
             times, verified, errors = [], True, []
-            with Coordinator(schedule.to_dict(), hosts, spawn=spawn, timeout_s=s.run.timeout_s) as coord:
+            with Coordinator(
+                schedule.to_dict(),
+                hosts,
+                spawn=spawn,
+                timeout_s=s.run.timeout_s,
+                plane_sources=[net.plane_addresses(i) for i in range(len(hosts))],
+            ) as coord:
                 for i in range(1 + iterations):
                     res = coord.run_iteration(i)
                     verified = verified and res.ok

@@ -199,7 +199,13 @@ def execute(
                 f"{cal['twin_seconds'] * 1e3:.1f} ms); prediction now {results['predicted']['real_ms']:.3f} ms"
             )
             with (
-                Coordinator(schedule.to_dict(), hosts, spawn=spawn, timeout_s=s.run.timeout_s) as coord,
+                Coordinator(
+                    schedule.to_dict(),
+                    hosts,
+                    spawn=spawn,
+                    timeout_s=s.run.timeout_s,
+                    plane_sources=[net.plane_addresses(i) for i in range(plan.servers)],
+                ) as coord,
                 IterationJournal(out_dir / ITERATIONS_FILE) as journal,
             ):
                 bar = Progress(s.run.warmup + iterations, "iterations")
