@@ -190,7 +190,11 @@ class StandIns:
                 if s.holder.poll() is None:
                     self.ssh.exit_master(s.machine)
         for s in self.standins:
-            _end(s.holder)
+            # unshare --fork ignores SIGTERM while it waits for its child: SIGKILL it, and
+            # --kill-child takes the PID namespace's init, and so the whole stand-in, with it
+            if s.holder.poll() is None:
+                s.holder.kill()
+                s.holder.wait(END_TIMEOUT_S)
         for p in self._sshd:
             _end(p)
         namespaces = {s.netns for s in self.standins} | ({self.underlay_netns} - {""})
