@@ -22,8 +22,10 @@ and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we a
   sent over the machine's ssh; machines are configured in parallel. ``ClusterLink`` then only
   records the interfaces (Mininet's ``fast`` path): nothing is created twice.
 
-Teardown ends, on every machine, every process in each of our hosts' namespaces (by
-namespace: only our processes live there), then the host shells by PID; the kernel frees each
+Each machine's script first records the run's host shells there (`emulator.cluster_state`),
+so that ``topolab clean --machines`` can end what a killed run left. Teardown ends, on every
+machine, every process in each of our hosts' namespaces (by namespace: only our processes
+live there; the shells are matched by PID and start time), then removes that record; the kernel frees each
 namespace with its last process and deletes its veth and VXLAN ends with it. Nothing is ever
 cleaned by a broad name, and Mininet's ``cleanup`` (``mn -c`` on every machine) is never used.
 """
@@ -48,6 +50,7 @@ from . import shaping
 from .addressing import Port, identity, node_name, ports_of
 from .cable import emulated_rate_bps
 from .cluster_ssh import Machine, SshOptions, check_machines
+from .cluster_state import kill_script, record_script, state_file, this_run_id
 from .hostconfig import _SYSCTLS as HOST_SYSCTLS
 from .hostconfig import CUBIC
 
@@ -103,6 +106,7 @@ class ClusterNetwork:
     underlay_mtu: int = UNDERLAY_MTU
     hosts: list[ClusterHost] = field(default_factory=list)
     links: list[ClusterLink] = field(default_factory=list)
+    run_id: str = field(default_factory=this_run_id)
 
     @property
     def mtu(self) -> int:
@@ -178,7 +182,8 @@ class ClusterNetwork:
                         f"link add name {end.ifname} netns {pid} mtu {self.mtu} type vxlan id {VNI_BASE + k} "
                         f"local {here} remote {there} dstport {VXLAN_PORT} ttl 64"
                     )
-        lines = ["set -e", _heredoc("ip -batch -", links)]
+        lines = ["set -e", record_script(self.run_id, [self.hosts[u].pid for u in sorted(mine)])]
+        lines.append(_heredoc("ip -batch -", links))
         next_hop = net.next_hop
         for u in sorted(mine):
             host, ports = self.hosts[u], self.ports[u]
@@ -239,16 +244,13 @@ class ClusterNetwork:
     def stop(self) -> None:
         """End every process in our hosts' namespaces on every machine, then the shells."""
         started = [h for h in self.hosts if h.pid]
-        by_machine: dict[str, list[int]] = {}
-        for h in started:
-            by_machine.setdefault(h.machine.name, []).append(h.pid)
         failures = []
-        for machine in self.machines:
-            pids = by_machine.get(machine.name)
-            if not pids:
-                continue
+        for machine in {h.machine for h in started}:
+            # a machine whose configuration never ran has no state file: record its shells now
+            pids = [h.pid for h in started if h.machine == machine]
+            script = f"if [ ! -f {state_file(self.run_id)} ]; then\n{record_script(self.run_id, pids)}fi\n"
             try:
-                self.ssh.run(machine, _kill_namespaces_script(pids), TEARDOWN_TIMEOUT_S, "teardown")
+                self.ssh.run(machine, script + kill_script(self.run_id), TEARDOWN_TIMEOUT_S, "teardown")
             except RunError as e:
                 failures.append(str(e))
         for h in started:
@@ -265,25 +267,3 @@ class ClusterNetwork:
 def _heredoc(command: str, lines: Sequence[str]) -> str:
     body = "\n".join(lines)
     return f"{command} <<'TOPOLAB_EOF'\n{body}\nTOPOLAB_EOF"
-
-
-def _kill_namespaces_script(shell_pids: list[int]) -> str:
-    """Shell: SIGKILL every process in the network namespace of each of ``shell_pids`` (the
-    host shells among them), by PID, and wait until none is left."""
-    pids = " ".join(map(str, shell_pids))
-    return f"""\
-want=""
-for s in {pids}; do n=$(readlink /proc/$s/ns/net 2>/dev/null) && want="$want $n"; done
-[ -n "$want" ] || exit 0
-for i in 1 2 3 4 5 6 7 8 9 10; do
-  left=0
-  for d in /proc/[0-9]*; do
-    n=$(readlink $d/ns/net 2>/dev/null) || continue
-    case " $want " in *" $n "*) kill -9 ${{d#/proc/}} 2>/dev/null; left=1;; esac
-  done
-  [ $left = 0 ] && exit 0
-  sleep 0.2
-done
-echo "processes still in our namespaces after 2 s" >&2
-exit 1
-"""

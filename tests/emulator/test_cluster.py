@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -80,3 +81,64 @@ def test_cluster_network_over_three_machines(standins: StandIns) -> None:
         assert 0.9 * 100 <= local <= 100  # HTB holds the 100 Mbit/s rate
         assert abs(tunnel - local) <= 0.05 * local, f"tunnel {tunnel:.1f} vs local {local:.1f} Mbit/s"
     assert [_machine_state(standins, i) for i in range(3)] == before  # nothing left on any machine
+
+
+DRIVER = """
+import json, sys, time
+from pathlib import Path
+from contract.network import circulant_network
+from emulator.cluster import ClusterNetwork
+from emulator.cluster_ssh import Machine, SshOptions
+cfg = json.loads(sys.argv[1])
+ssh = SshOptions(control_dir=Path(cfg["control"]), identity=Path(cfg["identity"]),
+                 known_hosts=Path(cfg["known"]), prefix=tuple(cfg["prefix"]))
+machines = [Machine(*m) for m in cfg["machines"]]
+net = ClusterNetwork(circulant_network(6, (1, 2)), cfg["placement"], machines, ssh).__enter__()
+for u in range(6):
+    net.popen(u, ["sleep", "1000"])
+time.sleep(1)
+print("ready", net.run_id, flush=True)
+time.sleep(1000)
+"""
+
+
+def test_cluster_killed_run_is_cleaned_on_every_machine(standins: StandIns) -> None:
+    from emulator.cluster_state import clean_machines
+
+    assert standins.ssh is not None
+    before = [_machine_state(standins, i) for i in range(3)]
+    cfg = {
+        "control": str(standins.ssh.control_dir),
+        "identity": str(standins.ssh.identity),
+        "known": str(standins.ssh.known_hosts),
+        "prefix": list(standins.ssh.prefix),
+        "machines": [[m.name, m.address] for m in standins.machines],
+        "placement": PLACEMENT,
+    }
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps(cfg)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = driver.stdout.readline() if driver.stdout else ""
+        assert line.startswith("ready"), line
+    finally:
+        driver.kill()  # SIGKILL: no teardown runs
+        driver.wait(5)
+    run_id = line.split()[1]
+    left = [_machine_state(standins, i) for i in range(3)]
+    assert all(len(ns) > len(b[1]) for (_, ns), b in zip(left, before))  # the hosts outlive their driver
+    report = clean_machines(standins.machines, standins.ssh, log=lambda _msg: None)
+    assert sorted(report.runs_cleaned) == [f"m{i}: {run_id}" for i in range(3)]
+    assert report.killed >= 12  # 6 host shells and the 6 sleeps they started
+    assert [_machine_state(standins, i) for i in range(3)] == before
+    again = clean_machines(standins.machines, standins.ssh, log=lambda _msg: None)
+    assert again.runs_cleaned == [] and again.killed == 0
+
+
+def test_cluster_clean_leaves_a_live_run_alone(standins: StandIns) -> None:
+    from emulator.cluster_state import clean_machines
+
+    with ClusterNetwork(NET, PLACEMENT, standins.machines, standins.ssh) as net:
+        report = clean_machines(standins.machines, standins.ssh, log=lambda _msg: None)
+        assert sorted(report.runs_alive) == [f"m{i}: {net.run_id}" for i in range(3)]
+        assert report.killed == 0
+        out = net.hosts[0].cmd(f"ping -c1 -W2 {net.host_address(5)} >/dev/null && echo ok")
+        assert out.strip() == "ok"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -95,3 +96,18 @@ def test_machines_not_answering_are_named_within_10s(machines: StandIns) -> None
     assert "\n" not in message
     assert "machine m1 (192.0.2.202)" in message and "machine m2 (192.0.2.203)" in message
     assert "m0" not in message
+
+
+def test_machines_clean_cli_names_a_machine_it_cannot_reach(tmp_path) -> None:
+    # loopback only: nothing of ours listens on 127.0.0.1:22 (and a foreign sshd refuses our batch-mode login)
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "topolab", "clean", "--run-dir", str(tmp_path), "--machines", "127.0.0.1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert time.monotonic() - start < 10
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "machine 127.0.0.1 (127.0.0.1)" in done.stderr
+    assert "Traceback" not in done.stderr
