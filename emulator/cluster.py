@@ -240,6 +240,11 @@ class ClusterNetwork:
     def host_address(self, node: int) -> str:
         return identity(node)
 
+    @property
+    def link_rate_bps(self) -> list[int]:
+        """Shaped rate of every cable (what `emulator.checks` measures against)."""
+        return self.rates
+
     # ---- teardown -------------------------------------------------------------------------
     def stop(self) -> None:
         """End every process in our hosts' namespaces on every machine, then the shells."""
