@@ -45,6 +45,7 @@ from mininet.node import Node
 
 from contract.errors import RunError
 from contract.network import Network
+from contract.physics import time_scale
 
 from . import shaping
 from .addressing import Port, identity, node_name, ports_of
@@ -239,6 +240,11 @@ class ClusterNetwork:
 
     def host_address(self, node: int) -> str:
         return identity(node)
+
+    @property
+    def time_scale(self) -> float:
+        """Emulated seconds per planned second (docs/emulation.md section 2)."""
+        return time_scale(self.reference_gbps or self.network.link_gbps, self.link_mbps)
 
     @property
     def link_rate_bps(self) -> list[int]:
