@@ -108,6 +108,8 @@ class ClusterNetwork:
     hosts: list[ClusterHost] = field(default_factory=list)
     links: list[ClusterLink] = field(default_factory=list)
     run_id: str = field(default_factory=this_run_id)
+    ports: list[list[Port]] = field(default_factory=list, init=False)  # per node, as addressing.ports_of
+    rates: list[int] = field(default_factory=list, init=False)  # shaped bit/s per cable
 
     @property
     def mtu(self) -> int:
@@ -136,7 +138,15 @@ class ClusterNetwork:
             return ClusterHost(names[u], self.machines[self.assignment[u]], self.ssh)
 
         with ThreadPoolExecutor(START_WORKERS) as pool:
-            self.hosts = list(pool.map(start, range(net.nodes)))
+            futures = [pool.submit(start, u) for u in range(net.nodes)]
+        failed = []
+        for u, future in enumerate(futures):
+            try:
+                self.hosts.append(future.result())
+            except Exception as e:  # Mininet raises plain Exception; keep the others to end them
+                failed.append(f"{names[u]} on {self.machines[self.assignment[u]].name}: {e}")
+        if failed:
+            raise RunError(f"{len(failed)} host shell(s) did not start: {failed[0]}")
         self.ports = ports_of(net.links, net.nodes, net.servers)
         self.rates = [
             emulated_rate_bps(link, self.reference_gbps or net.link_gbps, self.link_mbps) for link in net.links

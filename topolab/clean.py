@@ -36,7 +36,7 @@ def run_clean(args) -> int:
     for run in report.runs_alive:
         log(f"clean: run {run} is still running: left alone")
     cleaned, alive, killed = list(report.runs_cleaned), list(report.runs_alive), report.killed
-    if args.machines is not None:
+    if getattr(args, "machines", None) is not None:
         remote = _clean_machines(args.machines, log)
         cleaned, alive, killed = cleaned + remote.runs_cleaned, alive + remote.runs_alive, killed + remote.killed
         for run in remote.runs_alive:
