@@ -8,8 +8,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 # python3-venv brings ensurepip; make runs the labs' checkers; iproute2 is ip/tc; mnexec drives the hosts;
-# ethtool is not a Mininet dependency but Mininet calls it; ca-certificates for pip.
-apt_packages=(python3 python3-venv ca-certificates make mininet iperf3 iputils-ping traceroute ethtool iproute2 procps)
+# ethtool is not a Mininet dependency but Mininet calls it; ca-certificates for pip; openssh-server
+# gives the multi-machine tests their stand-in machines' sshd (started only inside their namespaces).
+apt_packages=(python3 python3-venv ca-certificates make mininet iperf3 iputils-ping traceroute ethtool iproute2 procps openssh-server)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -18,6 +18,11 @@ import sys
 def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", default="/run/topolab", help="run lock and state directory (default /run/topolab)")
     parser.add_argument("--json", action="store_true", help="print what was cleaned as JSON")
+    parser.add_argument(
+        "--machines",
+        metavar="HOST,...",
+        help="also clean these machines of multi-machine runs whose driver here is gone (over ssh as root)",
+    )
 
 
 def run_clean(args) -> int:
@@ -30,8 +35,36 @@ def run_clean(args) -> int:
     report = clean_dead_runs(args.run_dir, log=log)
     for run in report.runs_alive:
         log(f"clean: run {run} is still running: left alone")
-    if not report.runs_cleaned and not args.json:
+    cleaned, alive, killed = list(report.runs_cleaned), list(report.runs_alive), report.killed
+    if getattr(args, "machines", None) is not None:
+        remote = _clean_machines(args.machines, log)
+        cleaned, alive, killed = cleaned + remote.runs_cleaned, alive + remote.runs_alive, killed + remote.killed
+        for run in remote.runs_alive:
+            log(f"clean: machine run {run} is still running: left alone")
+    if not cleaned and not args.json:
         print("clean: nothing left behind by topolab runs")
     if args.json:
-        print(json.dumps({"cleaned": report.runs_cleaned, "alive": report.runs_alive, "killed": report.killed}))
+        print(json.dumps({"cleaned": cleaned, "alive": alive, "killed": killed}))
     return 0
+
+
+def _clean_machines(spec: str, log):
+    import tempfile
+    from pathlib import Path
+
+    from contract.errors import UsageError
+    from emulator.cluster_ssh import Machine, SshOptions, check_machines
+    from emulator.cluster_state import clean_machines
+
+    names = [name.strip() for name in spec.split(",") if name.strip()]
+    if not names:
+        raise UsageError("--machines: give one or more machine names, separated by commas")
+    machines = [Machine(name, name) for name in names]
+    with tempfile.TemporaryDirectory(prefix="tlcl-") as control:
+        ssh = SshOptions(control_dir=Path(control))
+        try:
+            check_machines(machines, ssh)
+            return clean_machines(machines, ssh, log=log)
+        finally:
+            for machine in machines:
+                ssh.exit_master(machine)

@@ -1,0 +1,290 @@
+"""One emulated network over several machines, on Mininet Cluster Edition.
+
+The engine is Mininet's Cluster Edition (``mininet.examples.cluster``, shipped as a module by
+Debian 12's mininet 2.3.0): every node is a `ClusterHost`, the Cluster Edition's
+``RemoteHost`` whose shell runs on its machine over ssh (``mnexec`` in a new namespace there;
+``cmd`` and ``popen`` go through that machine; ``rcmd`` runs in the machine's root namespace),
+and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we add, and why:
+
+- **ssh**: the Cluster Edition's ``sudo -E -u user ssh`` is replaced by our multiplexed,
+  time-bounded ssh (`emulator.cluster_ssh`), one master connection per machine.
+- **VXLAN, not GRE**: a cable whose ends are on different machines is a VXLAN tunnel (the
+  Cluster Edition's ``RemoteGRELink`` needs gretap, which this kernel lacks). One VNI per cable
+  (``VNI_BASE + k`` for plan cable ``k``), UDP port 4789, unicast to the peer machine; the
+  device is created in the machine's root namespace (where its UDP socket lives, on the
+  underlay) *directly into* the host's namespace. VXLAN adds 50 bytes (outer Ethernet 14, IP
+  20, UDP 8, VXLAN 8), so on a 1500-byte underlay every cable, tunnelled or not, gets MTU
+  1450: one MTU for the whole network, so no path has a smaller MTU than its first hop.
+- **Batches, one round trip per machine**: the cables of a machine (veth pairs inside it,
+  its ends of the tunnels), then every host's sysctls, addresses and routes (``ip -batch``),
+  HTB shaping (``tc -batch``, the same classes as on one machine, see `emulator.shaping`) and
+  the read-back are one shell script per machine (``nsenter -t <host pid> -n ...`` per host)
+  sent over the machine's ssh; machines are configured in parallel. ``ClusterLink`` then only
+  records the interfaces (Mininet's ``fast`` path): nothing is created twice.
+
+Each machine's script first records the run's host shells there (`emulator.cluster_state`),
+so that ``topolab clean --machines`` can end what a killed run left. Teardown ends, on every
+machine, every process in each of our hosts' namespaces (by namespace: only our processes
+live there; the shells are matched by PID and start time), then removes that record; the kernel frees each
+namespace with its last process and deletes its veth and VXLAN ends with it. Nothing is ever
+cleaned by a broad name, and Mininet's ``cleanup`` (``mn -c`` on every machine) is never used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from mininet.examples.cluster import RemoteHost, RemoteLink
+from mininet.node import Node
+
+from contract.errors import RunError
+from contract.network import Network
+from contract.physics import time_scale
+
+from . import shaping
+from .addressing import Port, identity, node_name, ports_of
+from .cable import emulated_rate_bps
+from .cluster_ssh import Machine, SshOptions, check_machines
+from .cluster_state import kill_script, record_script, state_file, this_run_id
+from .hostconfig import _SYSCTLS as HOST_SYSCTLS
+from .hostconfig import CUBIC
+
+VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 bytes
+VXLAN_PORT = 4789  # IANA's VXLAN port
+VNI_BASE = 1  # VNI 0 is legal but reads as "unset" in tools; cable k gets VNI_BASE + k
+UNDERLAY_MTU = 1500
+CONFIG_TIMEOUT_S = 20.0  # one machine's whole configuration script (a 12-host machine: ~1 s)
+TEARDOWN_TIMEOUT_S = 10.0
+START_WORKERS = 8  # host shells started at once: each is one ssh session on the machine's master
+
+
+class ClusterHost(RemoteHost):
+    """The Cluster Edition's remote host, reached through `SshOptions` instead of sudo + ssh."""
+
+    def __init__(self, name: str, machine: Machine, ssh: SshOptions, **params) -> None:
+        self.machine, self.ssh = machine, ssh
+        super().__init__(name, server=machine.name, user=ssh.user, serverIP=machine.address, **params)
+
+    def _popen(self, cmd, sudo=True, tt=True, **params):
+        if isinstance(cmd, str):
+            cmd = cmd.split()
+        remote = self.ssh.command(self.machine, tty=tt) + [shlex.join(cmd)]
+        params.update(preexec_fn=os.setpgrp)  # a Ctrl-C here must not reach the ssh sessions
+        return Node._popen(self, remote, **params)
+
+
+class ClusterLink(RemoteLink):
+    """The Cluster Edition's link whose interfaces the machine's batch has already made (a veth
+    pair, or the two ends of a VXLAN tunnel): it only records them."""
+
+    def __init__(self, node1: ClusterHost, node2: ClusterHost, vni: int | None, **kwargs) -> None:
+        self.vni = vni
+        super().__init__(node1, node2, fast=True, **kwargs)
+
+    def makeIntfPair(self, *args, **kwargs) -> None:
+        return None
+
+    def stop(self) -> None:  # the interfaces go with their namespaces
+        return None
+
+
+@dataclass
+class ClusterNetwork:
+    """``network`` built over ``machines``: node ``u`` runs on ``machines[assignment[u]]``."""
+
+    network: Network
+    assignment: Sequence[int]
+    machines: list[Machine]
+    ssh: SshOptions
+    link_mbps: float = 100.0
+    reference_gbps: float | None = None
+    underlay_mtu: int = UNDERLAY_MTU
+    hosts: list[ClusterHost] = field(default_factory=list)
+    links: list[ClusterLink] = field(default_factory=list)
+    run_id: str = field(default_factory=this_run_id)
+    ports: list[list[Port]] = field(default_factory=list, init=False)  # per node, as addressing.ports_of
+    rates: list[int] = field(default_factory=list, init=False)  # shaped bit/s per cable
+
+    @property
+    def mtu(self) -> int:
+        return self.underlay_mtu - VXLAN_OVERHEAD
+
+    def __enter__(self) -> ClusterNetwork:
+        try:
+            self.build()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- building -------------------------------------------------------------------------
+    def build(self) -> None:
+        net = self.network
+        if len(self.assignment) != net.nodes or not set(self.assignment) <= set(range(len(self.machines))):
+            raise ValueError(f"assignment must name one of {len(self.machines)} machines for each of {net.nodes} nodes")
+        check_machines(self.machines, self.ssh)
+        names = [node_name(u, net.servers) for u in range(net.nodes)]
+
+        def start(u: int) -> ClusterHost:
+            return ClusterHost(names[u], self.machines[self.assignment[u]], self.ssh)
+
+        with ThreadPoolExecutor(START_WORKERS) as pool:
+            futures = [pool.submit(start, u) for u in range(net.nodes)]
+        failed = []
+        for u, future in enumerate(futures):
+            try:
+                self.hosts.append(future.result())
+            except Exception as e:  # Mininet raises plain Exception; keep the others to end them
+                failed.append(f"{names[u]} on {self.machines[self.assignment[u]].name}: {e}")
+        if failed:
+            raise RunError(f"{len(failed)} host shell(s) did not start: {failed[0]}")
+        self.ports = ports_of(net.links, net.nodes, net.servers)
+        self.rates = [
+            emulated_rate_bps(link, self.reference_gbps or net.link_gbps, self.link_mbps) for link in net.links
+        ]
+        self._on_machines(self._config_script, CONFIG_TIMEOUT_S, "configuration")
+        for k, link in enumerate(net.links):
+            a, b = self._port(link.a, k), self._port(link.b, k)
+            vni = VNI_BASE + k if self.crosses(k) else None
+            self.links.append(
+                ClusterLink(self.hosts[link.a], self.hosts[link.b], vni, intfName1=a.ifname, intfName2=b.ifname)
+            )
+        self.check_shaping()
+
+    def crosses(self, k: int) -> bool:
+        link = self.network.links[k]
+        return self.assignment[link.a] != self.assignment[link.b]
+
+    def _port(self, node: int, k: int) -> Port:
+        return next(p for p in self.ports[node] if p.link == k)
+
+    def _on_machines(self, script_of, timeout_s: float, what: str) -> list[str]:
+        def run(m: int) -> str:
+            return self.ssh.run(self.machines[m], script_of(m), timeout_s, what)
+
+        with ThreadPoolExecutor(max(1, len(self.machines))) as pool:
+            return list(pool.map(run, range(len(self.machines))))
+
+    def _config_script(self, m: int) -> str:
+        """Everything machine ``m`` must do, as one shell script (docstring above)."""
+        net = self.network
+        mine = {u for u in range(net.nodes) if self.assignment[u] == m}
+        links = []
+        for k, link in enumerate(net.links):
+            a, b = self._port(link.a, k), self._port(link.b, k)
+            pa, pb = self.hosts[link.a].pid, self.hosts[link.b].pid
+            if link.a in mine and link.b in mine:
+                links.append(
+                    f"link add name {a.ifname} netns {pa} mtu {self.mtu} type veth peer name {b.ifname} netns {pb} mtu {self.mtu}"
+                )
+            for end, peer, pid in ((a, link.b, pa), (b, link.a, pb)):
+                if end.node in mine and peer not in mine:
+                    here, there = self.machines[m].address, self.machines[self.assignment[peer]].address
+                    links.append(
+                        f"link add name {end.ifname} netns {pid} mtu {self.mtu} type vxlan id {VNI_BASE + k} "
+                        f"local {here} remote {there} dstport {VXLAN_PORT} ttl 64"
+                    )
+        lines = ["set -e", record_script(self.run_id, [self.hosts[u].pid for u in sorted(mine)])]
+        lines.append(_heredoc("ip -batch -", links))
+        next_hop = net.next_hop
+        for u in sorted(mine):
+            host, ports = self.hosts[u], self.ports[u]
+            ns = f"nsenter -t {host.pid} -n"
+            sysctls = [f"{key.replace('/', '.')}={value}" for key, value in HOST_SYSCTLS.items()]
+            sysctls += [f"net.ipv4.conf.{p.ifname}.rp_filter=0" for p in ports]
+            lines.append(f"{ns} sysctl -q -e -w {' '.join(sysctls)} >/dev/null 2>&1 || true")
+            ip = ["link set lo up", f"addr add {identity(u)}/32 dev lo"]
+            for p in ports:
+                ip += [f"addr add {p.address}/31 dev {p.ifname}", f"link set {p.ifname} up"]
+            for v in range(net.nodes):
+                if v == u:
+                    continue
+                via = [p for p in ports if p.peer == next_hop[u][v]]
+                hops = " ".join(f"nexthop via {p.peer_address} dev {p.ifname}" for p in via)
+                if len(via) == 1:
+                    hops = f"via {via[0].peer_address} dev {via[0].ifname}"
+                ip.append(f"route replace {identity(v)}/32 {hops} src {identity(u)} congctl {CUBIC}")
+            lines.append(_heredoc(f"{ns} ip -batch -", ip))
+            tc = shaping.tc_batch([shaping.Shaping(p.ifname, self.rates[p.link]) for p in ports], use_netem=False)
+            lines.append(_heredoc(f"{ns} tc -batch -", tc.splitlines()))
+        return "\n".join(lines) + "\n"
+
+    def check_shaping(self) -> None:
+        """Read every cable end's HTB class back from its machine; one line per mismatch."""
+
+        def script(m: int) -> str:
+            return "".join(
+                f"echo '#{u}'; nsenter -t {self.hosts[u].pid} -n tc -j class show\n"
+                for u in range(self.network.nodes)
+                if self.assignment[u] == m
+            )
+
+        problems = []
+        for out in self._on_machines(script, CONFIG_TIMEOUT_S, "shaping read-back"):
+            node = -1
+            for line in out.splitlines():
+                if line.startswith("#"):
+                    node = int(line[1:])
+                    continue
+                classes = {c["dev"]: c for c in json.loads(line or "[]") if c.get("class") == "htb"}
+                for p in self.ports[node]:
+                    got = classes.get(p.ifname, {}).get("rate")
+                    if got is None or abs(got * 8 - self.rates[p.link]) > self.rates[p.link] * 0.001:
+                        problems.append(f"{p.ifname}: htb rate {got} B/s, wanted {self.rates[p.link]} bit/s")
+        if problems:
+            raise RunError(f"shaping not as planned on {len(problems)} cable end(s): {'; '.join(problems[:3])}")
+
+    # ---- using ----------------------------------------------------------------------------
+    def popen(self, node: int, argv: list[str], **kwargs) -> subprocess.Popen:
+        """Start ``argv`` in ``node``'s namespace on its machine (the host's ``popen``)."""
+        return self.hosts[node].popen(argv, **kwargs)
+
+    def host_address(self, node: int) -> str:
+        return identity(node)
+
+    @property
+    def time_scale(self) -> float:
+        """Emulated seconds per planned second (docs/emulation.md section 2)."""
+        return time_scale(self.reference_gbps or self.network.link_gbps, self.link_mbps)
+
+    @property
+    def link_rate_bps(self) -> list[int]:
+        """Shaped rate of every cable (what `emulator.checks` measures against)."""
+        return self.rates
+
+    # ---- teardown -------------------------------------------------------------------------
+    def stop(self) -> None:
+        """End every process in our hosts' namespaces on every machine, then the shells."""
+        started = [h for h in self.hosts if h.pid]
+        failures = []
+        for machine in {h.machine for h in started}:
+            # a machine whose configuration never ran has no state file: record its shells now
+            pids = [h.pid for h in started if h.machine == machine]
+            script = f"if [ ! -f {state_file(self.run_id)} ]; then\n{record_script(self.run_id, pids)}fi\n"
+            try:
+                self.ssh.run(machine, script + kill_script(self.run_id), TEARDOWN_TIMEOUT_S, "teardown")
+            except RunError as e:
+                failures.append(str(e))
+        for h in started:
+            if h.shell is not None and h.shell.poll() is None:
+                h.shell.kill()
+                h.shell.wait(TEARDOWN_TIMEOUT_S)
+        for machine in self.machines:
+            self.ssh.exit_master(machine)
+        self.hosts, self.links = [], []
+        if failures:
+            raise RunError("; ".join(failures))
+
+
+def _heredoc(command: str, lines: Sequence[str]) -> str:
+    body = "\n".join(lines)
+    return f"{command} <<'TOPOLAB_EOF'\n{body}\nTOPOLAB_EOF"

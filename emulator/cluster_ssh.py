@@ -1,0 +1,115 @@
+"""ssh to the machines of a multi-machine emulation: one multiplexed connection per machine.
+
+Every command the emulator runs on another machine goes through ``ssh`` with connection
+sharing: the first use opens a master connection (``ControlMaster=auto``) on a socket in a
+directory of ours (``ControlPath``), every later session rides on it without a new handshake,
+and the master stays ``ControlPersist`` seconds after the last session. The machine's sshd
+must allow one session per emulated host on it plus a few (sshd's ``MaxSessions``, 10 by
+default: raise it to the hosts per machine + 8, see docs/cluster.md).
+
+Every wait is bounded: ``ConnectTimeout`` for the TCP connect and key exchange, and
+``ServerAliveInterval`` x ``ServerAliveCountMax`` for a machine that stops answering later.
+`check_machines` asks every machine at once and names each one that does not answer, in one
+line, within ``ANSWER_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from contract.errors import RunError
+
+CONNECT_TIMEOUT_S = 4  # TCP connect + key exchange on a LAN takes milliseconds
+# A whole probe (connect, run `true`, report) must finish well inside the 10 s promised for
+# naming a machine that does not answer.
+ANSWER_TIMEOUT_S = 8.0
+ALIVE_INTERVAL_S = 2  # a silent machine is dropped after ALIVE_INTERVAL_S * ALIVE_COUNT
+ALIVE_COUNT = 3
+CONTROL_PERSIST_S = 60  # the master outlives a pause between steps, not the run's end (exit_all)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One machine: a name for messages and the address ssh connects to."""
+
+    name: str
+    address: str
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How to reach the machines. ``prefix`` runs ssh somewhere else (e.g. ``nsenter --net=..``
+    for stand-in machines on an underlay that is not the root namespace's)."""
+
+    control_dir: Path
+    user: str = "root"
+    identity: Path | None = None
+    known_hosts: Path | None = None
+    prefix: tuple[str, ...] = ()
+    extra: tuple[str, ...] = field(default=())
+
+    def base(self, tty: bool = False) -> list[str]:
+        opts = [
+            "-o", "BatchMode=yes",
+            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+            "-o", f"ServerAliveInterval={ALIVE_INTERVAL_S}",
+            "-o", f"ServerAliveCountMax={ALIVE_COUNT}",
+            "-o", "ControlMaster=auto",
+            "-o", f"ControlPath={self.control_dir}/%C",
+            "-o", f"ControlPersist={CONTROL_PERSIST_S}",
+            "-o", "LogLevel=ERROR",
+        ]  # fmt: skip
+        if self.identity is not None:
+            opts += ["-i", str(self.identity), "-o", "IdentitiesOnly=yes"]
+        if self.known_hosts is not None:
+            opts += ["-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes"]
+        return [*self.prefix, "ssh", "-F", "/dev/null", *opts, *self.extra, "-tt" if tty else "-T"]
+
+    def command(self, machine: Machine, tty: bool = False) -> list[str]:
+        """The argv prefix that runs a command on ``machine``."""
+        return [*self.base(tty), f"{self.user}@{machine.address}"]
+
+    def run(self, machine: Machine, script: str, timeout_s: float, what: str) -> str:
+        """Run shell ``script`` on ``machine`` (fed on stdin to ``sh -s``: no quoting, one
+        round trip however long); its stdout, or one-line RunError naming the machine."""
+        try:
+            done = subprocess.run(
+                [*self.command(machine), "sh", "-s"], input=script, capture_output=True, text=True, timeout=timeout_s
+            )
+        except subprocess.TimeoutExpired:
+            raise RunError(f"machine {machine.name} ({machine.address}): {what} took over {timeout_s:g} s") from None
+        if done.returncode != 0:
+            detail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            raise RunError(f"machine {machine.name} ({machine.address}): {what} failed: {detail}")
+        return done.stdout
+
+    def exit_master(self, machine: Machine) -> None:
+        """End the shared connection to ``machine`` (``ssh -O exit``), if there is one."""
+        subprocess.run(
+            [*self.command(machine)[:-1], "-O", "exit", f"{self.user}@{machine.address}"],
+            capture_output=True,
+            timeout=ANSWER_TIMEOUT_S,
+        )
+
+
+def check_machines(machines: list[Machine], ssh: SshOptions) -> float:
+    """Ask every machine at once; raise one line naming those that do not answer within
+    ``ANSWER_TIMEOUT_S``. Returns the seconds the slowest answer took."""
+    start = time.monotonic()
+
+    def probe(machine: Machine) -> str | None:
+        try:
+            ssh.run(machine, "true\n", ANSWER_TIMEOUT_S, "ssh")
+        except RunError as e:
+            return str(e)
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, len(machines))) as pool:
+        failures = [f for f in pool.map(probe, machines) if f]
+    if failures:
+        raise RunError("machine(s) not answering: " + "; ".join(failures))
+    return time.monotonic() - start
