@@ -52,7 +52,7 @@ from .addressing import Port, identity, node_name, ports_of
 from .cable import emulated_rate_bps
 from .cluster_ssh import Machine, SshOptions, check_machines
 from .cluster_state import kill_script, record_script, state_file, this_run_id
-from .hostconfig import _SYSCTLS as HOST_SYSCTLS
+from .hostconfig import HOST_SYSCTLS
 from .hostconfig import CUBIC
 
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 bytes

@@ -57,7 +57,7 @@ PLANE_ROUTE_SEQ_BASE = 300_000
 """... of the plane routes: ``PLANE_ROUTE_SEQ_BASE + i`` for the host's i-th `PlaneHop`."""
 _TC_ERRORS_SHOWN = 3
 
-_SYSCTLS = {
+HOST_SYSCTLS = {
     "net/ipv4/ip_forward": "1",
     "net/ipv4/conf/all/rp_filter": "0",
     "net/ipv4/conf/default/rp_filter": "0",
@@ -78,7 +78,7 @@ _OPTIONAL_SYSCTLS = {
 
 def write_sysctls(ifnames: list[str]) -> None:
     """Per-namespace sysctls of one host (the calling thread is in its namespace)."""
-    values = dict(_SYSCTLS)
+    values = dict(HOST_SYSCTLS)
     for name in ifnames:
         values[f"net/ipv4/conf/{name}/rp_filter"] = "0"
     for key, value in values.items():

@@ -22,9 +22,28 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # openssh-server is wanted for its sshd binary only: no daemon may start listening in the
+  # root namespace. Debian's policy-rc.d (exit 101) stops the package from starting it now,
+  # and it is disabled for later boots; an sshd the machine already had is left as it was.
+  no_daemon=""
+  if [[ " ${missing[*]} " == *" openssh-server "* ]] && [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    no_daemon=1
+  fi
   apt-get update -qq
   # --no-install-recommends: otherwise apt pulls Open vSwitch, which topolab does not need.
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [ -n "$no_daemon" ]; then
+    rm -f /usr/sbin/policy-rc.d
+    trap - EXIT
+    if [ -d /run/systemd/system ]; then
+      systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+    else
+      update-rc.d ssh disable >/dev/null 2>&1 || true
+    fi
+  fi
 fi
 
 # Debian's Mininet lives in /usr/bin/python3's dist-packages: the venv must see it.
