@@ -9,6 +9,8 @@ exactly the schedule the workers run (contract.schedule), op by op:
 - ``send`` is eager: it hands a message to the (src, dst) connection and the stream goes
   on. A connection is one TCP stream, so messages between one pair are served first in,
   first out (only the head message is on the wire);
+- a send on plane ``p >= 1`` (a per-destination allocation, docs/algorithms.md section 4.1)
+  is its own connection and follows ``Network.plane_path(src, dst, p)`` instead;
 - every message is one flow along the plan's route (``Plan.path``: relayed hops included,
   the forwarding tax of docs/algorithms.md section 4); directed links are shared max-min fairly among
   the flows crossing them (the TCP steady state, computed by progressive filling), each at
@@ -46,12 +48,15 @@ class Network:
     op_overhead_s: float = 0.0
     reduce_cap_bytes: float = float("inf")
     servers: int | None = None  # nodes >= servers are switches: crossing them is not relaying
-    _paths: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict, repr=False)
+    plane_path: Callable[[int, int, int], list[int]] | None = None  # planes >= 1 (allocated paths)
+    _paths: dict[tuple[int, int, int], list[tuple[int, int]]] = field(default_factory=dict, repr=False)
 
-    def links(self, src: int, dst: int) -> list[tuple[int, int]]:
-        key = (src, dst)
+    def links(self, src: int, dst: int, plane: int = 0) -> list[tuple[int, int]]:
+        key = (src, dst, plane)
         if key not in self._paths:
-            nodes = self.path(src, dst)
+            if plane and self.plane_path is None:
+                raise ValueError(f"a send from {src} to {dst} on plane {plane}, but the network has no allocation")
+            nodes = self.plane_path(src, dst, plane) if plane and self.plane_path else self.path(src, dst)
             self._paths[key] = list(zip(nodes, nodes[1:]))
         return self._paths[key]
 
@@ -76,8 +81,16 @@ def plan_network(
         cap[(link.a, link.b)] += bps
         cap[(link.b, link.a)] += bps
     alpha = plan.latency_us * 1e-6 if alpha_s is None else alpha_s
+    network = plan.network
     return Network(
-        dict(cap), plan.path, alpha, reduce_bytes_per_s, op_overhead_s, reduce_cap_bytes, servers=plan.servers
+        dict(cap),
+        plan.path,
+        alpha,
+        reduce_bytes_per_s,
+        op_overhead_s,
+        reduce_cap_bytes,
+        servers=plan.servers,
+        plane_path=network.plane_path if network.allocation else None,
     )
 
 
@@ -145,8 +158,9 @@ class _Replay:
         self.done: list[dict[int, float]] = [dict() for _ in range(ranks)]
         self.started: list[set[int]] = [set() for _ in range(ranks)]
         self.stream_free = {(r, s): 0.0 for r in range(ranks) for s in schedule.programs[r]}
-        self.queues: dict[tuple[int, int], deque] = defaultdict(deque)  # (src,dst) -> waiting messages
-        self.active: dict[tuple[int, int], _Flow] = {}  # (src,dst) -> flow on the wire
+        # one connection per (src, dst, plane): its waiting messages and the one on the wire
+        self.queues: dict[tuple[int, int, int], deque] = defaultdict(deque)
+        self.active: dict[tuple[int, int, int], _Flow] = {}
         self.arrived: dict[tuple[int, int, int], deque] = defaultdict(deque)  # (src,dst,tag) -> arrival times
         self.waiting_recv: dict[tuple[int, int, int], deque] = defaultdict(deque)  # posted recvs
         self.link_bytes: dict[tuple[int, int], float] = defaultdict(float)
@@ -202,7 +216,7 @@ class _Replay:
                 if op.kind == "send":
                     t_send = self.cpu(rank, now)
                     if t_send <= now:
-                        self.queues[(rank, op.peer)].append((op.tag, op.length))
+                        self.queues[(rank, op.peer, op.plane)].append((op.tag, op.length))
                         self.finish(rank, op, stream, now)
                         continue
                     self.push(t_send, "send", (rank, stream, op.id, now))
@@ -224,8 +238,8 @@ class _Replay:
         for key, q in self.queues.items():
             if q and key not in self.active:
                 tag, length = q.popleft()
-                src, dst = key
-                links = self.network.links(src, dst)
+                src, dst, plane = key
+                links = self.network.links(src, dst, plane)
                 relayed = any(b < limit for _, b in links[:-1])
                 self.active[key] = _Flow(src, dst, tag, length, float(length), links, relayed=relayed)
 
@@ -244,7 +258,7 @@ class _Replay:
         """Move the clock to the next event (a timer or the first flow to finish); False
         when nothing is left to happen."""
         t_flow = float("inf")
-        finish_at: dict[tuple[int, int], float] = {}
+        finish_at: dict[tuple[int, int, int], float] = {}
         for key, f in self.active.items():
             t = self.now + (f.remaining / f.rate if f.rate > 0 else 0.0)
             finish_at[key] = t
@@ -271,7 +285,7 @@ class _Replay:
             _, _, kind, (rank, stream, op_id, _t_start) = heapq.heappop(self.timers)
             _, op = self.ops_by_id[rank][op_id]
             if kind == "send":
-                self.queues[(rank, op.peer)].append((op.tag, op.length))
+                self.queues[(rank, op.peer, op.plane)].append((op.tag, op.length))
             self.finish(rank, op, stream, t_next)
         return True
 
