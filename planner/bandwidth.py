@@ -19,12 +19,20 @@ solutions a second LP keeps ``lambda`` (to a relative 1e-7) and minimizes the ca
 ``sum_p hops(p) x_p``, so no rate takes a detour it does not need. Both are solved by
 ``scipy.optimize.linprog`` (HiGHS).
 
-Path restriction (not column generation): ``P(s, t)`` is at most k paths (default 4), the
-shortest simple path through each distinct first hop (a breadth-first search in the graph
-without s, networkx), the k shortest of them; when s has fewer than k distinct neighbours,
-further paths of Yen's enumeration (networkx ``shortest_simple_paths``) fill up. This keeps
-the LP at ``k x pairs`` columns: 128 servers of degree 8 with a full all-to-all is ~65 000
-columns and solves in seconds (benchmarks/bandwidth_lp.py).
+Size. Path restriction (not column generation): ``P(s, t)`` is at most k paths (default 4):
+the destination route (plane 0, so the LP is never worse than single-path routing), then
+the shortest simple path through each other first hop (a breadth-first search in the graph
+without s, networkx), shortest first; when s has fewer than k distinct neighbours, further
+paths of Yen's enumeration (networkx ``shortest_simple_paths``) fill up. Symmetry
+reduction: when the rotation ``i -> i + 1 (mod n)`` maps the cables (with their rates) and
+the traffic onto themselves (a TopoOpt circulant C_n(strides) with a shift-invariant phase
+such as a uniform all-to-all), averaging any optimum over the rotations gives an optimum that
+is rotation invariant, so the LP is solved for server 0's pairs only, with one capacity row
+per cable offset (a path loads each cable of offset m by its rate times its hops of offset m)
+and the solution rotated to every server: 128 servers of degree 8 with a full all-to-all is
+508 columns and solves in about a second (benchmarks/bandwidth_lp.py). Without the symmetry
+the LP has ``k x pairs`` columns and as many rows as pairs: HiGHS takes about 15 s for 64
+servers' all-to-all and minutes for 128.
 
 Paths carrying less than 1% of their pair's rate are dropped and the pair's rate is spread
 over the rest in proportion; if that pushes a cable over capacity, every rate is scaled down
@@ -86,14 +94,21 @@ def cable_capacity(network: Network) -> dict[Edge, float]:
     return dict(cap)
 
 
-def candidate_paths(graph: nx.Graph, src: int, dsts: list[int], k: int) -> dict[int, list[tuple[int, ...]]]:
-    """For every ``dst``, at most k simple paths from ``src``, distinct first hops first (module docstring)."""
+def candidate_paths(
+    graph: nx.Graph, src: int, dsts: list[int], k: int, route: Callable[[int, int], list[int]]
+) -> dict[int, list[tuple[int, ...]]]:
+    """For every ``dst``, at most k simple paths from ``src``: its route, then distinct first
+    hops, then Yen's enumeration (module docstring)."""
     without_src = nx.restricted_view(graph, [src], [])
     through = {nb: nx.single_source_shortest_path(without_src, nb) for nb in sorted(graph.neighbors(src))}
     out: dict[int, list[tuple[int, ...]]] = {}
     for dst in dsts:
-        paths = sorted(((src, *tail[dst]) for tail in through.values() if dst in tail), key=lambda p: (len(p), p))
-        paths = paths[:k]
+        first = tuple(route(src, dst))
+        others = sorted(
+            ((src, *tail[dst]) for nb, tail in through.items() if dst in tail and nb != first[1]),
+            key=lambda p: (len(p), p),
+        )
+        paths = [first, *others][:k]
         if len(paths) < k:
             for extra in nx.shortest_simple_paths(graph, src, dst):
                 if len(paths) >= k:
@@ -170,7 +185,7 @@ def _paths_by_pair(network, cap, demand, k) -> tuple[list[tuple[int, int]], dict
     n = network.servers
     if rotation_invariant(network, cap, demand):
         pairs = sorted(pair for pair in demand if pair[0] == 0)
-        paths_of = {(0, d): p for d, p in candidate_paths(graph, 0, [d for _, d in pairs], k).items()}
+        paths_of = {(0, d): p for d, p in candidate_paths(graph, 0, [d for _, d in pairs], k, network.path).items()}
         offsets = sorted({(v - u) % n for u, v in cap})
         row_of = {(u, v): offsets.index((v - u) % n) for u, v in cap}
         capacity = [cap[(0, m)] for m in offsets]
@@ -182,7 +197,9 @@ def _paths_by_pair(network, cap, demand, k) -> tuple[list[tuple[int, int]], dict
         by_src: dict[int, list[int]] = defaultdict(list)
         for src, dst in pairs:
             by_src[src].append(dst)
-        paths_of = {(s, d): p for s, dsts in by_src.items() for d, p in candidate_paths(graph, s, dsts, k).items()}
+        paths_of = {
+            (s, d): p for s, dsts in by_src.items() for d, p in candidate_paths(graph, s, dsts, k, network.path).items()
+        }
         edges = sorted(cap)
         row_of = {e: i for i, e in enumerate(edges)}
         capacity = [cap[e] for e in edges]

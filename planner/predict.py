@@ -10,7 +10,10 @@ exactly the schedule the workers run (contract.schedule), op by op:
   on. A connection is one TCP stream, so messages between one pair are served first in,
   first out (only the head message is on the wire);
 - a send on plane ``p >= 1`` (a per-destination allocation, docs/algorithms.md section 4.1)
-  is its own connection and follows ``Network.plane_path(src, dst, p)`` instead;
+  is its own connection and follows ``Network.plane_path(src, dst, p)`` instead, with its
+  allocated rate assured (the emulator's per-destination HTB class: rate = the allocation,
+  ceil = the cable): such flows first get their assured rates, then every flow shares what
+  is left of each link max-min fairly;
 - every message is one flow along the plan's route (``Plan.path``: relayed hops included,
   the forwarding tax of docs/algorithms.md section 4); directed links are shared max-min fairly among
   the flows crossing them (the TCP steady state, computed by progressive filling), each at
@@ -49,6 +52,7 @@ class Network:
     reduce_cap_bytes: float = float("inf")
     servers: int | None = None  # nodes >= servers are switches: crossing them is not relaying
     plane_path: Callable[[int, int, int], list[int]] | None = None  # planes >= 1 (allocated paths)
+    assured: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (src, dst, plane) -> bytes/s
     _paths: dict[tuple[int, int, int], list[tuple[int, int]]] = field(default_factory=dict, repr=False)
 
     def links(self, src: int, dst: int, plane: int = 0) -> list[tuple[int, int]]:
@@ -82,6 +86,11 @@ def plan_network(
         cap[(link.b, link.a)] += bps
     alpha = plan.latency_us * 1e-6 if alpha_s is None else alpha_s
     network = plan.network
+    assured = {
+        (pair.src, pair.dst, plane): share.gbps * 1e9 * scale * good / 8.0
+        for pair in network.allocation
+        for plane, share in enumerate(pair.paths, start=1)
+    }
     return Network(
         dict(cap),
         plan.path,
@@ -91,6 +100,7 @@ def plan_network(
         reduce_cap_bytes,
         servers=plan.servers,
         plane_path=network.plane_path if network.allocation else None,
+        assured=assured,
     )
 
 
@@ -120,11 +130,19 @@ class _Flow:
     links: list[tuple[int, int]]
     rate: float = 0.0
     relayed: bool = False  # crosses another server (host-based forwarding)
+    assured: float = 0.0  # bytes/s its plane's allocation guarantees (0: plane 0)
 
 
 def max_min_rates(flows: Iterable[_Flow], capacity: dict[tuple[int, int], float]) -> None:
-    """Set every flow's ``rate`` to its max-min fair share (progressive filling)."""
+    """Set every flow's ``rate`` to its max-min fair share (progressive filling) plus, for a
+    planned flow, its assured rate, reserved first (`_reserve`)."""
     unassigned = [f for f in flows if f.links]
+    reserved = _reserve(unassigned, capacity) if any(f.assured for f in unassigned) else {}
+    if reserved:
+        capacity = dict(capacity)
+        for f in unassigned:
+            for link in f.links:
+                capacity[link] -= reserved.get(id(f), 0.0)
     remaining = {}
     users: dict[tuple[int, int], list[_Flow]] = defaultdict(list)
     for f in unassigned:
@@ -138,11 +156,28 @@ def max_min_rates(flows: Iterable[_Flow], capacity: dict[tuple[int, int], float]
         share = remaining[link] / count[link]
         for f in users[link]:
             if id(f) in active:
-                f.rate = share
+                f.rate = share + reserved.get(id(f), 0.0)
                 active.discard(id(f))
                 for other in f.links:
                     remaining[other] -= share
                     count[other] -= 1
+
+
+def _reserve(flows: list[_Flow], capacity: dict[tuple[int, int], float]) -> dict[int, float]:
+    """The rate reserved for each planned flow (by ``id``): its assured rate, scaled down on a
+    link where the reservations exceed the planned flows' head-count share of the capacity (so
+    plane-0 flows sharing the link are never starved) or the capacity itself."""
+    assured: dict[tuple[int, int], float] = defaultdict(float)
+    planned: dict[tuple[int, int], int] = defaultdict(int)
+    users: dict[tuple[int, int], int] = defaultdict(int)
+    for f in flows:
+        for link in f.links:
+            users[link] += 1
+            if f.assured:
+                assured[link] += f.assured
+                planned[link] += 1
+    scale = {link: min(1.0, capacity[link] * planned[link] / users[link] / a) for link, a in assured.items()}
+    return {id(f): f.assured * min(scale[link] for link in f.links) for f in flows if f.assured}
 
 
 class _Replay:
@@ -241,7 +276,8 @@ class _Replay:
                 src, dst, plane = key
                 links = self.network.links(src, dst, plane)
                 relayed = any(b < limit for _, b in links[:-1])
-                self.active[key] = _Flow(src, dst, tag, length, float(length), links, relayed=relayed)
+                assured = self.network.assured.get(key, 0.0)
+                self.active[key] = _Flow(src, dst, tag, length, float(length), links, relayed=relayed, assured=assured)
 
     def deliver(self, flow: _Flow, t: float) -> None:
         key = (flow.src, flow.dst, flow.tag)

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import planner.bandwidth as bandwidth
-from contract.network import Link, Network, circulant_network
+from contract.network import Link, Network, PairAllocation, PathShare, circulant_network
+from contract.physics import tcp_goodput_fraction
 from contract.schedule import ScheduleBuilder
 from planner import build_plan, load_scenario
 from planner.bandwidth import (
@@ -21,11 +22,13 @@ from planner.bandwidth import (
     embedding_alltoall_traffic,
     iteration_mp_traffic,
 )
+from planner.collectives.p2p import add_p2p_transfers
 from planner.predict import plan_network, predict
 from planner.zoo import get_model
 
 GBIT = 1e9 / 8  # bytes in one Gbit
 SCENARIOS = ("topoopt-12", "expander-12", "switch-12")
+EMULATED_BPS = 100e6
 
 
 def _with_links(network: Network, links: list[Link]) -> Network:
@@ -140,3 +143,39 @@ def test_predictor_sends_a_plane_along_its_path():
     pred = predict(b.build(), plan_network(plan))
     assert set(pred.link_bytes) == {(0, 1), (1, 2), (0, 3), (3, 2)}
     assert all(v == pytest.approx(4096) for v in pred.link_bytes.values())
+
+
+def test_predicted_embedding_phase_meets_the_lp_bound_on_topoopt_12():
+    scenario = load_scenario("scenarios/topoopt-12.toml")
+    plan = build_plan(scenario)
+    traffic = embedding_alltoall_traffic(plan, get_model("dlrm"), scenario.workload.batch_per_server)
+    result = allocate_for_plan(plan, traffic)
+    allocated = dataclasses.replace(plan, allocation=result.allocation)
+    transfers = [(s, d, int(v)) for (s, d), v in sorted(traffic.items())]
+    seconds = {}
+    for name, p in (("single", plan), ("planned", allocated)):
+        b = ScheduleBuilder(12)
+        add_p2p_transfers(b, transfers, network=p.network)
+        network = plan_network(p, link_bps=EMULATED_BPS, alpha_s=0.0, reduce_bytes_per_s=1e18)
+        seconds[name] = predict(b.build(), network).seconds
+    bound = result.seconds * (plan.link_gbps * 1e9 / EMULATED_BPS) / tcp_goodput_fraction(9000)
+    assert seconds["planned"] == pytest.approx(bound, rel=0.02)  # assured rates: every pair at its LP rate
+    assert seconds["single"] > 2 * seconds["planned"]
+
+
+def test_reservations_never_starve_a_plane_0_flow():
+    ring = circulant_network(4, (1,), link_gbps=1.0)
+    allocation = (PairAllocation(0, 1, (PathShare((0, 1), 1.0),)),)
+    base = build_plan(load_scenario("scenarios/topoopt-12.toml"))
+    plan = dataclasses.replace(
+        base, servers=4, degree=2, links=ring.links, routes=ring.routes, link_gbps=1.0, allocation=allocation
+    )
+    b = ScheduleBuilder(4)
+    b.buffer("x", 8192)
+    b.send(0, "planned", 1, "x", 0, 4096, tag=1, plane=1)
+    b.recv(1, "planned", 0, "x", 0, 4096, tag=1, mode="copy")
+    b.send(0, "route", 1, "x", 4096, 4096, tag=2)
+    b.recv(1, "route", 0, "x", 4096, 4096, tag=2, mode="copy")
+    pred = predict(b.build(), plan_network(plan, alpha_s=0.0, reduce_bytes_per_s=1e18))
+    fair = 2 * 4096 / (1e9 * tcp_goodput_fraction(9000) / 8)  # both share the cable equally
+    assert pred.seconds == pytest.approx(fair, rel=1e-9)
