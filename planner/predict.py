@@ -12,8 +12,9 @@ exactly the schedule the workers run (contract.schedule), op by op:
 - a send on plane ``p >= 1`` (a per-destination allocation, docs/algorithms.md section 4.1)
   is its own connection and follows ``Network.plane_path(src, dst, p)`` instead, with its
   allocated rate assured (the emulator's per-destination HTB class: rate = the allocation,
-  ceil = the cable): such flows first get their assured rates, then every flow shares what
-  is left of each link max-min fairly;
+  ceil = the cable): such flows first get their assured rates (scaled down on a link where
+  plane-0 flows would otherwise get less than their head-count share), then every flow
+  shares what is left of each link max-min fairly;
 - every message is one flow along the plan's route (``Plan.path``: relayed hops included,
   the forwarding tax of docs/algorithms.md section 4); directed links are shared max-min fairly among
   the flows crossing them (the TCP steady state, computed by progressive filling), each at
@@ -142,7 +143,7 @@ def max_min_rates(flows: Iterable[_Flow], capacity: dict[tuple[int, int], float]
         capacity = dict(capacity)
         for f in unassigned:
             for link in f.links:
-                capacity[link] -= reserved.get(id(f), 0.0)
+                capacity[link] = max(0.0, capacity[link] - reserved.get(id(f), 0.0))
     remaining = {}
     users: dict[tuple[int, int], list[_Flow]] = defaultdict(list)
     for f in unassigned:
