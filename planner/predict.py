@@ -27,6 +27,9 @@ exactly the schedule the workers run (contract.schedule), op by op:
   software cost per op, measured on the machine: see topolab.calibrate); a rank's ops
   take turns on its processor, so many small ops add up as they do in the workers.
 
+One module (over 300 lines): the network description, the rate model (max-min fairness with
+reservations) and the replay that uses them change together.
+
 The prediction is in the network's own time unit: give it emulated link rates to predict an
 emulated run, then divide by the time-scale factor to get the real cluster's time.
 """
