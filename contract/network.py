@@ -9,7 +9,7 @@ dilation scales every link by the same factor, see ``docs/emulation.md``).
 
 A network may also carry a per-destination bandwidth allocation (``allocation``): for some
 ordered server pairs, the paths their traffic is split over and the planned rate of each
-(docs/algorithms.md section 4). Traffic between such a pair travels on *planes*: plane 0 is
+(docs/algorithms.md section 4.1). Traffic between such a pair travels on *planes*: plane 0 is
 the destination-based route above; plane ``p >= 1`` is ``allocation_of(src, dst).paths[p-1]``,
 which the emulator enforces with policy routing (per-plane source addresses and tables) and
 per-destination HTB classes. A schedule's send names its plane (`contract.schedule.Op.plane`).

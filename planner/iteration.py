@@ -86,7 +86,8 @@ class _IterationBuilder:
         self.previous_bucket: Deps = {}  # sequential hierarchical buckets wait for it
 
     def transfers(self, flows: Flows, after: Deps) -> Deps:
-        """One p2p transfer per (src, dst) pair of ``flows``; each rank's ops that finish its part."""
+        """One p2p transfer per (src, dst) pair of ``flows`` (split over the pair's planes when the
+        plan has a per-destination allocation for it); each rank's ops that finish its part."""
         if not len(flows):
             return {}
         per_pair: dict[tuple[int, int], float] = {}
@@ -94,7 +95,7 @@ class _IterationBuilder:
             per_pair[(s, d)] = per_pair.get((s, d), 0.0) + v
         transfers = [(s, d, scaled_bytes(v, self.opts)) for (s, d), v in sorted(per_pair.items())]
         base = self.b.buffers["act"].bytes if "act" in self.b.buffers else 0
-        return add_p2p_transfers(self.b, transfers, "act", base, "mp", after=after)
+        return add_p2p_transfers(self.b, transfers, "act", base, "mp", after=after, network=self.plan.network)
 
     def compute(self, t: OpTraffic, factor: float, after: Deps) -> Deps:
         """The operator's compute (``factor`` x forward) on every server that has a share."""

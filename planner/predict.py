@@ -9,6 +9,12 @@ exactly the schedule the workers run (contract.schedule), op by op:
 - ``send`` is eager: it hands a message to the (src, dst) connection and the stream goes
   on. A connection is one TCP stream, so messages between one pair are served first in,
   first out (only the head message is on the wire);
+- a send on plane ``p >= 1`` (a per-destination allocation, docs/algorithms.md section 4.1)
+  is its own connection and follows ``Network.plane_path(src, dst, p)`` instead, with its
+  allocated rate assured (the emulator's per-destination HTB class: rate = the allocation,
+  ceil = the cable): such flows first get their assured rates (scaled down on a link where
+  plane-0 flows would otherwise get less than their head-count share), then every flow
+  shares what is left of each link max-min fairly;
 - every message is one flow along the plan's route (``Plan.path``: relayed hops included,
   the forwarding tax of docs/algorithms.md section 4); directed links are shared max-min fairly among
   the flows crossing them (the TCP steady state, computed by progressive filling), each at
@@ -20,6 +26,9 @@ exactly the schedule the workers run (contract.schedule), op by op:
 - every send and recv costs the rank ``op_overhead_s`` of processor time (the workers'
   software cost per op, measured on the machine: see topolab.calibrate); a rank's ops
   take turns on its processor, so many small ops add up as they do in the workers.
+
+One module (over 300 lines): the network description, the rate model (max-min fairness with
+reservations) and the replay that uses them change together.
 
 The prediction is in the network's own time unit: give it emulated link rates to predict an
 emulated run, then divide by the time-scale factor to get the real cluster's time.
@@ -46,12 +55,16 @@ class Network:
     op_overhead_s: float = 0.0
     reduce_cap_bytes: float = float("inf")
     servers: int | None = None  # nodes >= servers are switches: crossing them is not relaying
-    _paths: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict, repr=False)
+    plane_path: Callable[[int, int, int], list[int]] | None = None  # planes >= 1 (allocated paths)
+    assured: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (src, dst, plane) -> bytes/s
+    _paths: dict[tuple[int, int, int], list[tuple[int, int]]] = field(default_factory=dict, repr=False)
 
-    def links(self, src: int, dst: int) -> list[tuple[int, int]]:
-        key = (src, dst)
+    def links(self, src: int, dst: int, plane: int = 0) -> list[tuple[int, int]]:
+        key = (src, dst, plane)
         if key not in self._paths:
-            nodes = self.path(src, dst)
+            if plane and self.plane_path is None:
+                raise ValueError(f"a send from {src} to {dst} on plane {plane}, but the network has no allocation")
+            nodes = self.plane_path(src, dst, plane) if plane and self.plane_path else self.path(src, dst)
             self._paths[key] = list(zip(nodes, nodes[1:]))
         return self._paths[key]
 
@@ -76,8 +89,22 @@ def plan_network(
         cap[(link.a, link.b)] += bps
         cap[(link.b, link.a)] += bps
     alpha = plan.latency_us * 1e-6 if alpha_s is None else alpha_s
+    network = plan.network
+    assured = {
+        (pair.src, pair.dst, plane): share.gbps * 1e9 * scale * good / 8.0
+        for pair in network.allocation
+        for plane, share in enumerate(pair.paths, start=1)
+    }
     return Network(
-        dict(cap), plan.path, alpha, reduce_bytes_per_s, op_overhead_s, reduce_cap_bytes, servers=plan.servers
+        dict(cap),
+        plan.path,
+        alpha,
+        reduce_bytes_per_s,
+        op_overhead_s,
+        reduce_cap_bytes,
+        servers=plan.servers,
+        plane_path=network.plane_path if network.allocation else None,
+        assured=assured,
     )
 
 
@@ -107,16 +134,24 @@ class _Flow:
     links: list[tuple[int, int]]
     rate: float = 0.0
     relayed: bool = False  # crosses another server (host-based forwarding)
+    assured: float = 0.0  # bytes/s its plane's allocation guarantees (0: plane 0)
 
 
 def max_min_rates(flows: Iterable[_Flow], capacity: dict[tuple[int, int], float]) -> None:
-    """Set every flow's ``rate`` to its max-min fair share (progressive filling).
+    """Set every flow's ``rate`` to its max-min fair share (progressive filling) plus, for a
+    planned flow, its assured rate, reserved first (`_reserve`).
 
     The most contended link (least remaining capacity per unfixed flow) fixes its flows'
     share, which is subtracted from their other links; repeat. A link's fair share only grows
     as flows of other links are fixed ((R - s) / (c - 1) >= R / c when s <= R / c), so a heap
     with lazily dropped stale entries finds the next link in O(log L)."""
     unassigned = [f for f in flows if f.links]
+    reserved = _reserve(unassigned, capacity) if any(f.assured for f in unassigned) else {}
+    if reserved:
+        capacity = dict(capacity)
+        for f in unassigned:
+            for link in f.links:
+                capacity[link] = max(0.0, capacity[link] - reserved.get(id(f), 0.0))
     remaining: dict[tuple[int, int], float] = {}
     users: dict[tuple[int, int], list[_Flow]] = defaultdict(list)
     for f in unassigned:
@@ -134,13 +169,30 @@ def max_min_rates(flows: Iterable[_Flow], capacity: dict[tuple[int, int], float]
         for f in users[link]:
             if id(f) in fixed:
                 continue
-            f.rate = share
+            f.rate = share + reserved.get(id(f), 0.0)
             fixed.add(id(f))
             for other in f.links:
                 remaining[other] -= share
                 count[other] -= 1
                 if other != link and count[other] > 0:
                     heapq.heappush(heap, (remaining[other] / count[other], other))
+
+
+def _reserve(flows: list[_Flow], capacity: dict[tuple[int, int], float]) -> dict[int, float]:
+    """The rate reserved for each planned flow (by ``id``): its assured rate, scaled down on a
+    link where the reservations exceed the planned flows' head-count share of the capacity (so
+    plane-0 flows sharing the link are never starved) or the capacity itself."""
+    assured: dict[tuple[int, int], float] = defaultdict(float)
+    planned: dict[tuple[int, int], int] = defaultdict(int)
+    users: dict[tuple[int, int], int] = defaultdict(int)
+    for f in flows:
+        for link in f.links:
+            users[link] += 1
+            if f.assured:
+                assured[link] += f.assured
+                planned[link] += 1
+    scale = {link: min(1.0, capacity[link] * planned[link] / users[link] / a) for link, a in assured.items()}
+    return {id(f): f.assured * min(scale[link] for link in f.links) for f in flows if f.assured}
 
 
 class _Replay:
@@ -156,8 +208,9 @@ class _Replay:
         self.done: list[dict[int, float]] = [dict() for _ in range(ranks)]
         self.started: list[set[int]] = [set() for _ in range(ranks)]
         self.stream_free = {(r, s): 0.0 for r in range(ranks) for s in schedule.programs[r]}
-        self.queues: dict[tuple[int, int], deque] = defaultdict(deque)  # (src,dst) -> waiting messages
-        self.active: dict[tuple[int, int], _Flow] = {}  # (src,dst) -> flow on the wire
+        # one connection per (src, dst, plane): its waiting messages and the one on the wire
+        self.queues: dict[tuple[int, int, int], deque] = defaultdict(deque)
+        self.active: dict[tuple[int, int, int], _Flow] = {}
         self.arrived: dict[tuple[int, int, int], deque] = defaultdict(deque)  # (src,dst,tag) -> arrival times
         self.waiting_recv: dict[tuple[int, int, int], deque] = defaultdict(deque)  # posted recvs
         self.link_bytes: dict[tuple[int, int], float] = defaultdict(float)
@@ -215,7 +268,7 @@ class _Replay:
                 if op.kind == "send":
                     t_send = self.cpu(rank, now)
                     if t_send <= now:
-                        self.queues[(rank, op.peer)].append((op.tag, op.length))
+                        self.queues[(rank, op.peer, op.plane)].append((op.tag, op.length))
                         self.finish(rank, op, stream, now)
                         continue
                     self.push(t_send, "send", (rank, stream, op.id, now))
@@ -237,10 +290,11 @@ class _Replay:
         for key, q in self.queues.items():
             if q and key not in self.active:
                 tag, length = q.popleft()
-                src, dst = key
-                links = self.network.links(src, dst)
+                src, dst, plane = key
+                links = self.network.links(src, dst, plane)
                 relayed = any(b < limit for _, b in links[:-1])
-                self.active[key] = _Flow(src, dst, tag, length, float(length), links, relayed=relayed)
+                assured = self.network.assured.get(key, 0.0)
+                self.active[key] = _Flow(src, dst, tag, length, float(length), links, relayed=relayed, assured=assured)
                 self.flows_changed = True
 
     def deliver(self, flow: _Flow, t: float) -> None:
@@ -258,7 +312,7 @@ class _Replay:
         """Move the clock to the next event (a timer or the first flow to finish); False
         when nothing is left to happen."""
         t_flow = float("inf")
-        finish_at: dict[tuple[int, int], float] = {}
+        finish_at: dict[tuple[int, int, int], float] = {}
         for key, f in self.active.items():
             t = self.now + (f.remaining / f.rate if f.rate > 0 else 0.0)
             finish_at[key] = t
@@ -286,7 +340,7 @@ class _Replay:
             _, _, kind, (rank, stream, op_id, _t_start) = heapq.heappop(self.timers)
             _, op = self.ops_by_id[rank][op_id]
             if kind == "send":
-                self.queues[(rank, op.peer)].append((op.tag, op.length))
+                self.queues[(rank, op.peer, op.plane)].append((op.tag, op.length))
             self.finish(rank, op, stream, t_next)
         return True
 

@@ -1,15 +1,25 @@
-"""`topolab plan`: print a plan's summary, or its JSON."""
+"""`topolab plan`: print a plan's summary, or its JSON.
+
+When the job has model-parallel or embedding all-to-all traffic, the summary also shows the
+per-destination bandwidth allocation of those phases (`planner.bandwidth`, docs/algorithms.md
+section 4.1): how many pairs are split over several paths, paths per pair, and each phase's
+time on the allocation against single-path routing (the JSON gets the same figures in
+``extra["bandwidth"]``; the plan itself stays single-path).
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .options import check_output_file
 
 if TYPE_CHECKING:
-    from planner import Plan
+    from planner import Plan, Scenario
+
+MAX_ALLOCATED_SERVERS = 32  # larger jobs: the generic LP takes tens of seconds (planner.bandwidth)
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +64,13 @@ def describe(plan: Plan) -> str:
         f"traffic/iter    AllReduce {_gb(plan.demand.allreduce_bytes)} in {len(plan.demand.allreduce)} group(s), "
         f"model-parallel {_gb(plan.demand.mp_bytes)} in {len(plan.demand.mp)} flow(s)",
     ]
+    for phase in plan.extra.get("bandwidth", ()):
+        lines.append(
+            f"allocation      {phase['phase']}: {phase['pairs_split']}/{phase['pairs']} pairs split, "
+            f"paths/pair max {phase['paths_max']} mean {phase['paths_mean']:.2f}; "
+            f"{phase['planned_s'] * 1e3:.3g} ms vs {phase['single_path_s'] * 1e3:.3g} ms single-path "
+            f"({phase['speedup']:.2f}x)"
+        )
     lines += [f"note            {n}" for n in plan.notes]
     return "\n".join(lines)
 
@@ -73,11 +90,49 @@ def describe_partition(plan: Plan, machines: int) -> str:
     )
 
 
+def bandwidth_phases(plan: Plan, s: Scenario) -> list[dict[str, Any]]:
+    """The allocation summary of the plan's embedding all-to-all and model-parallel phases."""
+    from planner.bandwidth import allocate_for_plan, embedding_alltoall_traffic, iteration_mp_traffic
+    from planner.zoo import get_model
+
+    if not plan.demand.mp or plan.servers > MAX_ALLOCATED_SERVERS:
+        return []
+    phases = {
+        "embedding all-to-all": embedding_alltoall_traffic(
+            plan, get_model(s.workload.model), s.workload.batch_per_server
+        ),
+        "model-parallel iteration": iteration_mp_traffic(plan),
+    }
+    out = []
+    for name, traffic in phases.items():
+        if not traffic:
+            continue
+        result = allocate_for_plan(plan, traffic)
+        paths = [len(pair.paths) for pair in result.allocation]
+        out.append(
+            {
+                "phase": name,
+                "pairs": len(paths),
+                "pairs_split": sum(p > 1 for p in paths),
+                "paths_max": max(paths),
+                "paths_mean": sum(paths) / len(paths),
+                "planned_s": result.seconds,
+                "single_path_s": result.single_path_seconds,
+                "speedup": result.speedup,
+            }
+        )
+    return out
+
+
 def run_plan(args: argparse.Namespace) -> int:
     from planner import build_plan, load_scenario
 
     out = check_output_file(args.out, "--out", inputs=(args.scenario,))
-    plan = build_plan(load_scenario(args.scenario))
+    scenario = load_scenario(args.scenario)
+    plan = build_plan(scenario)
+    phases = bandwidth_phases(plan, scenario)
+    if phases:
+        plan = dataclasses.replace(plan, extra={**plan.extra, "bandwidth": phases})
     text = plan.to_json() if args.json or out is not None else ""  # large plans take a while to serialize
     if out is not None:
         out.write_text(text)

@@ -5,12 +5,19 @@ on every rank), so transfers never overwrite each other's data and the receiver'
 be checked against the sender's input. Every (src -> dst) pair has its own stream on both
 sides, so a rank sends to and receives from all its partners at once (DLRM's all-to-all
 between embedding-table owners and the others is a list of such transfers).
+
+Given a network with a per-destination allocation (docs/algorithms.md section 4.1), a
+transfer between an allocated pair is split over the pair's planes 1..P: consecutive pieces
+of its region sized in proportion to the planes' rates (whole items), one send/recv per
+plane, each plane with its own tag (planes are separate connections, so their messages may
+overtake one another). One copy check still covers the whole region.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from contract.network import Network
 from contract.schedule import Check, Schedule, ScheduleBuilder
 
 Deps = Mapping[int, Iterable[int]]
@@ -24,8 +31,10 @@ def add_p2p_transfers(
     stream_prefix: str = "mp",
     after: Deps | None = None,
     check: bool = True,
+    network: Network | None = None,
 ) -> dict[int, list[int]]:
-    """Append the transfers; grow ``buffer`` to hold them from ``base_offset`` on.
+    """Append the transfers; grow ``buffer`` to hold them from ``base_offset`` on; split a
+    transfer over its pair's planes when ``network`` has an allocation for it.
 
     Returns, per rank, the ops that finish its part (sends and recvs)."""
     after = after or {}
@@ -41,17 +50,62 @@ def add_p2p_transfers(
         offset += nbytes
     b.buffer(buffer, offset)
     tag = b.new_tag()
+    planes = network.planes if network is not None else 0
+    plane_tags = [tag] + [b.new_tag() for _ in range(planes)]
     done: dict[int, list[int]] = {}
     for src, dst, off, nbytes in regions:
-        done.setdefault(src, []).append(
-            b.send(src, f"{stream_prefix}>{dst}", dst, buffer, off, nbytes, tag, after=after.get(src, ()))
-        )
-        done.setdefault(dst, []).append(
-            b.recv(dst, f"{stream_prefix}<{src}", src, buffer, off, nbytes, tag, "copy", after=after.get(dst, ()))
-        )
+        for plane, piece_off, piece in plane_pieces(network, src, dst, off, nbytes, itemsize):
+            done.setdefault(src, []).append(
+                b.send(
+                    src,
+                    f"{stream_prefix}>{dst}",
+                    dst,
+                    buffer,
+                    piece_off,
+                    piece,
+                    plane_tags[plane],
+                    after=after.get(src, ()),
+                    plane=plane,
+                )
+            )
+            done.setdefault(dst, []).append(
+                b.recv(
+                    dst,
+                    f"{stream_prefix}<{src}",
+                    src,
+                    buffer,
+                    piece_off,
+                    piece,
+                    plane_tags[plane],
+                    "copy",
+                    after=after.get(dst, ()),
+                )
+            )
         if check:
             b.check(Check("copy", buffer, off, nbytes, src=src, dst=dst))
     return done
+
+
+def plane_pieces(
+    network: Network | None, src: int, dst: int, offset: int, nbytes: int, itemsize: int = 4
+) -> list[tuple[int, int, int]]:
+    """``(plane, offset, length)`` pieces of a transfer's region: the whole region on plane 0
+    when the pair has no allocation, else one piece per plane in proportion to its rate
+    (largest remainders get the leftover items; planes whose piece is empty are skipped)."""
+    pair = network.allocation_of(src, dst) if network is not None else None
+    if pair is None:
+        return [(0, offset, nbytes)]
+    items = nbytes // itemsize
+    exact = [items * share.gbps / pair.gbps for share in pair.paths]
+    counts = [int(x) for x in exact]
+    for p in sorted(range(len(exact)), key=lambda p: counts[p] - exact[p])[: items - sum(counts)]:
+        counts[p] += 1
+    pieces, pos = [], offset
+    for p, count in enumerate(counts, start=1):
+        if count:
+            pieces.append((p, pos, count * itemsize))
+            pos += count * itemsize
+    return pieces
 
 
 def p2p_transfers(n: int, transfers: Sequence[tuple[int, int, int]]) -> Schedule:
