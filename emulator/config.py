@@ -54,6 +54,10 @@ class EmulationConfig:
     forgets them, as it forgets the namespaces)."""
     lock_wait_s: float = 0.0
     """How long to wait for another run to release the lock before giving up."""
+    destination_classes: bool = True
+    """Enforce a per-destination allocation's rates with HTB classes (docs/emulation.md
+    section 6); False keeps its planes' paths but shares each cable in one class, which is
+    how the ablation measures multipath routing without the rates."""
     host_memory_mib: float = HOST_MEMORY_MIB
     """Memory one emulated host costs (its shell, namespace and link buffers), for the
     up-front check that the plan fits in this machine's memory."""

@@ -112,7 +112,10 @@ class EmulatedNetwork:
         self.delay_us = float(self.network.latency_us) * self.time_scale
         self.planes = node_planes(self.network)  # per node: plane addresses, rules, routes
         scale = emulated_bps_per_gbps(self.reference_gbps, self.link_mbps)
-        self.destination_bps = destination_rates(self.network, self.ports, scale)  # (node, ifname) -> {dst: bit/s}
+        # (node, ifname) -> {dst: bit/s}
+        self.destination_bps = (
+            destination_rates(self.network, self.ports, scale) if self.config.destination_classes else {}
+        )
         self.facts: dict[str, Any] = {}
         self.mininet: Mininet | None = None
         self.hosts: list[EmulatedHost] = []

@@ -77,10 +77,13 @@ def plan_network(
     reduce_bytes_per_s: float = REDUCE_BYTES_PER_S,
     op_overhead_s: float = 0.0,
     reduce_cap_bytes: float = float("inf"),
+    destination_classes: bool = True,
 ) -> Network:
     """A `Network` for ``plan``: each cable gives both directions its rate (parallel cables
     add up). ``link_bps`` rescales every link so that a plan link of ``plan.link_gbps``
-    runs at ``link_bps`` (the emulated rate); by default the plan's own rates are used."""
+    runs at ``link_bps`` (the emulated rate); by default the plan's own rates are used.
+    ``destination_classes`` off: an allocation's planes are routed but their rates are not
+    assured (the emulator's ``destination_classes = False``)."""
     scale = 1.0 if link_bps is None else link_bps / (plan.link_gbps * 1e9)
     good = tcp_goodput_fraction(mtu)
     cap: dict[tuple[int, int], float] = defaultdict(float)
@@ -94,6 +97,7 @@ def plan_network(
         (pair.src, pair.dst, plane): share.gbps * 1e9 * scale * good / 8.0
         for pair in network.allocation
         for plane, share in enumerate(pair.paths, start=1)
+        if destination_classes
     }
     return Network(
         dict(cap),

@@ -1,0 +1,202 @@
+"""One traffic phase (an all-to-all) under single-path and planned routing, predicted and measured.
+
+The ablation of the per-destination bandwidth allocation (docs/algorithms.md section 4.1):
+the same phase, the same network, four ways to carry it.
+
+| variant     | paths per pair                    | per-destination HTB classes |
+|-------------|-----------------------------------|-----------------------------|
+| `single`    | the destination route (plane 0)   | no: each cable one class    |
+| `rates`     | the route, as plane 1 (LP, k = 1) | yes, at the LP's rates      |
+| `multipath` | up to k planes (LP, k = 4)        | no                          |
+| `planned`   | up to k planes (LP, k = 4)        | yes                         |
+
+The phase is the workload's embedding all-to-all by default (every table owner sends its
+lookups to every other server; `planner.bandwidth.embedding_alltoall_traffic`), or a uniform
+all-to-all of ``nbytes_per_pair``. Its bytes are multiplied by one factor so that the
+single-path phase lasts about ``PHASE_SECONDS`` emulated: the real phase is a fraction of a
+millisecond, which the workers' per-message cost would swamp. Ratios between variants do not
+depend on the factor. Each variant is built as its own emulated network (its planes, rules
+and classes), its schedule verified by the workers (a copy check per pair), and predicted by
+the flow model on the same allocation (`planner.predict.plan_network`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contract.errors import UsageError
+from contract.physics import tcp_goodput_fraction, time_scale
+from contract.plan import Plan
+from contract.schedule import Schedule, ScheduleBuilder
+from planner.bandwidth import K_PATHS, BandwidthAllocation, allocate_for_plan, embedding_alltoall_traffic
+from planner.collectives.p2p import add_p2p_transfers, all_to_all
+from planner.predict import plan_network, predict
+from planner.zoo import get_model
+
+from .prediction import SOFTWARE_HOP_S
+
+VARIANTS: dict[str, tuple[int, bool]] = {  # name -> (paths per pair, 0 = no allocation; classes)
+    "single": (0, False),
+    "rates": (1, True),
+    "multipath": (K_PATHS, False),
+    "planned": (K_PATHS, True),
+}
+ROUTINGS = ("single", "planned")  # what `topolab collective --routing` offers
+PHASE_SECONDS = 1.0  # emulated length of the single-path phase the bytes are scaled to
+ITEM = 4  # float32: transfers are whole items
+Traffic = dict[tuple[int, int], float]
+
+
+@dataclass
+class PhaseResult:
+    """One variant of one phase: predicted, LP bound and measured (emulated seconds)."""
+
+    variant: str
+    predicted_s: float
+    bound_s: float  # the LP's phase time at TCP goodput (single: the best fixed-path rates)
+    times_s: list[float] = field(default_factory=list)
+    verified: bool = True
+    errors: list[str] = field(default_factory=list)
+    pairs_split: int = 0
+    planes: int = 0
+
+    @property
+    def median_s(self) -> float:
+        ordered = sorted(self.times_s)
+        return ordered[len(ordered) // 2] if ordered else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(dataclasses.asdict(self), median_s=self.median_s)
+
+
+def phase_traffic(plan: Plan, scenario: Any, nbytes_per_pair: int | None = None) -> Traffic:
+    """The embedding all-to-all of the scenario's workload, or a uniform one."""
+    if nbytes_per_pair:
+        return {(s, d): float(v) for s, d, v in all_to_all(range(plan.servers), nbytes_per_pair)}
+    traffic = embedding_alltoall_traffic(plan, get_model(scenario.workload.model), scenario.workload.batch_per_server)
+    if not traffic:
+        raise UsageError(
+            f"{scenario.name}: the plan has no embedding all-to-all (strategy {plan.strategy!r}); give --bytes"
+        )
+    return traffic
+
+
+def variant_plan(plan: Plan, traffic: Traffic, variant: str) -> tuple[Plan, BandwidthAllocation | None]:
+    """The plan carrying the variant's allocation (none for ``single``)."""
+    paths, _classes = VARIANTS[variant]
+    if paths == 0:
+        return dataclasses.replace(plan, allocation=()), None
+    result = allocate_for_plan(plan, traffic, k=paths)
+    return dataclasses.replace(plan, allocation=result.allocation), result
+
+
+def phase_schedule(plan: Plan, traffic: Traffic, factor: float) -> Schedule:
+    """Every pair's bytes (times ``factor``, whole items) as verified transfers, split over the
+    pair's planes when ``plan`` carries an allocation."""
+    transfers = [
+        (s, d, max(ITEM, int(v * factor) // ITEM * ITEM)) for (s, d), v in sorted(traffic.items()) if v > 0 and s != d
+    ]
+    b = ScheduleBuilder(plan.servers, "phase")
+    add_p2p_transfers(b, transfers, "a2a", 0, "a2a", network=plan.network if plan.allocation else None)
+    b.params.update(factor=factor, pairs=len(transfers))
+    return b.build()
+
+
+def scale_factor(plan: Plan, traffic: Traffic, link_mbps: float, phase_seconds: float = PHASE_SECONDS) -> float:
+    """The byte factor that makes the single-path phase last ``phase_seconds`` emulated."""
+    _, single = variant_plan(plan, traffic, "rates")  # its single_path_seconds is the route's time
+    assert single is not None
+    emulated = single.single_path_seconds * time_scale(plan.link_gbps, link_mbps)
+    return max(1.0, phase_seconds / emulated) if emulated > 0 else 1.0
+
+
+def predict_variant(plan: Plan, schedule: Schedule, classes: bool, link_bps: float, mtu: int) -> float:
+    net = plan_network(plan, link_bps=link_bps, mtu=mtu, alpha_s=SOFTWARE_HOP_S, destination_classes=classes)
+    return predict(schedule, net).seconds
+
+
+def measure_phase(
+    plan: Plan,
+    traffic: Traffic,
+    variants: Sequence[str],
+    emulation: dict[str, Any],
+    *,
+    factor: float,
+    repeat: int = 3,
+    warmup: int = 1,
+    timeout_s: float = 60.0,
+    log: Callable[[str], None] | None = None,
+) -> list[PhaseResult]:
+    """Build each variant's network and run its phase ``warmup + repeat`` times."""
+    from emulator import EmulatedNetwork
+    from workers.coordinator import Coordinator
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    link_mbps = float(emulation["link_mbps"])
+    scale = time_scale(plan.link_gbps, link_mbps)
+    good = tcp_goodput_fraction(int(emulation.get("mtu", 9000)))
+    out = []
+    for variant in variants:
+        paths, classes = VARIANTS[variant]
+        vplan, alloc = variant_plan(plan, traffic, variant)
+        schedule = phase_schedule(vplan, traffic, factor)
+        lp_real = alloc.seconds if alloc is not None else 0.0
+        if alloc is None:
+            _, route_only = variant_plan(plan, traffic, "rates")
+            lp_real = route_only.single_path_seconds if route_only else 0.0
+        result = PhaseResult(
+            variant,
+            predict_variant(vplan, schedule, classes, link_mbps * 1e6, int(emulation.get("mtu", 9000))),
+            lp_real * factor * scale / good,
+            pairs_split=sum(len(p.paths) > 1 for p in vplan.allocation),
+            planes=vplan.network.planes,
+        )
+        config = dict(emulation, destination_classes=classes)
+        with EmulatedNetwork(vplan, config, log=log) as net:
+            hosts = [net.host_address(i) for i in range(plan.servers)]
+
+            def spawn(rank: int, argv: list[str], net: Any = net) -> subprocess.Popen:
+                return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+            with Coordinator(
+                schedule.to_dict(),
+                hosts,
+                spawn=spawn,
+                timeout_s=timeout_s,
+                plane_sources=[net.plane_addresses(i) for i in range(plan.servers)],
+            ) as coord:
+                for i in range(warmup + repeat):
+                    res = coord.run_iteration(i)
+                    result.verified = result.verified and res.ok
+                    result.errors += res.mismatches[:3]
+                    if i >= warmup:
+                        result.times_s.append(res.time_s)
+                    log(
+                        f"  {variant}: {'warm-up' if i < warmup else f'{i - warmup + 1}/{repeat}'} {res.time_s:.3f} s "
+                        f"(predicted {result.predicted_s:.3f} s, LP {result.bound_s:.3f} s) "
+                        f"{'verified' if res.ok else 'VERIFY FAILED'}"
+                    )
+        out.append(result)
+    return out
+
+
+def format_results(results: Sequence[PhaseResult], title: str) -> str:
+    base = next((r.median_s for r in results if r.variant == "single"), math.nan)
+    lines = [
+        title,
+        f"{'variant':<10} {'planes':>6} {'split':>5} {'LP s':>7} {'pred s':>7} {'meas s':>7} "
+        f"{'meas/pred':>9} {'meas/LP':>7} {'speed-up':>8}  verified",
+    ]
+    for r in results:
+        lines.append(
+            f"{r.variant:<10} {r.planes:>6} {r.pairs_split:>5} {r.bound_s:>7.3f} {r.predicted_s:>7.3f} "
+            f"{r.median_s:>7.3f} {r.median_s / r.predicted_s:>9.3f} {r.median_s / r.bound_s:>7.3f} "
+            f"{base / r.median_s:>7.2f}x  {'yes' if r.verified else 'NO'}"
+        )
+    return "\n".join(lines)
