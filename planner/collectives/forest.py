@@ -34,7 +34,7 @@ came back down, which keeps the per-connection FIFO queues short and the trees i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,8 +52,11 @@ PRICING_EPS = 1e-9  # MST weight >= 1 - eps ends column generation (LP tolerance
 MAX_ITERATIONS = 30  # master LPs; small graphs converge in fewer, 128 servers gain <1% more
 WARM_START_ROUNDS = 200  # multiplicative-weights trees seeding column generation
 WARM_START_STEEPNESS = 8.0  # exp(8 x load share): a cable at its capacity costs e^8 more
-DEFAULT_SEGMENT_BYTES = 256 << 10  # segment of the largest tree; others get as many segments
+DEFAULT_SEGMENT_BYTES = 1 << 20  # pipelining segment of the largest tree (module docstring: ops vs tail)
 DEFAULT_WINDOW_SEGMENTS = 4  # segments a server sends up before the first comes back down
+ROOT_SLACK = 0  # a root's eccentricity over the tree's radius: depth costs pipeline tail
+MIN_TREE_SHARE = 0.01  # a tree under 1% of tau costs its ops for almost no bandwidth
+MAX_TAU_LOSS = 0.03  # the trees kept may give up 3% of tau (fewer trees, fewer ops)
 ITEMSIZE = 4  # float32 gradients
 
 
@@ -172,29 +175,43 @@ def spanning_tree_packing(
     return TreePacking(packed, rates, tau, iterations, max(tau, upper * scale))
 
 
-def _limit_trees(packing: TreePacking, capacities: Mapping[Edge, float], max_trees: int) -> TreePacking:
-    """Keep the ``max_trees`` fastest trees and re-solve their rates (the master LP)."""
-    if len(packing.trees) <= max_trees:
-        return packing
-    order = sorted(range(len(packing.trees)), key=lambda j: -packing.rates[j])[:max_trees]
-    trees = [packing.trees[j] for j in order]
+def select_trees(
+    packing: TreePacking,
+    capacities: Mapping[Edge, float],
+    max_trees: int,
+    min_share: float = MIN_TREE_SHARE,
+    max_loss: float = MAX_TAU_LOSS,
+) -> TreePacking:
+    """The fewest of the packing's fastest trees whose re-solved rates (the master LP on
+    them alone) reach ``(1 - max_loss) tau``, at most ``max_trees``, none under
+    ``min_share`` of tau.
+
+    Every tree costs the workers ops per segment on every server, so a packing of a few
+    trees that gives up a few percent of tau runs faster than the exact one of ~|E| trees."""
+    order = sorted(range(len(packing.trees)), key=lambda j: -packing.rates[j])
+    order = [j for j in order if packing.rates[j] >= min_share * packing.tau] or order[:1]
     caps = _normalize(capacities)
     edges = list(caps)
     index = {e: i for i, e in enumerate(edges)}
-    incidence = np.zeros((len(edges), len(trees)))
-    for j, tree in enumerate(trees):
-        incidence[[index[e] for e in tree], j] = 1.0
-    res = linprog(-np.ones(len(trees)), A_ub=incidence, b_ub=[caps[e] for e in edges], method="highs")
-    if res.status != 0:
-        raise RuntimeError(f"restricted packing LP failed: {res.message}")
-    kept = [(trees[j], float(x)) for j, x in enumerate(res.x) if x > 0]
-    return TreePacking(
-        tuple(t for t, _ in kept),
-        tuple(r for _, r in kept),
-        sum(r for _, r in kept),
-        packing.iterations,
-        packing.tau_upper,
-    )
+    best = None
+    for k in range(1, min(max_trees, len(order)) + 1):
+        trees = [packing.trees[j] for j in order[:k]]
+        incidence = np.zeros((len(edges), k))
+        for j, tree in enumerate(trees):
+            incidence[[index[e] for e in tree], j] = 1.0
+        res = linprog(-np.ones(k), A_ub=incidence, b_ub=[caps[e] for e in edges], method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"restricted packing LP failed: {res.message}")
+        kept = [(trees[j], float(x)) for j, x in enumerate(res.x) if x > 0]
+        tau = sum(r for _, r in kept)
+        if best is None or tau > best.tau:
+            best = TreePacking(
+                tuple(t for t, _ in kept), tuple(r for _, r in kept), tau, packing.iterations, packing.tau_upper
+            )
+        if tau >= (1.0 - max_loss) * packing.tau:
+            break
+    assert best is not None
+    return best
 
 
 def _choose_root(tree: nx.Graph, servers: int, root_bytes: dict[int, int]) -> int:
@@ -203,7 +220,7 @@ def _choose_root(tree: nx.Graph, servers: int, root_bytes: dict[int, int]) -> in
     ecc = nx.eccentricity(tree)
     candidates = [v for v in tree if v < servers]
     best = min(ecc[v] for v in candidates)
-    return min((v for v in candidates if ecc[v] <= best + 1), key=lambda v: (root_bytes[v], ecc[v], v))
+    return min((v for v in candidates if ecc[v] <= best + ROOT_SLACK), key=lambda v: (root_bytes[v], ecc[v], v))
 
 
 def build_forest(
@@ -213,7 +230,7 @@ def build_forest(
     each a share of the ``nbytes`` buffer in proportion to its rate (float32-aligned)."""
     if nbytes <= 0 or nbytes % ITEMSIZE:
         raise ValueError(f"nbytes must be a positive multiple of {ITEMSIZE}, got {nbytes}")
-    packing = _limit_trees(spanning_tree_packing(capacities), capacities, max_trees or 2 * servers)
+    packing = select_trees(spanning_tree_packing(capacities), capacities, max_trees or servers)
     order = sorted(range(len(packing.trees)), key=lambda j: -packing.rates[j])
     shares = weighted_split(0, nbytes, [packing.rates[j] for j in order], ITEMSIZE)
     root_bytes = dict.fromkeys(range(servers), 0)
@@ -258,36 +275,50 @@ def add_forest_allreduce(
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     window: int = DEFAULT_WINDOW_SEGMENTS,
     path: Any = None,
-) -> None:
-    """Append every tree's pipelined reduce (stream ``t{i}up``) and broadcast (``t{i}down``)."""
+    stream_prefix: str = "t",
+    offset: int = 0,
+    after: Mapping[int, Sequence[int]] | None = None,
+) -> dict[int, list[int]]:
+    """Append every tree's pipelined reduce (stream ``{stream_prefix}{i}up``) and broadcast
+    (``...down``) of its region moved by ``offset``; a server's first op of every tree waits
+    for ``after[server]``. Returns each server's last op of every tree."""
     if segment_bytes < ITEMSIZE or window < 1:
         raise ValueError(f"segment_bytes ({segment_bytes}) and window ({window}) must be positive")
     nseg = max(1, -(-max(t.length for t in forest) // segment_bytes))
+    after = after or {}
+    last: dict[int, list[int]] = {}
     for i, tree in enumerate(forest):
         parents = server_parents(tree, servers, path)
         children: dict[int, list[int]] = {v: [] for v in parents}
         for v, p in parents.items():
             if p >= 0:
                 children[p].append(v)
-        segments = [s for s in split_region(tree.offset, tree.length, nseg, ITEMSIZE) if s[1]]
+        segments = [s for s in split_region(offset + tree.offset, tree.length, nseg, ITEMSIZE) if s[1]]
         up_tag, down_tag = b.new_tag(), b.new_tag()
-        up, down = f"t{i}up", f"t{i}down"
+        up, down = f"{stream_prefix}{i}up", f"{stream_prefix}{i}down"
         for v, p in parents.items():
             came_down: list[int] = []  # this server's down-recv op of each segment
+            first = list(after.get(v, ()))
+            ends: list[int] = []
             for k, (so, sl) in enumerate(segments):
                 reduced = None
                 for child in children[v]:
-                    reduced = b.recv(v, up, child, buffer, so, sl, up_tag, "reduce")
+                    reduced = b.recv(v, up, child, buffer, so, sl, up_tag, "reduce", after=first)
+                    first = []
                 if p >= 0:
                     credit = [came_down[k - window]] if k >= window else []
-                    sent = b.send(v, up, p, buffer, so, sl, up_tag, after=credit)
+                    sent = b.send(v, up, p, buffer, so, sl, up_tag, after=credit + first)
+                    first = []
                     came_down.append(b.recv(v, down, p, buffer, so, sl, down_tag, "copy", after=[sent]))
+                    ends = [came_down[-1]]
                     deps = []
                 else:
                     deps = [reduced] if reduced is not None else []
                 for child in children[v]:
-                    b.send(v, down, child, buffer, so, sl, down_tag, after=deps)
+                    ends = [b.send(v, down, child, buffer, so, sl, down_tag, after=deps)]
                     deps = []
+            last.setdefault(v, []).extend(ends)
+    return last
 
 
 def forest_allreduce(
@@ -312,12 +343,27 @@ def forest_allreduce(
         n = servers if servers is not None else 1 + max(max(e) for e in capacities)
         path = None
     forest, packing = build_forest(capacities, n, nbytes, max_trees)
-    b = ScheduleBuilder(n, "forest")
+    return forest_schedule(forest, packing, n, nbytes, segment_bytes=segment_bytes, window=window, path=path)
+
+
+def forest_schedule(
+    forest: list[ForestTree],
+    packing: TreePacking,
+    servers: int,
+    nbytes: int,
+    *,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    window: int = DEFAULT_WINDOW_SEGMENTS,
+    path: Any = None,
+) -> Schedule:
+    """The schedule of a forest built by `build_forest` (``path``: the plan's routes)."""
+    b = ScheduleBuilder(servers, "forest")
     b.buffer("grad", nbytes)
-    add_forest_allreduce(b, forest, n, "grad", segment_bytes, window, path)
-    b.check(Check("allreduce", "grad", 0, nbytes, groups=[list(range(n))]))
+    add_forest_allreduce(b, forest, servers, "grad", segment_bytes, window, path)
+    b.check(Check("allreduce", "grad", 0, nbytes, groups=[list(range(servers))]))
     b.params.update(
         nbytes=nbytes,
+        shape="trees",
         segment_bytes=segment_bytes,
         window=window,
         tau=packing.tau,
