@@ -40,6 +40,7 @@ from typing import Any
 
 import networkx as nx
 import numpy as np
+from scipy import sparse
 from scipy.optimize import linprog
 
 from contract.physics import tcp_goodput_fraction
@@ -57,6 +58,7 @@ DEFAULT_WINDOW_SEGMENTS = 4  # segments a server sends up before the first comes
 ROOT_SLACK = 0  # a root's eccentricity over the tree's radius: depth costs pipeline tail
 MIN_TREE_SHARE = 0.01  # a tree under 1% of tau costs its ops for almost no bandwidth
 MAX_TAU_LOSS = 0.03  # the trees kept may give up 3% of tau (fewer trees, fewer ops)
+PACKING_GAP = 0.01  # the forest's packing stops within 1% of optimal (proved by tau_upper)
 ITEMSIZE = 4  # float32 gradients
 
 
@@ -114,17 +116,28 @@ def plan_capacities(plan: Any, link_bps: float | None = None, mtu: int = 9000) -
     return _normalize({(link.a, link.b): link.gbps * 1e9 * scale * good / 8.0 for link in plan.links})
 
 
+def _incidence(trees: list[tuple[int, ...]], edges: int) -> sparse.csc_matrix:
+    """Edge-by-tree 0/1 matrix of the master LP (sparse: a tree has |V| - 1 of |E| edges)."""
+    cols = np.repeat(np.arange(len(trees)), [len(t) for t in trees])
+    rows = np.fromiter((e for t in trees for e in t), dtype=np.int64, count=len(cols))
+    return sparse.csc_matrix((np.ones(len(cols)), (rows, cols)), shape=(edges, len(trees)))
+
+
 def spanning_tree_packing(
-    capacities: Mapping[Edge, float], eps: float = PRICING_EPS, max_iterations: int = MAX_ITERATIONS
+    capacities: Mapping[Edge, float],
+    eps: float = PRICING_EPS,
+    max_iterations: int = MAX_ITERATIONS,
+    gap: float = 0.0,
 ) -> TreePacking:
     """Maximum fractional packing of spanning trees of the cabled graph (column generation).
 
     ``capacities[(a, b)]`` is the rate of the cable(s) between nodes a and b (any unit; the
     rates come back in it). Every node of the graph must be connected. The first columns
     come from multiplicative weights (MSTs on ``exp(load / capacity)``); after
-    ``max_iterations`` master LPs column generation stops, and ``tau_upper`` (the smaller of
-    the Lagrangian bound ``tau / MST(y)`` of the duals ``y`` and ``c(E) / (|V| - 1)``, the
-    partition into single nodes) says how far from optimal the packing can be."""
+    ``max_iterations`` master LPs, or once ``tau >= (1 - gap) tau_upper``, column generation
+    stops; ``tau_upper`` (the smaller of the Lagrangian bound ``tau / MST(y)`` of the duals
+    ``y`` and ``c(E) / (|V| - 1)``, the partition into single nodes) says how far from
+    optimal the packing can be (``gap = 0``: solved to optimality)."""
     caps = _normalize(capacities)
     graph = nx.Graph()
     graph.add_edges_from(caps)
@@ -152,10 +165,7 @@ def spanning_tree_packing(
     while True:
         iterations += 1
         trees = list(columns)
-        incidence = np.zeros((len(edges), len(trees)))
-        for j, tree in enumerate(trees):
-            incidence[list(tree), j] = 1.0
-        res = linprog(-np.ones(len(trees)), A_ub=incidence, b_ub=cap, bounds=(0, None), method="highs")
+        res = linprog(-np.ones(len(trees)), A_ub=_incidence(trees, len(edges)), b_ub=cap, method="highs")
         if res.status != 0:
             raise RuntimeError(f"packing master LP failed: {res.message}")
         duals = -res.ineqlin.marginals
@@ -163,9 +173,7 @@ def spanning_tree_packing(
         priced = float(duals[list(candidate)].sum())
         if priced > 0:
             upper = min(upper, -res.fun / priced)
-        if priced >= 1.0 - eps:
-            break
-        if iterations >= max_iterations:
+        if priced >= 1.0 - eps or -res.fun >= (1.0 - gap) * upper or iterations >= max_iterations:
             break
         columns[candidate] = None
     keep = [j for j, x in enumerate(res.x) if x > eps]
@@ -184,7 +192,7 @@ def select_trees(
 ) -> TreePacking:
     """The fewest of the packing's fastest trees whose re-solved rates (the master LP on
     them alone) reach ``(1 - max_loss) tau``, at most ``max_trees``, none under
-    ``min_share`` of tau.
+    ``min_share`` of tau (binary search: adding a tree never lowers the re-solved tau).
 
     Every tree costs the workers ops per segment on every server, so a packing of a few
     trees that gives up a few percent of tau runs faster than the exact one of ~|E| trees."""
@@ -193,24 +201,26 @@ def select_trees(
     caps = _normalize(capacities)
     edges = list(caps)
     index = {e: i for i, e in enumerate(edges)}
-    best = None
-    for k in range(1, min(max_trees, len(order)) + 1):
+
+    def resolve(k: int) -> TreePacking:
         trees = [packing.trees[j] for j in order[:k]]
-        incidence = np.zeros((len(edges), k))
-        for j, tree in enumerate(trees):
-            incidence[[index[e] for e in tree], j] = 1.0
+        incidence = _incidence([tuple(index[e] for e in tree) for tree in trees], len(edges))
         res = linprog(-np.ones(k), A_ub=incidence, b_ub=[caps[e] for e in edges], method="highs")
         if res.status != 0:
             raise RuntimeError(f"restricted packing LP failed: {res.message}")
         kept = [(trees[j], float(x)) for j, x in enumerate(res.x) if x > 0]
-        tau = sum(r for _, r in kept)
-        if best is None or tau > best.tau:
-            best = TreePacking(
-                tuple(t for t, _ in kept), tuple(r for _, r in kept), tau, packing.iterations, packing.tau_upper
-            )
-        if tau >= (1.0 - max_loss) * packing.tau:
-            break
-    assert best is not None
+        rates = tuple(r for _, r in kept)
+        return TreePacking(tuple(t for t, _ in kept), rates, sum(rates), packing.iterations, packing.tau_upper)
+
+    low, high = 1, min(max_trees, len(order))
+    best = resolve(high)
+    while low < high:  # the smallest k reaching the target (or high's packing)
+        mid = (low + high) // 2
+        candidate = resolve(mid)
+        if candidate.tau >= (1.0 - max_loss) * packing.tau:
+            best, high = candidate, mid
+        else:
+            low = mid + 1
     return best
 
 
@@ -230,7 +240,7 @@ def build_forest(
     each a share of the ``nbytes`` buffer in proportion to its rate (float32-aligned)."""
     if nbytes <= 0 or nbytes % ITEMSIZE:
         raise ValueError(f"nbytes must be a positive multiple of {ITEMSIZE}, got {nbytes}")
-    packing = select_trees(spanning_tree_packing(capacities), capacities, max_trees or servers)
+    packing = select_trees(spanning_tree_packing(capacities, gap=PACKING_GAP), capacities, max_trees or servers)
     order = sorted(range(len(packing.trees)), key=lambda j: -packing.rates[j])
     shares = weighted_split(0, nbytes, [packing.rates[j] for j in order], ITEMSIZE)
     root_bytes = dict.fromkeys(range(servers), 0)
@@ -381,4 +391,4 @@ def allreduce_bounds(capacities: Mapping[Edge, float], servers: int, nbytes: int
     caps = _normalize(capacities)
     egress = [sum(c for e, c in caps.items() if v in e) for v in range(servers)]
     n = servers
-    return Bounds(2 * (n - 1) * nbytes / (n * min(egress)), nbytes / spanning_tree_packing(caps).tau)
+    return Bounds(2 * (n - 1) * nbytes / (n * min(egress)), nbytes / spanning_tree_packing(caps).tau_upper)
