@@ -146,7 +146,7 @@ def forest_for_plan(plan: Any, nbytes: int, segment_bytes: int | None = None) ->
     return sched
 
 
-def allreduce_for_plan(plan: Any, algorithm: str, nbytes: int, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> Schedule:
+def allreduce_for_plan(plan: Any, algorithm: str, nbytes: int, segment_bytes: int | None = None) -> Schedule:
     """``ring``: one ring (the plan's first); ``topoopt``: all the plan's rings, both
     directions, concurrently, the buffer split by `multiring_weights`; ``tree``: NCCL's binary tree; ``dbtree``: NCCL's double
     binary tree; ``hierarchical``: reduce-scatter and all-gather dimension by dimension,
@@ -168,7 +168,7 @@ def allreduce_for_plan(plan: Any, algorithm: str, nbytes: int, segment_bytes: in
         rings = allreduce_rings(plan)
         return multiring_allreduce(n, nbytes, rings, weights=multiring_weights(plan, rings))
     if algorithm == "tree":
-        return tree_allreduce(n, nbytes, segment_bytes)
+        return tree_allreduce(n, nbytes, segment_bytes or DEFAULT_SEGMENT_BYTES)
     if algorithm == "dbtree":
-        return dbtree_allreduce(n, nbytes, segment_bytes)
+        return dbtree_allreduce(n, nbytes, segment_bytes or DEFAULT_SEGMENT_BYTES)
     raise ValueError(f"unknown algorithm {algorithm!r} (expected one of {', '.join(ALGORITHMS)})")
