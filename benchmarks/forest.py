@@ -45,7 +45,6 @@ SCENARIO = "scenarios/topoopt-12.toml"
 DEGRADED_ORDER = ((0, 1), (7, 8), (4, 9), (2, 3), (5, 10), (6, 11))
 DEGRADED_GBPS = 5.0
 NBYTES = 64 << 20
-SEGMENT_BYTES = 1 << 20  # forest pipelining segment (its largest tree's), as topolab collective at 64M
 ALGORITHMS = ("forest", "multiring", "weighted", "ring")
 QUARTER_STRIDE, QUARTER_FACTOR = 5, 0.25  # the weighted-split case: ±5 cables at 1/4 the rate
 LARGE_SERVERS, LARGE_DEGREE, LARGE_DEGRADED_SHARE = 128, 8, 0.10
@@ -75,7 +74,7 @@ def schedules(plan, nbytes: int, algorithms) -> dict:
     equal split over the plan's rings; ``weighted``: split by the rings' bottleneck rates."""
     rings = plan_rings(plan)
     make = {
-        "forest": lambda: allreduce_for_plan(plan, "forest", nbytes, SEGMENT_BYTES),
+        "forest": lambda: allreduce_for_plan(plan, "forest", nbytes),
         "multiring": lambda: multiring_allreduce(plan.servers, nbytes, rings),
         "weighted": lambda: multiring_allreduce(plan.servers, nbytes, rings, weights=ring_weights(plan, rings)),
         "ring": lambda: ring_allreduce(plan.servers, nbytes, rings[0]),
@@ -111,7 +110,7 @@ def planner_speed() -> dict[str, float]:
     (circulant, strides 1..4 both ways) with 10% of the cables at a fifth of the rate."""
     plan = degraded_plan(build_plan(load_scenario(SCENARIO)), 3)
     t0 = time.perf_counter()
-    allreduce_for_plan(plan, "forest", NBYTES, SEGMENT_BYTES)
+    allreduce_for_plan(plan, "forest", NBYTES)
     small = time.perf_counter() - t0
     n = LARGE_SERVERS
     caps = {(v, (v + s) % n): 25.0 for v in range(n) for s in range(1, LARGE_DEGREE // 2 + 1)}

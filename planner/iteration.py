@@ -37,7 +37,7 @@ from contract.plan import Plan
 from contract.schedule import Check, Schedule, ScheduleBuilder
 
 from .collectives.forest import add_forest_allreduce
-from .collectives.from_plan import choose_forest, group_rings, heterogeneous, multiring_weights
+from .collectives.from_plan import ForestChoice, choose_forest, group_rings, heterogeneous, multiring_weights
 from .collectives.hierarchical import add_hierarchical_allreduce, pipeline_chunks
 from .collectives.p2p import add_p2p_transfers
 from .collectives.rings import add_multiring_allreduce
@@ -86,6 +86,7 @@ class _IterationBuilder:
         self.buckets = 0
         self.previous_bucket: Deps = {}  # sequential hierarchical buckets wait for it
         self.algorithms: dict[str, dict[str, str]] = {}  # per group size: algorithm and why
+        self.forests: dict[int, ForestChoice] = {}  # per bucket size
 
     def transfers(self, flows: Flows, after: Deps) -> Deps:
         """One p2p transfer per (src, dst) pair of ``flows``; each rank's ops that finish its part."""
@@ -130,7 +131,9 @@ class _IterationBuilder:
         if algorithm == "hierarchical":
             self.hierarchical_allreduce(layout, nbytes, after)
         elif algorithm == "forest":
-            choice = choose_forest(self.plan, nbytes)
+            if nbytes not in self.forests:  # buckets are mostly of one size: pack once
+                self.forests[nbytes] = choose_forest(self.plan, nbytes)
+            choice = self.forests[nbytes]
             algorithm, why = ("forest trees" if choice.trees else "forest rings"), f"{why}; {choice.why}"
             if choice.trees is None:
                 add_multiring_allreduce(
