@@ -196,7 +196,7 @@ def allreduce_algorithm(plan: Plan, layout: int) -> tuple[str, str]:
         return "forest", "cables of different rates"
     if heterogeneous(plan):
         return "weighted multi-ring", "cables of different rates; coset groups run rings"
-    return "multi-ring", "uniform cables: TopoOpt's rings reach the per-server bound"
+    return "multi-ring", "uniform cables: the plan's rings, split equally (TopoOpt)"
 
 
 def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Schedule:

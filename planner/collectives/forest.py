@@ -63,7 +63,6 @@ WARM_START_STEEPNESS = 8.0  # exp(8 x load share): a cable at its capacity costs
 # 256 KiB / 6 3.76 s (its 1393 ops per server cost more than the shorter tail saves).
 DEFAULT_SEGMENT_BYTES = 384 << 10
 DEFAULT_WINDOW_SEGMENTS = 5  # segments a server sends up before the first comes back down
-ROOT_SLACK = 0  # a root's eccentricity over the tree's radius: depth costs pipeline tail
 MIN_TREE_SHARE = 0.01  # a tree under 1% of tau costs its ops for almost no bandwidth
 MAX_TAU_LOSS = 0.03  # the trees kept may give up 3% of tau (fewer trees, fewer ops)
 PACKING_GAP = 0.01  # the forest's packing stops within 1% of optimal (proved by tau_upper)
@@ -233,19 +232,20 @@ def select_trees(
 
 
 def _choose_root(tree: nx.Graph, servers: int, root_bytes: dict[int, int]) -> int:
-    """A shallow root (eccentricity within one of the tree's centre) with the least buffer
-    already rooted at it, so roots, and their reductions, spread over the servers."""
+    """A root at the tree's centre (pipeline depth: the schedule's tail grows with the tree's
+    height) with the least buffer already rooted at it, so roots spread over the servers."""
     ecc = nx.eccentricity(tree)
     candidates = [v for v in tree if v < servers]
     best = min(ecc[v] for v in candidates)
-    return min((v for v in candidates if ecc[v] <= best + ROOT_SLACK), key=lambda v: (root_bytes[v], ecc[v], v))
+    return min((v for v in candidates if ecc[v] == best), key=lambda v: (root_bytes[v], ecc[v], v))
 
 
 def build_forest(
     capacities: Mapping[Edge, float], servers: int, nbytes: int, max_trees: int | None = None
 ) -> tuple[list[ForestTree], TreePacking]:
-    """Pack trees, keep at most ``max_trees`` (default ``2 * servers``), root them and give
-    each a share of the ``nbytes`` buffer in proportion to its rate (float32-aligned)."""
+    """Pack trees (to a proved `PACKING_GAP`), keep the fewest that reach `MAX_TAU_LOSS`
+    (`select_trees`, at most ``max_trees``, default ``servers``), root them and give each a
+    share of the ``nbytes`` buffer in proportion to its rate (float32-aligned)."""
     if nbytes <= 0 or nbytes % ITEMSIZE:
         raise ValueError(f"nbytes must be a positive multiple of {ITEMSIZE}, got {nbytes}")
     packing = select_trees(spanning_tree_packing(capacities, gap=PACKING_GAP), capacities, max_trees or servers)
