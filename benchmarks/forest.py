@@ -138,10 +138,17 @@ def plot(rows: list[dict], path: Path) -> None:
     for name, style in (("forest", "o-"), ("multiring", "s-"), ("weighted", "d-"), ("ring", "^-")):
         if not all(name in r["predicted_s"] for r in rows):
             continue
-        ax.plot(xs, [r["predicted_s"][name] for r in rows], style, label=f"{name} (predicted)")
+        (line,) = ax.plot(xs, [r["predicted_s"][name] for r in rows], style, label=f"{name} (predicted)")
         measured = [(r["degraded"], r["measured"][name]["median_s"]) for r in rows if name in r.get("measured", {})]
         if measured:
-            ax.plot(*zip(*measured), style[0], markersize=10, fillstyle="none", label=f"{name} (measured)")
+            ax.plot(
+                *zip(*measured),
+                style[0],
+                color=line.get_color(),
+                markersize=11,
+                fillstyle="none",
+                label=f"{name} (measured)",
+            )
     ax.plot(xs, [r["packing_bound_s"] for r in rows], "k--", label="packing bound S/tau")
     ax.set_yscale("log")
     ax.set_xlabel(f"cables degraded to {DEGRADED_GBPS:g} Gbit/s (of 24 at 25)")
