@@ -1,15 +1,22 @@
-"""Forest AllReduce vs TopoOpt's equal-split multi-ring vs one ring on degraded cables.
+"""Forest AllReduce vs TopoOpt's multi-ring (equal and rate-weighted split) vs one ring.
 
 The TopoOpt-12 plan (12 servers, cables i±1, i±5 at 25 Gbit/s) with some cables degraded to
 5 Gbit/s (emulated at link_mbps = 100, so 20 Mbit/s). For 64 MiB it prints, per algorithm,
 the predicted time (planner.predict on the emulated rates) and the two lower bounds
 (the slowest server's egress bound and the spanning-tree packing bound S / tau, docs/
-algorithms.md sections 2 and 5), for 0..6 degraded cables. With ``--measure`` (root) it
+algorithms.md section 10), for 0..6 degraded cables. With ``--measure`` (root) it
 also runs each algorithm on the emulated network (one warm-up, then the median of
 ``--repeat`` runs, every run verified by the workers) for the degraded counts given by
-``--measure-degraded``. Writes benchmarks/results/forest.json and forest.png.
+``--measure-degraded``. Writes benchmarks/results/forest.json and forest.png (time per
+algorithm vs degraded cables, predicted lines, measured markers).
+
+``--case stride5-quarter`` instead runs one network: every ±5 cable at a quarter of the ±1
+cables' rate, where the rate-weighted multi-ring should beat the equal split (written to
+forest-stride5-quarter.json). ``--algorithms`` picks a subset (the machine is shared: the
+single ring alone takes ~50 s per 64 MiB run with 3 degraded cables).
 
     .venv/bin/python benchmarks/forest.py [--degraded 0,1,...,6] [--measure] [--measure-degraded 3]
+        [--algorithms forest,multiring,weighted,ring] [--repeat 3] [--case degraded|stride5-quarter]
 """
 
 from __future__ import annotations
@@ -27,8 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner import build_plan, load_scenario
-from planner.collectives.forest import allreduce_bounds, build_forest, forest_allreduce, plan_capacities
-from planner.collectives.from_plan import plan_rings
+from planner.collectives.forest import allreduce_bounds, build_forest, plan_capacities
+from planner.collectives.from_plan import allreduce_for_plan, plan_rings, ring_weights
 from planner.collectives.rings import multiring_allreduce, ring_allreduce
 from planner.predict import plan_network, predict
 
@@ -38,7 +45,8 @@ SCENARIO = "scenarios/topoopt-12.toml"
 DEGRADED_ORDER = ((0, 1), (7, 8), (4, 9), (2, 3), (5, 10), (6, 11))
 DEGRADED_GBPS = 5.0
 NBYTES = 64 << 20
-SEGMENT_BYTES = 256 << 10  # forest pipelining segment (its largest tree's)
+ALGORITHMS = ("forest", "multiring", "weighted", "ring")
+QUARTER_STRIDE, QUARTER_FACTOR = 5, 0.25  # the weighted-split case: ±5 cables at 1/4 the rate
 LARGE_SERVERS, LARGE_DEGREE, LARGE_DEGRADED_SHARE = 128, 8, 0.10
 
 
@@ -51,13 +59,27 @@ def degraded_plan(plan, count: int):
     return dataclasses.replace(plan, links=links)
 
 
-def schedules(plan, link_bps: float, nbytes: int) -> dict:
+def stride_plan(plan, stride: int, factor: float):
+    """Every cable of ``stride`` (either direction) at ``factor`` of its rate."""
+    n = plan.servers
+    links = tuple(
+        dataclasses.replace(link, gbps=link.gbps * factor) if (link.b - link.a) % n in (stride, n - stride) else link
+        for link in plan.links
+    )
+    return dataclasses.replace(plan, links=links)
+
+
+def schedules(plan, nbytes: int, algorithms) -> dict:
+    """``forest`` as `topolab collective --algorithm forest` runs it; ``multiring``: the
+    equal split over the plan's rings; ``weighted``: split by the rings' bottleneck rates."""
     rings = plan_rings(plan)
-    return {
-        "forest": forest_allreduce(plan, nbytes, link_bps=link_bps, segment_bytes=SEGMENT_BYTES),
-        "multiring": multiring_allreduce(plan.servers, nbytes, rings),
-        "ring": ring_allreduce(plan.servers, nbytes, rings[0]),
+    make = {
+        "forest": lambda: allreduce_for_plan(plan, "forest", nbytes),
+        "multiring": lambda: multiring_allreduce(plan.servers, nbytes, rings),
+        "weighted": lambda: multiring_allreduce(plan.servers, nbytes, rings, weights=ring_weights(plan, rings)),
+        "ring": lambda: ring_allreduce(plan.servers, nbytes, rings[0]),
     }
+    return {name: make[name]() for name in algorithms}
 
 
 def measure(plan, scheds: dict, emulation: dict, repeat: int) -> dict[str, dict]:
@@ -88,7 +110,7 @@ def planner_speed() -> dict[str, float]:
     (circulant, strides 1..4 both ways) with 10% of the cables at a fifth of the rate."""
     plan = degraded_plan(build_plan(load_scenario(SCENARIO)), 3)
     t0 = time.perf_counter()
-    forest_allreduce(plan, NBYTES, link_bps=100e6, segment_bytes=SEGMENT_BYTES)
+    allreduce_for_plan(plan, "forest", NBYTES)
     small = time.perf_counter() - t0
     n = LARGE_SERVERS
     caps = {(v, (v + s) % n): 25.0 for v in range(n) for s in range(1, LARGE_DEGREE // 2 + 1)}
@@ -113,11 +135,20 @@ def plot(rows: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     xs = [r["degraded"] for r in rows]
-    for name, style in (("forest", "o-"), ("multiring", "s-"), ("ring", "^-")):
-        ax.plot(xs, [r["predicted_s"][name] for r in rows], style, label=f"{name} (predicted)")
+    for name, style in (("forest", "o-"), ("multiring", "s-"), ("weighted", "d-"), ("ring", "^-")):
+        if not all(name in r["predicted_s"] for r in rows):
+            continue
+        (line,) = ax.plot(xs, [r["predicted_s"][name] for r in rows], style, label=f"{name} (predicted)")
         measured = [(r["degraded"], r["measured"][name]["median_s"]) for r in rows if name in r.get("measured", {})]
         if measured:
-            ax.plot(*zip(*measured), style[0], markersize=10, fillstyle="none", label=f"{name} (measured)")
+            ax.plot(
+                *zip(*measured),
+                style[0],
+                color=line.get_color(),
+                markersize=11,
+                fillstyle="none",
+                label=f"{name} (measured)",
+            )
     ax.plot(xs, [r["packing_bound_s"] for r in rows], "k--", label="packing bound S/tau")
     ax.set_yscale("log")
     ax.set_xlabel(f"cables degraded to {DEGRADED_GBPS:g} Gbit/s (of 24 at 25)")
@@ -136,7 +167,14 @@ def main() -> int:
     ap.add_argument("--degraded", default="0,1,2,3,4,5,6", help="comma-separated degraded counts to predict")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--wait", type=float, default=900.0, help="wait this long for another emulation run to end")
+    ap.add_argument("--algorithms", default=",".join(ALGORITHMS), help=f"comma-separated subset of {ALGORITHMS}")
+    ap.add_argument("--case", choices=("degraded", "stride5-quarter"), default="degraded")
+    ap.add_argument("--no-speed", action="store_true", help="skip the planner speed figures (128 servers)")
     args = ap.parse_args()
+    algorithms = [a for a in args.algorithms.split(",") if a]
+    if not algorithms or set(algorithms) - set(ALGORITHMS):
+        print(f"forest: --algorithms {args.algorithms!r}: expected a subset of {','.join(ALGORITHMS)}", file=sys.stderr)
+        return 2
     if args.measure and os.geteuid() != 0:
         print("forest: --measure needs root (emulated network)", file=sys.stderr)
         return 2
@@ -147,25 +185,34 @@ def main() -> int:
     mtu = int(emulation["mtu"])
     to_measure = {int(x) for x in args.measure_degraded.split(",") if x} if args.measure else set()
     rows = []
-    for count in sorted({int(x) for x in args.degraded.split(",") if x} | to_measure):
+    counts = sorted({int(x) for x in args.degraded.split(",") if x} | to_measure)
+    if args.case == "stride5-quarter":
+        counts = [0]
+    for count in counts:
         plan = degraded_plan(base, count)
-        scheds = schedules(plan, link_bps, NBYTES)
+        if args.case == "stride5-quarter":
+            plan = stride_plan(plan, QUARTER_STRIDE, QUARTER_FACTOR)
+            to_measure = {0} if args.measure else set()
+        scheds = schedules(plan, NBYTES, algorithms)
         network = plan_network(plan, link_bps, mtu)
         bounds = allreduce_bounds(plan_capacities(plan, link_bps, mtu), plan.servers, NBYTES)
         row = {
             "degraded": count,
             "packing_bound_s": bounds.packing_s,
             "egress_bound_s": bounds.egress_s,
-            "forest_trees": len(scheds["forest"].params["trees"]),
             "predicted_s": {},
         }
+        if "forest" in scheds:
+            params = scheds["forest"].params
+            row["forest"] = {"shape": params["shape"], "why": params["why"], "trees": len(params.get("trees", []))}
+            row["forest_ops_per_rank"] = scheds["forest"].op_count() / plan.servers
         for name, sched in scheds.items():
             row["predicted_s"][name] = predict(sched, network).seconds
         print(f"degraded {count}: " + json.dumps({k: round(v, 3) for k, v in row["predicted_s"].items()}), flush=True)
         if count in to_measure:
             row["measured"] = measure(plan, scheds, emulation, args.repeat)
         rows.append(row)
-    speed = planner_speed()
+    speed = {} if args.no_speed else planner_speed()
     print(
         f"\n{'degraded':>8} {'algorithm':>10} {'predicted(s)':>12} {'measured(s)':>11} {'/bound':>7} {'meas/pred':>9}"
     )
@@ -180,15 +227,19 @@ def main() -> int:
         print(
             f"{row['degraded']:>8} {'bound':>10} {row['packing_bound_s']:>12.3f} (egress {row['egress_bound_s']:.3f})"
         )
-    print(
-        f"planner: 12 servers {speed['servers_12_s']:.2f} s; 128 servers d={LARGE_DEGREE} with "
-        f"{LARGE_DEGRADED_SHARE:.0%} degraded {speed['servers_128_s']:.2f} s ({speed['servers_128_trees']} trees)"
-    )
+    if speed:
+        print(
+            f"planner: 12 servers {speed['servers_12_s']:.2f} s; 128 servers d={LARGE_DEGREE} with "
+            f"{LARGE_DEGRADED_SHARE:.0%} degraded {speed['servers_128_s']:.2f} s ({speed['servers_128_trees']} trees)"
+        )
     OUT.mkdir(exist_ok=True)
-    doc = {"scenario": SCENARIO, "bytes": NBYTES, "link_mbps": link_bps / 1e6, "rows": rows, "planner_speed": speed}
-    (OUT / "forest.json").write_text(json.dumps(doc, indent=2))
-    plot(rows, OUT / "forest.png")
-    print(f"wrote {OUT / 'forest.json'} and {OUT / 'forest.png'}")
+    doc = {"scenario": SCENARIO, "case": args.case, "bytes": NBYTES, "link_mbps": link_bps / 1e6, "rows": rows}
+    if speed:
+        doc["planner_speed"] = speed
+    stem = "forest" if args.case == "degraded" else f"forest-{args.case}"
+    (OUT / f"{stem}.json").write_text(json.dumps(doc, indent=2))
+    plot(rows, OUT / f"{stem}.png")
+    print(f"wrote {OUT / f'{stem}.json'} and {OUT / f'{stem}.png'}")
     return 0
 
 

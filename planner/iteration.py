@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from contract.plan import Plan
 from contract.schedule import Check, Schedule, ScheduleBuilder
 
-from .collectives.from_plan import group_rings
+from .collectives.forest import add_forest_allreduce
+from .collectives.from_plan import ForestChoice, choose_forest, group_rings, heterogeneous, multiring_weights
 from .collectives.hierarchical import add_hierarchical_allreduce, pipeline_chunks
 from .collectives.p2p import add_p2p_transfers
 from .collectives.rings import add_multiring_allreduce
@@ -84,6 +85,8 @@ class _IterationBuilder:
         self.checks: list[Check] = []
         self.buckets = 0
         self.previous_bucket: Deps = {}  # sequential hierarchical buckets wait for it
+        self.algorithms: dict[str, dict[str, str]] = {}  # per group size: algorithm and why
+        self.forests: dict[int, ForestChoice] = {}  # per bucket size
 
     def transfers(self, flows: Flows, after: Deps) -> Deps:
         """One p2p transfer per (src, dst) pair of ``flows`` (split over the pair's planes when the
@@ -120,24 +123,50 @@ class _IterationBuilder:
         return _merge([done, self.transfers(t.fwd_in.reversed(), ready)])
 
     def allreduce(self, layout: int, nbytes_per_group: float, after: Deps) -> None:
-        """One bucket: every coset group of step ``layout`` AllReduces ``nbytes_per_group``."""
+        """One bucket: every coset group of step ``layout`` AllReduces ``nbytes_per_group``
+        (the algorithm: `allreduce_algorithm`, recorded in ``params["allreduce"]``)."""
         n = self.n
         nbytes = scaled_bytes(nbytes_per_group, self.opts)
         self.b.buffer("grad", self.grad_offset + nbytes)
-        if self.plan.topology == "hierarchical":
+        algorithm, why = allreduce_algorithm(self.plan, layout)
+        if algorithm == "hierarchical":
             self.hierarchical_allreduce(layout, nbytes, after)
+        elif algorithm == "forest":
+            if nbytes not in self.forests:  # buckets are mostly of one size: pack once
+                self.forests[nbytes] = choose_forest(self.plan, nbytes)
+            choice = self.forests[nbytes]
+            algorithm, why = ("forest trees" if choice.trees else "forest rings"), f"{why}; {choice.why}"
+            if choice.trees is None:
+                add_multiring_allreduce(
+                    self.b, choice.rings, "grad", self.grad_offset, nbytes, "ar", choice.weights, after
+                )
+            else:
+                add_forest_allreduce(
+                    self.b,
+                    choice.trees,
+                    n,
+                    "grad",
+                    path=self.plan.path,
+                    stream_prefix="ft",
+                    offset=self.grad_offset,
+                    after=after,
+                )
         else:
             self.ring_allreduce(layout, nbytes, after)
+        self.algorithms.setdefault(f"groups of {n // layout}", {"algorithm": algorithm, "why": why})
         cosets = [list(range(s, n, layout)) for s in range(layout)]
         self.checks.append(Check("allreduce", "grad", self.grad_offset, nbytes, groups=cosets))
         self.grad_offset += nbytes
         self.buckets += 1
 
     def ring_allreduce(self, layout: int, nbytes: int, after: Deps) -> None:
+        """Every coset group's multi-ring, split by its rings' bottleneck rates when the
+        cables differ (`planner.collectives.from_plan.multiring_weights`)."""
         for rings in group_rings(self.plan, self.n // layout):
             members = rings[0]
             deps = {r: after.get(r, []) for r in members}
-            add_multiring_allreduce(self.b, rings, "grad", self.grad_offset, nbytes, "ar", after=deps)
+            weights = multiring_weights(self.plan, rings)
+            add_multiring_allreduce(self.b, rings, "grad", self.grad_offset, nbytes, "ar", weights, deps)
 
     def hierarchical_allreduce(self, layout: int, nbytes: int, after: Deps) -> None:
         dims, blocks = self.plan.extra["dims"], self.plan.extra["blocks"]
@@ -154,6 +183,21 @@ class _IterationBuilder:
             after=deps,
             span=layout_span(dims, layout),
         )
+
+
+def allreduce_algorithm(plan: Plan, layout: int) -> tuple[str, str]:
+    """Which AllReduce a bucket of coset step ``layout`` runs, and why: hierarchical plans
+    their per-dimension schedule; a full-group bucket on cables of different rates the
+    forest (docs/algorithms.md section 10: packed trees, or rate-weighted rings where those
+    are as fast); every other bucket TopoOpt's multi-ring (rate-weighted when the cables
+    differ, since its coset rings are not spanning trees of the whole plan)."""
+    if plan.topology == "hierarchical":
+        return "hierarchical", "hierarchical plan: reduce-scatter and all-gather per dimension"
+    if heterogeneous(plan) and layout == 1:
+        return "forest", "cables of different rates"
+    if heterogeneous(plan):
+        return "weighted multi-ring", "cables of different rates; coset groups run rings"
+    return "multi-ring", "uniform cables: the plan's rings, split equally (TopoOpt)"
 
 
 def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Schedule:
@@ -197,5 +241,6 @@ def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Sche
         time_scale=opts.time_scale,
         payload_scale=opts.payload_scale,
         buckets=it.buckets,
+        allreduce=it.algorithms,
     )
     return it.b.build()

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
+from planner.collectives.forest import allreduce_bounds, plan_capacities
 from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan
 from planner.collectives.trees import DEFAULT_SEGMENT_BYTES
 
@@ -168,9 +169,16 @@ def measure(
 
     results = []
     eta = SweepEstimate([size for size in sizes for _ in algorithms], warmup + repeat)
+    capacities = plan_capacities(plan, net.link_mbps * 1e6, net.mtu)
     for size in sizes:
+        packing_s = allreduce_bounds(capacities, n, size).packing_s
         for alg in algorithms:
-            sched = allreduce_for_plan(plan, alg, size, segment_bytes or auto_segment(size))
+            # the forest picks its own segments (planner.collectives.forest) unless --segment
+            segment = segment_bytes or (None if alg == "forest" else auto_segment(size))
+            sched = allreduce_for_plan(plan, alg, size, segment)
+            shape = {k: sched.params[k] for k in ("shape", "why") if k in sched.params}
+            if shape:
+                log(f"  {alg} {format_size(size)}: {shape['shape']} ({shape['why']})")
             ideal = ideal_allreduce_s(n, size, goodput)
             label = f"{alg} {format_size(size)}"
             with Coordinator(
@@ -190,7 +198,9 @@ def measure(
                         f"{res.time_s:.3f} s ({res.time_s / ideal:.3f}x ideal) "
                         f"{'verified' if res.ok else 'VERIFY FAILED'}; {eta.line()}"
                     )
-            results.append(SizeResult(alg, size, n, times, ideal, ok, net.time_scale, mismatches[:5], cpu))
+            results.append(
+                SizeResult(alg, size, n, times, ideal, ok, net.time_scale, mismatches[:5], cpu, packing_s, shape)
+            )
     return results
 
 
@@ -382,8 +392,9 @@ def run_on_emulator(
         f"{plan.degree} links, {emulation['link_mbps']:g} Mbit/s per link emulated "
         f"(time scale x{emulation['time_scale']:g}), MTU {emulation['mtu']}\n"
         f"# ideal = 2(n-1)S/(n*D), D = {emulation['egress_goodput_bps'] / 1e6:.1f} Mbit/s "
-        f"egress goodput per server (TCP maximum {emulation['tcp_max_fraction']:.4f} of "
+        f"egress goodput of the slowest server (TCP maximum {emulation['tcp_max_fraction']:.4f} of "
         f"the shaped rate); median of {repeat}; real = time / time scale;\n"
+        f"# results.json also gives packing_bound_s = S/tau (spanning-tree packing of the cables' rates)\n"
         f"# nccl-tests columns: time (us), algbw and busbw (GB/s) of the planned cluster (emulated / time scale)\n"
         f"# cpu = cores the {plan.servers} workers kept busy (their user + system time; "
         f"softirq work may be charged elsewhere), of {os.cpu_count()}"

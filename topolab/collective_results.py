@@ -33,6 +33,10 @@ class SizeResult:
     time_scale: float = 1.0
     mismatches: list[str] = field(default_factory=list)
     cpu_s: list[float] = field(default_factory=list)  # workers' CPU seconds per iteration
+    # S / tau, tau the spanning-tree packing's rate (planner.collectives.forest): the bound
+    # of any AllReduce on the cables' rates; ``ideal_s`` is the slowest server's egress bound
+    packing_bound_s: float | None = None
+    schedule: dict[str, Any] = field(default_factory=dict)  # what the forest ran and why
 
     @property
     def time_s(self) -> float:
@@ -65,6 +69,8 @@ class SizeResult:
             # share of the machine's cores the workers used (kernel TCP work included)
             worker_cpu_cores=(statistics.median(self.cpu_s) / self.time_s if self.cpu_s else None),
             ideal_real_ms=self.ideal_s / self.time_scale * 1e3,
+            ideal_bound="egress of the slowest server: 2 (n-1) S / (n D_min)",
+            measured_over_packing_bound=(self.time_s / self.packing_bound_s if self.packing_bound_s else None),
         )
         return d
 

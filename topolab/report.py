@@ -18,6 +18,9 @@ A prediction error above the tolerance (``results["tolerance"]``, default
 `topolab report DIR` renders them again from a results folder, also from one a killed run
 left behind (results.json with status "running" and its iterations.jsonl), marked incomplete.
 
+The "AllReduce" section lists the algorithm every group size of buckets ran and why
+(``results["schedule"]["allreduce"]``), e.g. the forest on cables of different rates.
+
 One module slightly over 300 lines: the three plots and the markdown read the same summary
 of the results (`summarize`), and splitting them would only pass that summary around.
 """
@@ -274,6 +277,17 @@ def _tolerance_callout(summary: dict) -> list[str]:
     ]
 
 
+def _allreduce_lines(schedule: dict) -> list[str]:
+    """Which AllReduce each group size ran and why (``schedule["allreduce"]``: the iteration
+    schedule's ``params["allreduce"]``, `planner.iteration.allreduce_algorithm`)."""
+    used = schedule.get("allreduce")
+    if not used:
+        return []
+    lines = ["## AllReduce", "", "| groups | algorithm | why |", "|---|---|---|"]
+    lines += [f"| {groups} | {a['algorithm']} | {a['why']} |" for groups, a in used.items()]
+    return lines + [""]
+
+
 def render_markdown(results: dict) -> str:
     sc, plan, emu, summ = results["scenario"], results["plan"], results["emulation"], results["summary"]
     pred = results.get("predicted", {})
@@ -309,6 +323,7 @@ def render_markdown(results: dict) -> str:
         f"- payload scale {results['schedule']['payload_scale']:g}, {results['schedule']['ops']} ops per iteration,"
         f" {results['schedule']['allreduce_buckets']} AllReduce bucket(s)",
         "",
+        *_allreduce_lines(results["schedule"]),
         "## Result",
         "",
         "| | emulated s | real cluster ms |",

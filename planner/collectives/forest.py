@@ -1,6 +1,6 @@
 """Forest AllReduce: spanning-tree packing on heterogeneous links.
 
-Topology-adaptive parameter synchronization (INFOCOM 2021; docs/algorithms.md section 2):
+Topology-adaptive parameter synchronization (INFOCOM 2021; docs/algorithms.md section 10):
 with cables of different rates, the fastest tree-based AllReduce splits the gradient over
 several spanning trees rooted at different servers; tree ``j`` reduces its share towards its
 root and broadcasts it back, and gets the share ``S * r_j / sum(r)`` of the buffer so that
@@ -25,6 +25,11 @@ never roots and a server's tree parent is its nearest server ancestor, reached t
 switches of the plan's own route. (With switches the packing assumes in-network
 aggregation the switches do not do, so ``S / tau`` is optimistic there.)
 
+Few trees (`select_trees`): the exact packing has about |E| trees, and every tree costs the
+workers four ops per segment per cable, which on the emulator costs more than the rate it
+adds. The forest keeps the fewest of the fastest trees whose re-solved LP reaches 97% of
+tau, none under 1% of it (on TopoOpt-12 with 3 slow cables: 10 trees instead of 23).
+
 Schedule: per tree an ``up`` and a ``down`` stream (opposite cable directions, overlapped);
 every tree is cut into the same number of segments, so trees advance in step on shared
 cables, and a server sends a tree's segment ``k`` up only after its segment ``k - window``
@@ -34,12 +39,13 @@ came back down, which keeps the per-connection FIFO queues short and the trees i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
 import numpy as np
+from scipy import sparse
 from scipy.optimize import linprog
 
 from contract.physics import tcp_goodput_fraction
@@ -52,8 +58,14 @@ PRICING_EPS = 1e-9  # MST weight >= 1 - eps ends column generation (LP tolerance
 MAX_ITERATIONS = 30  # master LPs; small graphs converge in fewer, 128 servers gain <1% more
 WARM_START_ROUNDS = 200  # multiplicative-weights trees seeding column generation
 WARM_START_STEEPNESS = 8.0  # exp(8 x load share): a cable at its capacity costs e^8 more
-DEFAULT_SEGMENT_BYTES = 256 << 10  # segment of the largest tree; others get as many segments
-DEFAULT_WINDOW_SEGMENTS = 4  # segments a server sends up before the first comes back down
+# Pipelining segment of the largest tree and the send credit, measured on TopoOpt-12 with
+# 3 slow cables, 64 MiB (emulated 100 Mbit/s): 1 MiB / 4 ran 4.13 s, 384 KiB / 5 3.50 s,
+# 256 KiB / 6 3.76 s (its 1393 ops per server cost more than the shorter tail saves).
+DEFAULT_SEGMENT_BYTES = 384 << 10
+DEFAULT_WINDOW_SEGMENTS = 5  # segments a server sends up before the first comes back down
+MIN_TREE_SHARE = 0.01  # a tree under 1% of tau costs its ops for almost no bandwidth
+MAX_TAU_LOSS = 0.03  # the trees kept may give up 3% of tau (fewer trees, fewer ops)
+PACKING_GAP = 0.01  # the forest's packing stops within 1% of optimal (proved by tau_upper)
 ITEMSIZE = 4  # float32 gradients
 
 
@@ -111,17 +123,28 @@ def plan_capacities(plan: Any, link_bps: float | None = None, mtu: int = 9000) -
     return _normalize({(link.a, link.b): link.gbps * 1e9 * scale * good / 8.0 for link in plan.links})
 
 
+def _incidence(trees: list[tuple[int, ...]], edges: int) -> sparse.csc_matrix:
+    """Edge-by-tree 0/1 matrix of the master LP (sparse: a tree has |V| - 1 of |E| edges)."""
+    cols = np.repeat(np.arange(len(trees)), [len(t) for t in trees])
+    rows = np.fromiter((e for t in trees for e in t), dtype=np.int64, count=len(cols))
+    return sparse.csc_matrix((np.ones(len(cols)), (rows, cols)), shape=(edges, len(trees)))
+
+
 def spanning_tree_packing(
-    capacities: Mapping[Edge, float], eps: float = PRICING_EPS, max_iterations: int = MAX_ITERATIONS
+    capacities: Mapping[Edge, float],
+    eps: float = PRICING_EPS,
+    max_iterations: int = MAX_ITERATIONS,
+    gap: float = 0.0,
 ) -> TreePacking:
     """Maximum fractional packing of spanning trees of the cabled graph (column generation).
 
     ``capacities[(a, b)]`` is the rate of the cable(s) between nodes a and b (any unit; the
     rates come back in it). Every node of the graph must be connected. The first columns
     come from multiplicative weights (MSTs on ``exp(load / capacity)``); after
-    ``max_iterations`` master LPs column generation stops, and ``tau_upper`` (the smaller of
-    the Lagrangian bound ``tau / MST(y)`` of the duals ``y`` and ``c(E) / (|V| - 1)``, the
-    partition into single nodes) says how far from optimal the packing can be."""
+    ``max_iterations`` master LPs, or once ``tau >= (1 - gap) tau_upper``, column generation
+    stops; ``tau_upper`` (the smaller of the Lagrangian bound ``tau / MST(y)`` of the duals
+    ``y`` and ``c(E) / (|V| - 1)``, the partition into single nodes) says how far from
+    optimal the packing can be (``gap = 0``: solved to optimality)."""
     caps = _normalize(capacities)
     graph = nx.Graph()
     graph.add_edges_from(caps)
@@ -149,10 +172,7 @@ def spanning_tree_packing(
     while True:
         iterations += 1
         trees = list(columns)
-        incidence = np.zeros((len(edges), len(trees)))
-        for j, tree in enumerate(trees):
-            incidence[list(tree), j] = 1.0
-        res = linprog(-np.ones(len(trees)), A_ub=incidence, b_ub=cap, bounds=(0, None), method="highs")
+        res = linprog(-np.ones(len(trees)), A_ub=_incidence(trees, len(edges)), b_ub=cap, method="highs")
         if res.status != 0:
             raise RuntimeError(f"packing master LP failed: {res.message}")
         duals = -res.ineqlin.marginals
@@ -160,9 +180,7 @@ def spanning_tree_packing(
         priced = float(duals[list(candidate)].sum())
         if priced > 0:
             upper = min(upper, -res.fun / priced)
-        if priced >= 1.0 - eps:
-            break
-        if iterations >= max_iterations:
+        if priced >= 1.0 - eps or -res.fun >= (1.0 - gap) * upper or iterations >= max_iterations:
             break
         columns[candidate] = None
     keep = [j for j, x in enumerate(res.x) if x > eps]
@@ -172,48 +190,65 @@ def spanning_tree_packing(
     return TreePacking(packed, rates, tau, iterations, max(tau, upper * scale))
 
 
-def _limit_trees(packing: TreePacking, capacities: Mapping[Edge, float], max_trees: int) -> TreePacking:
-    """Keep the ``max_trees`` fastest trees and re-solve their rates (the master LP)."""
-    if len(packing.trees) <= max_trees:
-        return packing
-    order = sorted(range(len(packing.trees)), key=lambda j: -packing.rates[j])[:max_trees]
-    trees = [packing.trees[j] for j in order]
+def select_trees(
+    packing: TreePacking,
+    capacities: Mapping[Edge, float],
+    max_trees: int,
+    min_share: float = MIN_TREE_SHARE,
+    max_loss: float = MAX_TAU_LOSS,
+) -> TreePacking:
+    """The fewest of the packing's fastest trees whose re-solved rates (the master LP on
+    them alone) reach ``(1 - max_loss) tau``, at most ``max_trees``, none under
+    ``min_share`` of tau (binary search: adding a tree never lowers the re-solved tau).
+
+    Every tree costs the workers ops per segment on every server, so a packing of a few
+    trees that gives up a few percent of tau runs faster than the exact one of ~|E| trees."""
+    order = sorted(range(len(packing.trees)), key=lambda j: -packing.rates[j])
+    order = [j for j in order if packing.rates[j] >= min_share * packing.tau] or order[:1]
     caps = _normalize(capacities)
     edges = list(caps)
     index = {e: i for i, e in enumerate(edges)}
-    incidence = np.zeros((len(edges), len(trees)))
-    for j, tree in enumerate(trees):
-        incidence[[index[e] for e in tree], j] = 1.0
-    res = linprog(-np.ones(len(trees)), A_ub=incidence, b_ub=[caps[e] for e in edges], method="highs")
-    if res.status != 0:
-        raise RuntimeError(f"restricted packing LP failed: {res.message}")
-    kept = [(trees[j], float(x)) for j, x in enumerate(res.x) if x > 0]
-    return TreePacking(
-        tuple(t for t, _ in kept),
-        tuple(r for _, r in kept),
-        sum(r for _, r in kept),
-        packing.iterations,
-        packing.tau_upper,
-    )
+
+    def resolve(k: int) -> TreePacking:
+        trees = [packing.trees[j] for j in order[:k]]
+        incidence = _incidence([tuple(index[e] for e in tree) for tree in trees], len(edges))
+        res = linprog(-np.ones(k), A_ub=incidence, b_ub=[caps[e] for e in edges], method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"restricted packing LP failed: {res.message}")
+        kept = [(trees[j], float(x)) for j, x in enumerate(res.x) if x > 0]
+        rates = tuple(r for _, r in kept)
+        return TreePacking(tuple(t for t, _ in kept), rates, sum(rates), packing.iterations, packing.tau_upper)
+
+    low, high = 1, min(max_trees, len(order))
+    best = resolve(high)
+    while low < high:  # the smallest k reaching the target (or high's packing)
+        mid = (low + high) // 2
+        candidate = resolve(mid)
+        if candidate.tau >= (1.0 - max_loss) * packing.tau:
+            best, high = candidate, mid
+        else:
+            low = mid + 1
+    return best
 
 
 def _choose_root(tree: nx.Graph, servers: int, root_bytes: dict[int, int]) -> int:
-    """A shallow root (eccentricity within one of the tree's centre) with the least buffer
-    already rooted at it, so roots, and their reductions, spread over the servers."""
+    """A root at the tree's centre (pipeline depth: the schedule's tail grows with the tree's
+    height) with the least buffer already rooted at it, so roots spread over the servers."""
     ecc = nx.eccentricity(tree)
     candidates = [v for v in tree if v < servers]
     best = min(ecc[v] for v in candidates)
-    return min((v for v in candidates if ecc[v] <= best + 1), key=lambda v: (root_bytes[v], ecc[v], v))
+    return min((v for v in candidates if ecc[v] == best), key=lambda v: (root_bytes[v], ecc[v], v))
 
 
 def build_forest(
     capacities: Mapping[Edge, float], servers: int, nbytes: int, max_trees: int | None = None
 ) -> tuple[list[ForestTree], TreePacking]:
-    """Pack trees, keep at most ``max_trees`` (default ``2 * servers``), root them and give
-    each a share of the ``nbytes`` buffer in proportion to its rate (float32-aligned)."""
+    """Pack trees (to a proved `PACKING_GAP`), keep the fewest that reach `MAX_TAU_LOSS`
+    (`select_trees`, at most ``max_trees``, default ``servers``), root them and give each a
+    share of the ``nbytes`` buffer in proportion to its rate (float32-aligned)."""
     if nbytes <= 0 or nbytes % ITEMSIZE:
         raise ValueError(f"nbytes must be a positive multiple of {ITEMSIZE}, got {nbytes}")
-    packing = _limit_trees(spanning_tree_packing(capacities), capacities, max_trees or 2 * servers)
+    packing = select_trees(spanning_tree_packing(capacities, gap=PACKING_GAP), capacities, max_trees or servers)
     order = sorted(range(len(packing.trees)), key=lambda j: -packing.rates[j])
     shares = weighted_split(0, nbytes, [packing.rates[j] for j in order], ITEMSIZE)
     root_bytes = dict.fromkeys(range(servers), 0)
@@ -258,36 +293,50 @@ def add_forest_allreduce(
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     window: int = DEFAULT_WINDOW_SEGMENTS,
     path: Any = None,
-) -> None:
-    """Append every tree's pipelined reduce (stream ``t{i}up``) and broadcast (``t{i}down``)."""
+    stream_prefix: str = "t",
+    offset: int = 0,
+    after: Mapping[int, Sequence[int]] | None = None,
+) -> dict[int, list[int]]:
+    """Append every tree's pipelined reduce (stream ``{stream_prefix}{i}up``) and broadcast
+    (``...down``) of its region moved by ``offset``; a server's first op of every tree waits
+    for ``after[server]``. Returns each server's last op of every tree."""
     if segment_bytes < ITEMSIZE or window < 1:
         raise ValueError(f"segment_bytes ({segment_bytes}) and window ({window}) must be positive")
     nseg = max(1, -(-max(t.length for t in forest) // segment_bytes))
+    after = after or {}
+    last: dict[int, list[int]] = {}
     for i, tree in enumerate(forest):
         parents = server_parents(tree, servers, path)
         children: dict[int, list[int]] = {v: [] for v in parents}
         for v, p in parents.items():
             if p >= 0:
                 children[p].append(v)
-        segments = [s for s in split_region(tree.offset, tree.length, nseg, ITEMSIZE) if s[1]]
+        segments = [s for s in split_region(offset + tree.offset, tree.length, nseg, ITEMSIZE) if s[1]]
         up_tag, down_tag = b.new_tag(), b.new_tag()
-        up, down = f"t{i}up", f"t{i}down"
+        up, down = f"{stream_prefix}{i}up", f"{stream_prefix}{i}down"
         for v, p in parents.items():
             came_down: list[int] = []  # this server's down-recv op of each segment
+            first = list(after.get(v, ()))
+            ends: list[int] = []
             for k, (so, sl) in enumerate(segments):
                 reduced = None
                 for child in children[v]:
-                    reduced = b.recv(v, up, child, buffer, so, sl, up_tag, "reduce")
+                    reduced = b.recv(v, up, child, buffer, so, sl, up_tag, "reduce", after=first)
+                    first = []
                 if p >= 0:
                     credit = [came_down[k - window]] if k >= window else []
-                    sent = b.send(v, up, p, buffer, so, sl, up_tag, after=credit)
+                    sent = b.send(v, up, p, buffer, so, sl, up_tag, after=credit + first)
+                    first = []
                     came_down.append(b.recv(v, down, p, buffer, so, sl, down_tag, "copy", after=[sent]))
+                    ends = [came_down[-1]]
                     deps = []
                 else:
                     deps = [reduced] if reduced is not None else []
                 for child in children[v]:
-                    b.send(v, down, child, buffer, so, sl, down_tag, after=deps)
+                    ends = [b.send(v, down, child, buffer, so, sl, down_tag, after=deps)]
                     deps = []
+            last.setdefault(v, []).extend(ends)
+    return last
 
 
 def forest_allreduce(
@@ -312,12 +361,27 @@ def forest_allreduce(
         n = servers if servers is not None else 1 + max(max(e) for e in capacities)
         path = None
     forest, packing = build_forest(capacities, n, nbytes, max_trees)
-    b = ScheduleBuilder(n, "forest")
+    return forest_schedule(forest, packing, n, nbytes, segment_bytes=segment_bytes, window=window, path=path)
+
+
+def forest_schedule(
+    forest: list[ForestTree],
+    packing: TreePacking,
+    servers: int,
+    nbytes: int,
+    *,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    window: int = DEFAULT_WINDOW_SEGMENTS,
+    path: Any = None,
+) -> Schedule:
+    """The schedule of a forest built by `build_forest` (``path``: the plan's routes)."""
+    b = ScheduleBuilder(servers, "forest")
     b.buffer("grad", nbytes)
-    add_forest_allreduce(b, forest, n, "grad", segment_bytes, window, path)
-    b.check(Check("allreduce", "grad", 0, nbytes, groups=[list(range(n))]))
+    add_forest_allreduce(b, forest, servers, "grad", segment_bytes, window, path)
+    b.check(Check("allreduce", "grad", 0, nbytes, groups=[list(range(servers))]))
     b.params.update(
         nbytes=nbytes,
+        shape="trees",
         segment_bytes=segment_bytes,
         window=window,
         tau=packing.tau,
@@ -335,4 +399,4 @@ def allreduce_bounds(capacities: Mapping[Edge, float], servers: int, nbytes: int
     caps = _normalize(capacities)
     egress = [sum(c for e, c in caps.items() if v in e) for v in range(servers)]
     n = servers
-    return Bounds(2 * (n - 1) * nbytes / (n * min(egress)), nbytes / spanning_tree_packing(caps).tau)
+    return Bounds(2 * (n - 1) * nbytes / (n * min(egress)), nbytes / spanning_tree_packing(caps).tau_upper)

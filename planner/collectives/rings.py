@@ -174,16 +174,29 @@ def ring_allreduce(n: int, nbytes: int, order: Sequence[int] | None = None) -> S
     return sched
 
 
-def multiring_allreduce(n: int, nbytes: int, rings: Sequence[Sequence[int]], algorithm: str = "topoopt") -> Schedule:
-    """TopoOpt multi-ring AllReduce: the buffer split equally across ``rings`` (server
-    orders, e.g. `topoopt_rings(n, strides)`), one concurrent stream per ring."""
+def multiring_allreduce(
+    n: int,
+    nbytes: int,
+    rings: Sequence[Sequence[int]],
+    algorithm: str = "topoopt",
+    weights: Sequence[float] | None = None,
+) -> Schedule:
+    """TopoOpt multi-ring AllReduce: the buffer split across ``rings`` (server orders, e.g.
+    `topoopt_rings(n, strides)`) equally, or in proportion to ``weights`` (each ring's
+    bottleneck rate), one concurrent stream per ring."""
     for ring in rings:
         if sorted(ring) != list(range(n)):
             raise ValueError(f"ring {list(ring)} is not a permutation of 0..{n - 1}")
     sched = _allreduce_schedule(
-        n, nbytes, algorithm, [list(range(n))], lambda b: add_multiring_allreduce(b, rings, "grad", 0, nbytes)
+        n,
+        nbytes,
+        algorithm,
+        [list(range(n))],
+        lambda b: add_multiring_allreduce(b, rings, "grad", 0, nbytes, weights=weights),
     )
     sched.params.update(rings=[list(r) for r in rings], nbytes=nbytes)
+    if weights is not None:
+        sched.params.update(weights=[float(w) for w in weights])
     return sched
 
 

@@ -170,3 +170,11 @@ def test_collective_on_emulated_topoopt_12(capsys, tmp_path):
         assert r["verified"] and r["time_s"] > 0
         # nothing beats the bound (allow 2% for clock granularity at this small size)
         assert r["measured_over_ideal"] > 0.98
+
+
+def test_results_name_their_bounds_and_what_the_forest_ran():
+    shape = {"shape": "trees", "why": "10 packed trees: 4.4x the rate of the rate-weighted rings"}
+    result = SizeResult("forest", 64 << 20, 12, [4.0, 4.2], 3.1, True, 250.0, [], [], 2.75, shape)
+    d = result.to_dict()
+    assert "slowest server" in d["ideal_bound"] and d["schedule"] == shape
+    assert d["measured_over_packing_bound"] == pytest.approx(4.1 / 2.75)

@@ -10,19 +10,23 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from planner import build_plan, load_scenario
+from planner import build_plan, load_scenario, parse_scenario
 from planner.collectives.forest import (
+    MAX_TAU_LOSS,
     allreduce_bounds,
     build_forest,
     forest_allreduce,
     plan_capacities,
+    select_trees,
     server_parents,
     spanning_tree_packing,
 )
-from planner.collectives.from_plan import plan_rings
+from planner.collectives.from_plan import allreduce_for_plan, plan_rings
 from planner.collectives.rings import multiring_allreduce
 from planner.collectives.simulate import simulate_and_verify
+from planner.iteration import IterationOptions, iteration_schedule
 from planner.predict import plan_network, predict
+from planner.zoo import get_model
 
 SEED = 20210510
 
@@ -90,7 +94,7 @@ def test_forest_shares_roots_and_tree_count():
         caps = random_connected(rng, n, extra=0.5)
         nbytes = 4 * 100_003
         forest, packing = build_forest(caps, n, nbytes)
-        assert 1 <= len(forest) <= 2 * n
+        assert 1 <= len(forest) <= n
         assert sum(t.length for t in forest) == nbytes
         assert all(t.offset % 4 == 0 and t.length % 4 == 0 for t in forest)
         assert [t.offset for t in forest] == sorted(t.offset for t in forest)
@@ -161,3 +165,56 @@ def test_degraded_topoopt_forest_beats_rings_and_nears_the_packing_bound():
     # 2 MiB is only six segments per tree: the pipeline's fill costs most of the gap to the bound
     assert bound <= forest < 2 * bound
     assert forest * 2 < multiring
+
+
+def test_select_trees_keeps_the_fewest_within_the_tau_loss():
+    plan = scenario_plan("topoopt-12", {(0, 1), (7, 8), (4, 9)})
+    caps = plan_capacities(plan)
+    exact = spanning_tree_packing(caps)
+    kept = select_trees(exact, caps, max_trees=plan.servers, max_loss=MAX_TAU_LOSS)
+    assert kept.tau >= (1 - MAX_TAU_LOSS) * exact.tau
+    assert len(kept.trees) < len(exact.trees)
+    fewer = select_trees(exact, caps, max_trees=len(kept.trees) - 1, max_loss=MAX_TAU_LOSS)
+    assert fewer.tau < (1 - MAX_TAU_LOSS) * exact.tau  # one tree fewer misses the target
+
+
+def test_packing_gap_is_proved_by_the_upper_bound():
+    rng = np.random.default_rng(SEED + 5)
+    caps = random_connected(rng, 30, extra=0.3)
+    loose = spanning_tree_packing(caps, gap=0.05)
+    exact = spanning_tree_packing(caps)
+    assert loose.tau >= 0.95 * loose.tau_upper
+    assert loose.tau <= exact.tau * (1 + 1e-9) <= loose.tau_upper * (1 + 1e-9)
+
+
+def test_forest_runs_trees_on_degraded_cables_and_rings_on_uniform_ones():
+    degraded = scenario_plan("topoopt-12", {(0, 1), (7, 8), (4, 9)})
+    uniform = scenario_plan("topoopt-12")
+    trees = allreduce_for_plan(degraded, "forest", 1 << 20, 64 << 10)
+    rings = allreduce_for_plan(uniform, "forest", 1 << 20, 64 << 10)
+    assert trees.params["shape"] == "trees" and rings.params["shape"] == "rings"
+    assert "trees" in trees.params["why"] and "rings" in rings.params["why"]
+    assert 1 <= len(trees.params["trees"]) <= degraded.servers
+    assert simulate_and_verify(trees) == [] and simulate_and_verify(rings) == []
+    net = plan_network(degraded, 100e6)
+    multiring = multiring_allreduce(12, 1 << 20, plan_rings(degraded))
+    assert predict(trees, net).seconds < predict(multiring, net).seconds / 2  # 1 MiB: short pipelines
+
+
+def test_iteration_uses_the_forest_on_heterogeneous_cables_and_says_why():
+    scenario = {
+        "cluster": {"servers": 12, "degree": 4, "link_gbps": 25},
+        "topology": {"kind": "topoopt"},
+        "workload": {"model": "candle", "batch_per_server": 64},
+        "parallelism": {"strategy": "data"},
+    }
+    opts = IterationOptions(64, 125.0, payload_scale=1e-3)
+    slow = [{"a": 0, "b": 1, "gbps": 5}, {"a": 7, "b": 8, "gbps": 5}, {"a": 4, "b": 9, "gbps": 5}]
+    hetero = build_plan(parse_scenario({**scenario, "cables": slow}))
+    sched = iteration_schedule(hetero, get_model("candle"), opts)
+    used = sched.params["allreduce"]["groups of 12"]
+    assert used["algorithm"] == "forest trees" and "different rates" in used["why"]
+    assert any(stream.startswith("ft") for stream in sched.programs[0])
+    assert simulate_and_verify(sched) == []
+    uniform = iteration_schedule(build_plan(parse_scenario(scenario)), get_model("candle"), opts)
+    assert uniform.params["allreduce"]["groups of 12"]["algorithm"] == "multi-ring"
