@@ -21,7 +21,18 @@ from .topologies import plan_for_demand
 
 def build_plan(s: Scenario, demand: TrafficDemand | None = None) -> Plan:
     """Plan the scenario's job on its topology kind. ``demand`` replaces the strategy's
-    traffic (the plan then has no placement: its schedule is data parallel)."""
+    traffic (the plan then has no placement: its schedule is data parallel). With
+    ``[topology] routing = "planned"`` the model-parallel traffic gets a per-destination
+    multipath allocation (`planner.bandwidth.planned_routing`)."""
+    plan = _plan_routes(s, demand)
+    if s.topology.routing == "planned":
+        from .bandwidth import planned_routing  # here: the LP is only loaded when asked for
+
+        plan = planned_routing(plan)
+    return plan
+
+
+def _plan_routes(s: Scenario, demand: TrafficDemand | None) -> Plan:
     if demand is not None:
         return plan_for_demand(s, demand)
     if s.parallelism.strategy == "search":

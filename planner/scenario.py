@@ -75,6 +75,7 @@ class Topology:
     schedule: str = "pipelined"  # pipelined | sequential
     objective: str = "time"  # time | time_x_cost
     price_per_gbps: tuple[float, ...] = ()  # per dimension, for objective = "time_x_cost"
+    routing: str = "single"  # single | planned (per-destination multipath allocation, docs/algorithms.md 4.1)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,7 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("emulation", "netem"): ("auto", "on", "off"),
     ("topology", "schedule"): ("pipelined", "sequential"),
     ("topology", "objective"): ("time", "time_x_cost"),
+    ("topology", "routing"): ("single", "planned"),
 }
 
 # The documented range of every numeric key (docs/scenarios.md). The maxima sit where memory

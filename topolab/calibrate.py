@@ -27,10 +27,15 @@ def zero_payload_twin(plan, model, opts: IterationOptions):
     return iteration_schedule(plan, model, replace(opts, payload_scale=1e-12, time_scale=0.0, min_transfer_bytes=floor))
 
 
-def critical_op_count(schedule, path) -> float:
+def critical_op_count(schedule, path, plane_path=None) -> float:
     """K: the twin's predicted time with a unit op cost and infinitely fast links."""
     net = Network(
-        capacity=_InfiniteCapacity(), path=path, alpha_s=0.0, reduce_bytes_per_s=float("inf"), op_overhead_s=1.0
+        capacity=_InfiniteCapacity(),
+        path=path,
+        alpha_s=0.0,
+        reduce_bytes_per_s=float("inf"),
+        op_overhead_s=1.0,
+        plane_path=plane_path,
     )
     return predict(schedule, net).seconds
 
@@ -43,18 +48,25 @@ class _InfiniteCapacity(dict):
 
 
 def measure_op_overhead(
-    twin, hosts: list[str], spawn: Callable, path, repeats: int = 3, timeout_s: float = 30.0
+    twin,
+    hosts: list[str],
+    spawn: Callable,
+    path,
+    repeats: int = 3,
+    timeout_s: float = 30.0,
+    plane_sources: list[dict[int, str]] | None = None,
+    plane_path=None,
 ) -> dict:
     """Run ``twin`` on the given hosts and return the per-op cost and what it came from."""
     from workers.coordinator import Coordinator
 
-    with Coordinator(twin.to_dict(), hosts, spawn=spawn, timeout_s=timeout_s) as coord:
+    with Coordinator(twin.to_dict(), hosts, spawn=spawn, timeout_s=timeout_s, plane_sources=plane_sources) as coord:
         results = coord.run(repeats, warmup=1)
     times = [r.time_s for r in results if r.ok]
     if not times:
         raise RunError("calibration: the zero-payload twin of the iteration failed verification")
     measured = statistics.median(times)
-    k = critical_op_count(twin, path)
+    k = critical_op_count(twin, path, plane_path)
     return {
         "op_overhead_s": measured / k if k > 0 else 0.0,
         "twin_seconds": measured,

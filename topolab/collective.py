@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
+from contract.physics import time_scale
 from planner.collectives.forest import allreduce_bounds, plan_capacities
 from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan
 from planner.collectives.trees import DEFAULT_SEGMENT_BYTES
@@ -107,14 +108,31 @@ def parse_sizes(text: str) -> list[int]:
     return sizes
 
 
+ALLTOALL = "alltoall"  # measured by topolab.routing_phase, alone: it is no AllReduce
+
+
 def parse_algorithms(text: str) -> list[str]:
     algs = [a.strip() for a in text.split(",") if a.strip()]
-    bad = [a for a in algs if a not in ALGORITHMS]
+    bad = [a for a in algs if a not in (*ALGORITHMS, ALLTOALL)]
     if bad or not algs:
         raise CollectiveInputError(
-            f"--algorithm {text!r}: expected one or more of {', '.join(ALGORITHMS)} (comma separated)"
+            f"--algorithm {text!r}: expected one or more of {', '.join(ALGORITHMS)} (comma separated), "
+            f"or {ALLTOALL} alone"
         )
+    if ALLTOALL in algs and len(algs) > 1:
+        raise CollectiveInputError(f"--algorithm {text!r}: {ALLTOALL} is measured alone")
     return algs
+
+
+def parse_routings(text: str) -> list[str]:
+    from .routing_phase import VARIANTS
+
+    routings = [r.strip() for r in text.split(",") if r.strip()]
+    if not routings or any(r not in VARIANTS for r in routings):
+        raise CollectiveInputError(
+            f"--routing {text!r}: expected one or more of {', '.join(VARIANTS)} (comma separated)"
+        )
+    return routings
 
 
 def auto_segment(nbytes: int) -> int:
@@ -212,14 +230,22 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ALG[,ALG...]",
         help=f"AllReduce algorithm(s): {', '.join(ALGORITHMS)}; ring = the "
         "plan's first ring, topoopt = all the plan's rings in both directions "
-        "at once, tree = binary tree, dbtree = NCCL double binary tree "
-        "(default: topoopt)",
+        "at once, tree = binary tree, dbtree = NCCL double binary tree; "
+        f"or {ALLTOALL}: one all-to-all phase under each --routing (default: topoopt)",
     )
     parser.add_argument(
         "--bytes",
-        default="64M",
+        default=None,
         metavar="SIZE",
-        help="buffer size such as 64M, or a range 1M..256M doubling each step (K/M/G = 1024-based; default: 64M)",
+        help="buffer size such as 64M, or a range 1M..256M doubling each step (K/M/G = 1024-based; default: 64M); "
+        f"for {ALLTOALL}: bytes per pair (default: the workload's embedding all-to-all)",
+    )
+    parser.add_argument(
+        "--routing",
+        default="single,planned",
+        metavar="R[,R...]",
+        help=f"{ALLTOALL} only: single (destination routes), rates (per-destination HTB classes on the "
+        "routes), multipath (the allocation's paths, no classes), planned (both) (default: single,planned)",
     )
     parser.add_argument(
         "--repeat",
@@ -279,8 +305,10 @@ def run_collective(args: argparse.Namespace) -> int:
     """Entry point of `topolab collective`; returns 0 when every iteration verified."""
     from planner import build_plan, load_scenario
 
-    sizes = parse_sizes(args.bytes)
     algorithms = parse_algorithms(args.algorithm)
+    if algorithms == [ALLTOALL]:
+        return run_alltoall(args)
+    sizes = parse_sizes(args.bytes or "64M")
     chunk = parse_size(args.chunk, "--chunk")
     segment = None if args.segment == "auto" else parse_size(args.segment, "--segment")
     if not 4 << 10 <= chunk <= 64 << 20:
@@ -313,6 +341,54 @@ def run_collective(args: argparse.Namespace) -> int:
     (out_dir / "table.txt").write_text(doc["header"] + "\n" + format_table(results) + "\n")
     print(json.dumps(doc, indent=2) if args.json else nccl)
     print(f"results in {out_dir}/ (results.json, nccl-tests.txt, table.txt)", file=sys.stderr)
+    return 0 if all(r.verified for r in results) else 1
+
+
+def run_alltoall(args: argparse.Namespace) -> int:
+    """`topolab collective SCENARIO --algorithm alltoall [--routing ...]`: one all-to-all phase
+    per routing variant, predicted, bounded by the LP and measured (topolab.routing_phase)."""
+    from planner import build_plan, load_scenario
+
+    from .routing_phase import format_results, measure_phase, phase_traffic, scale_factor
+
+    routings = parse_routings(args.routing)
+    per_pair = parse_size(args.bytes) if args.bytes else None
+    scenario = load_scenario(args.scenario)
+    out_dir = results_folder(args.out, getattr(scenario, "name", "scenario"), args.force)
+    require_root("collective")
+    if args.run_dir is not None:
+        check_output_dir(args.run_dir, "--run-dir")
+    plan = build_plan(scenario)
+    traffic = phase_traffic(plan, scenario, per_pair)
+    link_mbps = args.link_mbps or scenario.emulation.link_mbps
+    factor = 1.0 if per_pair else scale_factor(plan, traffic, link_mbps)
+    emulation = dict(asdict(scenario.emulation), link_mbps=link_mbps, lock_wait_s=args.wait)
+    if args.run_dir:
+        emulation["run_dir"] = args.run_dir
+    print(
+        f"{scenario.name}: all-to-all of {len(traffic)} pairs, {sum(traffic.values()) * factor / 1e6:.1f} MB "
+        f"(x{factor:.3g} the workload's phase), routings {', '.join(routings)}",
+        file=sys.stderr,
+    )
+    results = measure_phase(
+        plan, traffic, routings, emulation, factor=factor, repeat=args.repeat, timeout_s=args.timeout
+    )
+    doc = {
+        "scenario": scenario.name,
+        "algorithm": ALLTOALL,
+        "pairs": len(traffic),
+        "bytes": sum(traffic.values()) * factor,
+        "factor": factor,
+        "link_mbps": link_mbps,
+        "time_scale": time_scale(plan.link_gbps, link_mbps),
+        "results": [r.to_dict() for r in results],
+    }
+    table = format_results(results, f"{scenario.name}: all-to-all phase, emulated seconds")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out_dir / "table.txt").write_text(table + "\n")
+    print(json.dumps(doc, indent=2) if args.json else table)
+    print(f"results in {out_dir}/ (results.json, table.txt)", file=sys.stderr)
     return 0 if all(r.verified for r in results) else 1
 
 

@@ -153,6 +153,7 @@ def execute(
             "allreduce_buckets": schedule.params.get("buckets", 0),
             "payload_scale": opts.payload_scale,
             "bytes_sent_per_rank": schedule.bytes_sent(),
+            "allreduce": schedule.params.get("allreduce", {}),
         },
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "environment": environment(s),
@@ -186,7 +187,16 @@ def execute(
             hosts = [net.host_address(i) for i in range(plan.servers)]
             spawn = lambda rank, argv: net.popen(rank, argv)  # noqa: E731
             twin = zero_payload_twin(plan, get_model(s.workload.model), opts)
-            cal = measure_op_overhead(twin, hosts, spawn, plan.path, timeout_s=s.run.timeout_s)
+            plane_sources = [net.plane_addresses(i) for i in range(plan.servers)]
+            cal = measure_op_overhead(
+                twin,
+                hosts,
+                spawn,
+                plan.path,
+                timeout_s=s.run.timeout_s,
+                plane_sources=plane_sources,
+                plane_path=plan.network.plane_path if plan.allocation else None,
+            )
             results["calibration"] = cal
             results["predicted"] = predict_run(plan, schedule, emulated, net.netem, cal["op_overhead_s"])
             if injector:
@@ -204,7 +214,7 @@ def execute(
                     hosts,
                     spawn=spawn,
                     timeout_s=s.run.timeout_s,
-                    plane_sources=[net.plane_addresses(i) for i in range(plan.servers)],
+                    plane_sources=plane_sources,
                 ) as coord,
                 IterationJournal(out_dir / ITERATIONS_FILE) as journal,
             ):
