@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import planner.bandwidth as bandwidth
+from contract.errors import UsageError
 from contract.network import Link, Network, PairAllocation, PathShare, circulant_network
 from contract.physics import tcp_goodput_fraction
 from contract.schedule import ScheduleBuilder
@@ -179,3 +181,20 @@ def test_reservations_never_starve_a_plane_0_flow():
     pred = predict(b.build(), plan_network(plan, alpha_s=0.0, reduce_bytes_per_s=1e18))
     fair = 2 * 4096 / (1e9 * tcp_goodput_fraction(9000) / 8)  # both share the cable equally
     assert pred.seconds == pytest.approx(fair, rel=1e-9)
+
+
+def test_planned_routing_scenario_key_allocates_the_model_parallel_traffic(tmp_path):
+    from planner import build_plan, load_scenario
+
+    text = Path("scenarios/topoopt-12.toml").read_text()
+    path = tmp_path / "planned.toml"
+    path.write_text(text.replace("[topology]", '[topology]\nrouting = "planned"', 1))
+    plan = build_plan(load_scenario(path))
+    mp_pairs = {(f.src, f.dst) for f in plan.demand.mp}
+    assert {(p.src, p.dst) for p in plan.allocation} == mp_pairs
+    assert any(len(p.paths) > 1 for p in plan.allocation)
+    assert any("routing 'planned'" in note for note in plan.notes)
+    assert not build_plan(load_scenario("scenarios/topoopt-12.toml")).allocation
+    path.write_text(text.replace("[topology]", '[topology]\nrouting = "widest"', 1))
+    with pytest.raises(UsageError, match="routing"):
+        load_scenario(path)
