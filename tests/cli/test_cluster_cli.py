@@ -121,6 +121,38 @@ def test_cluster_cli_verify_goodput_over_three_machines(standins: StandIns, tmp_
     assert 1 - TOLERANCE <= goodput["ratio_min"] <= goodput["ratio_max"] <= 1 + TOLERANCE
 
 
+def test_cluster_cli_killed_verify_is_cleaned_on_every_machine(standins: StandIns, tmp_path: Path) -> None:
+    assert standins.ssh is not None
+    ssh_files = ["--ssh-identity", str(standins.ssh.identity), "--ssh-known-hosts", str(standins.ssh.known_hosts)]
+    scenario = _scenario_with(
+        tmp_path, ssh_identity=str(standins.ssh.identity), ssh_known_hosts=str(standins.ssh.known_hosts)
+    )
+    addresses = ",".join(m.address for m in standins.machines)
+    before = [_machine_state(standins, i) for i in range(3)]
+    verify = subprocess.Popen(
+        [*standins.in_underlay(), sys.executable, "-m", "topolab", "verify", str(scenario), "--machines", addresses,
+         "--no-goodput", "--run-dir", str(tmp_path / "run")],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert verify.stderr is not None
+        lines = [verify.stderr.readline() for _ in range(2)]  # the partition, then "network up"
+        assert "network up" in lines[1], lines
+    finally:
+        verify.kill()  # SIGKILL: no teardown runs
+        verify.wait(5)
+    assert [_machine_state(standins, i) for i in range(3)] != before  # the hosts outlive their driver
+    clean = ["clean", "--run-dir", str(tmp_path / "run"), "--machines", addresses, *ssh_files, "--json"]
+    done = _topolab(*clean, prefix=tuple(standins.in_underlay()))
+    assert done.returncode == 0, done.stderr
+    cleaned = json.loads(done.stdout)["cleaned"]
+    assert sorted(run.split(":")[0] for run in cleaned) == addresses.split(","), cleaned
+    assert json.loads(done.stdout)["killed_on_machines"] >= 12  # 12 host shells at least
+    assert [_machine_state(standins, i) for i in range(3)] == before
+    again = _topolab(*clean, prefix=tuple(standins.in_underlay()))
+    assert again.returncode == 0 and json.loads(again.stdout)["cleaned"] == []
+
+
 @pytest.mark.parametrize(
     ("flag", "emulation", "names"),
     [
