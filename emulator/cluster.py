@@ -306,6 +306,30 @@ class ClusterNetwork:
         """Emulated seconds per planned second (docs/emulation.md section 2)."""
         return time_scale(self.reference_gbps or self.network.link_gbps, self.link_mbps)
 
+    def cable_tx_bytes(self) -> dict[tuple[int, int], int]:
+        """``{(node, peer): bytes sent}`` over every cable, read on each machine in one round
+        trip (what `emulator.counters.cable_tx_bytes` reads locally on one machine)."""
+
+        def script(m: int) -> str:
+            return "".join(
+                f"echo '#{u}'; nsenter -t {self.hosts[u].pid} -n ip -s -j link show\n"
+                for u in range(self.network.nodes)
+                if self.assignment[u] == m
+            )
+
+        out: dict[tuple[int, int], int] = {}
+        for text in self._on_machines(script, CONFIG_TIMEOUT_S, "cable counters"):
+            node = -1
+            for line in text.splitlines():
+                if line.startswith("#"):
+                    node = int(line[1:])
+                    continue
+                sent = {i["ifname"]: i["stats64"]["tx"]["bytes"] for i in json.loads(line or "[]") if "stats64" in i}
+                for p in self.ports[node]:
+                    if p.ifname in sent:
+                        out[(node, p.peer)] = out.get((node, p.peer), 0) + int(sent[p.ifname])
+        return out
+
     @property
     def link_rate_bps(self) -> list[int]:
         """Shaped rate of every cable (what `emulator.checks` measures against)."""

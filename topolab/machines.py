@@ -36,10 +36,12 @@ def machines_from_flag(spec: str) -> tuple[str, ...]:
 
 def open_network(plan: Plan, config, log: Callable[[str], None]) -> AbstractContextManager:
     """The context manager that builds ``plan``'s network as ``config`` (an
-    `emulator.EmulationConfig`) says: an `EmulatedNetwork`, or a `ClusterNetwork` over
-    ``config.machines``. Bad multi-machine input raises `UsageError` before anything starts."""
-    from emulator import EmulatedNetwork
+    `emulator.EmulationConfig`, the scenario's ``[emulation]`` or a dict of it) says: an
+    `EmulatedNetwork`, or a `ClusterNetwork` over ``config.machines``. Bad multi-machine input
+    raises `UsageError` before anything starts."""
+    from emulator import EmulatedNetwork, EmulationConfig
 
+    config = EmulationConfig.from_any(config)
     if not config.machines:
         return EmulatedNetwork(plan, config, log=log)
     _check_multi_machine(plan, config)
