@@ -5,8 +5,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -139,10 +142,13 @@ def test_cluster_cli_killed_verify_is_cleaned_on_every_machine(standins: StandIn
     )
     addresses = ",".join(m.address for m in standins.machines)
     before = [_machine_state(standins, i) for i in range(3)]
+    # the killed driver cannot remove its ssh control directory: give it one of ours (short:
+    # a control socket's path must fit in 108 bytes)
+    scratch = tempfile.mkdtemp(prefix="tlk-", dir="/tmp")
     verify = subprocess.Popen(
         [*standins.in_underlay(), sys.executable, "-m", "topolab", "verify", str(scenario), "--machines", addresses,
          "--no-goodput", "--run-dir", str(tmp_path / "run")],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": scratch},
     )  # fmt: skip
     try:
         assert verify.stderr is not None
@@ -151,6 +157,7 @@ def test_cluster_cli_killed_verify_is_cleaned_on_every_machine(standins: StandIn
     finally:
         verify.kill()  # SIGKILL: no teardown runs
         verify.wait(5)
+        shutil.rmtree(scratch)
     assert [_machine_state(standins, i) for i in range(3)] != before  # the hosts outlive their driver
     clean = ["clean", "--run-dir", str(tmp_path / "run"), "--machines", addresses, *ssh_files, "--json"]
     done = _topolab(*clean, prefix=tuple(standins.in_underlay()))
