@@ -28,14 +28,22 @@ machine, every process in each of our hosts' namespaces (by namespace: only our 
 live there; the shells are matched by PID and start time), then removes that record; the kernel frees each
 namespace with its last process and deletes its veth and VXLAN ends with it. Nothing is ever
 cleaned by a broad name, and Mininet's ``cleanup`` (``mn -c`` on every machine) is never used.
+
+``ClusterNetwork`` also offers what callers read from an `EmulatedNetwork` (``facts``,
+``nodes``, ``netem``, ``plane_addresses``...), so the commands take either; building,
+reading back and tearing down over machines belong together, which takes the module past
+300 lines.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shlex
+import socket
 import subprocess
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -45,7 +53,7 @@ from mininet.node import Node
 
 from contract.errors import RunError
 from contract.network import Network
-from contract.physics import time_scale
+from contract.physics import tcp_goodput_fraction, time_scale
 
 from . import shaping
 from .addressing import Port, identity, node_name, ports_of
@@ -61,6 +69,7 @@ UNDERLAY_MTU = 1500
 CONFIG_TIMEOUT_S = 20.0  # one machine's whole configuration script (a 12-host machine: ~1 s)
 TEARDOWN_TIMEOUT_S = 10.0
 START_WORKERS = 8  # host shells started at once: each is one ssh session on the machine's master
+RESOLVE_TIMEOUT_S = 5.0  # a machine's name to its underlay address (the resolver's own retries)
 
 
 class ClusterHost(RemoteHost):
@@ -109,17 +118,51 @@ class ClusterNetwork:
     run_id: str = field(default_factory=this_run_id)
     ports: list[list[Port]] = field(default_factory=list, init=False)  # per node, as addressing.ports_of
     rates: list[int] = field(default_factory=list, init=False)  # shaped bit/s per cable
+    underlay: list[str] = field(default_factory=list, init=False)  # per machine: its tunnels' IPv4 address
+    # what `EmulatedNetwork.facts` says, for the same readers (topolab verify, run)
+    facts: dict = field(default_factory=dict, init=False)
+    netem = False  # no link latency: netem is not applied across machines (docs/cluster.md)
+    delay_us = 0.0
 
     @property
     def mtu(self) -> int:
         return self.underlay_mtu - VXLAN_OVERHEAD
 
+    @property
+    def nodes(self) -> int:
+        return self.network.nodes
+
+    @property
+    def servers(self) -> int:
+        return self.network.servers
+
     def __enter__(self) -> ClusterNetwork:
+        t0 = time.perf_counter()
         try:
             self.build()
         except BaseException:
             self.stop()
             raise
+        self.facts.update(
+            {
+                "servers": self.servers,
+                "switch_nodes": self.nodes - self.servers,
+                "cables": len(self.network.links),
+                "machines": [m.name for m in self.machines],
+                "tunnels": sum(self.crosses(k) for k in range(len(self.network.links))),
+                "link_mbps": self.link_mbps,
+                "reference_gbps": self.reference_gbps or self.network.link_gbps,
+                "time_scale": self.time_scale,
+                "mtu": self.mtu,
+                "rates_mbps": sorted({r / 1e6 for r in self.rates}),
+                "tcp_max_fraction": tcp_goodput_fraction(self.mtu),
+                "netem": self.netem,
+                "delay_us": self.delay_us,
+                "plan_latency_us": float(self.network.latency_us),
+                "latency_note": "netem is not applied across machines: links add no latency",
+                "build_s": time.perf_counter() - t0,
+            }
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -131,6 +174,7 @@ class ClusterNetwork:
         if len(self.assignment) != net.nodes or not set(self.assignment) <= set(range(len(self.machines))):
             raise ValueError(f"assignment must name one of {len(self.machines)} machines for each of {net.nodes} nodes")
         check_machines(self.machines, self.ssh)
+        self.underlay = [underlay_address(m) for m in self.machines]
         names = [node_name(u, net.servers) for u in range(net.nodes)]
 
         def start(u: int) -> ClusterHost:
@@ -187,7 +231,7 @@ class ClusterNetwork:
                 )
             for end, peer, pid in ((a, link.b, pa), (b, link.a, pb)):
                 if end.node in mine and peer not in mine:
-                    here, there = self.machines[m].address, self.machines[self.assignment[peer]].address
+                    here, there = self.underlay[m], self.underlay[self.assignment[peer]]
                     links.append(
                         f"link add name {end.ifname} netns {pid} mtu {self.mtu} type vxlan id {VNI_BASE + k} "
                         f"local {here} remote {there} dstport {VXLAN_PORT} ttl 64"
@@ -250,10 +294,41 @@ class ClusterNetwork:
     def host_address(self, node: int) -> str:
         return identity(node)
 
+    def host_name(self, node: int) -> str:
+        return node_name(node, self.network.servers)
+
+    def plane_addresses(self, node: int) -> dict[int, str]:
+        """No planes: a per-destination allocation is not built across machines."""
+        return {}
+
     @property
     def time_scale(self) -> float:
         """Emulated seconds per planned second (docs/emulation.md section 2)."""
         return time_scale(self.reference_gbps or self.network.link_gbps, self.link_mbps)
+
+    def cable_tx_bytes(self) -> dict[tuple[int, int], int]:
+        """``{(node, peer): bytes sent}`` over every cable, read on each machine in one round
+        trip (what `emulator.counters.cable_tx_bytes` reads locally on one machine)."""
+
+        def script(m: int) -> str:
+            return "".join(
+                f"echo '#{u}'; nsenter -t {self.hosts[u].pid} -n ip -s -j link show\n"
+                for u in range(self.network.nodes)
+                if self.assignment[u] == m
+            )
+
+        out: dict[tuple[int, int], int] = {}
+        for text in self._on_machines(script, CONFIG_TIMEOUT_S, "cable counters"):
+            node = -1
+            for line in text.splitlines():
+                if line.startswith("#"):
+                    node = int(line[1:])
+                    continue
+                sent = {i["ifname"]: i["stats64"]["tx"]["bytes"] for i in json.loads(line or "[]") if "stats64" in i}
+                for p in self.ports[node]:
+                    if p.ifname in sent:
+                        out[(node, p.peer)] = out.get((node, p.peer), 0) + int(sent[p.ifname])
+        return out
 
     @property
     def link_rate_bps(self) -> list[int]:
@@ -263,6 +338,13 @@ class ClusterNetwork:
     # ---- teardown -------------------------------------------------------------------------
     def stop(self) -> None:
         """End every process in our hosts' namespaces on every machine, then the shells."""
+        t0 = time.perf_counter()
+        try:
+            self._stop()
+        finally:
+            self.facts["teardown_s"] = time.perf_counter() - t0
+
+    def _stop(self) -> None:
         started = [h for h in self.hosts if h.pid]
         failures = []
         for machine in {h.machine for h in started}:
@@ -282,6 +364,26 @@ class ClusterNetwork:
         self.hosts, self.links = [], []
         if failures:
             raise RunError("; ".join(failures))
+
+
+def underlay_address(machine: Machine) -> str:
+    """The IPv4 address ``machine``'s tunnels use: its address, resolved here if it is a name
+    (``ip link add ... type vxlan`` takes addresses only). A loopback address is refused:
+    the other machines cannot send to it."""
+    pool = ThreadPoolExecutor(1)  # getaddrinfo has no timeout of its own: bound the wait here
+    future = pool.submit(socket.getaddrinfo, machine.address, None, socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        address = future.result(timeout=RESOLVE_TIMEOUT_S)[0][4][0]
+    except (OSError, IndexError, TimeoutError) as e:
+        raise RunError(f"machine {machine.name} ({machine.address}): no IPv4 address: {e or 'timed out'}") from None
+    finally:
+        pool.shutdown(wait=False)
+    if ipaddress.ip_address(address).is_loopback:
+        raise RunError(
+            f"machine {machine.name} ({machine.address}) resolves to loopback {address}; "
+            "give the address the other machines reach it at"
+        )
+    return address
 
 
 def _heredoc(command: str, lines: Sequence[str]) -> str:

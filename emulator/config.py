@@ -17,6 +17,7 @@ Gbit/s at which both cores saturate. HTB itself holds its rate from 10 Mbit/s to
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -32,6 +33,10 @@ MTU_MIN, MTU_MAX = 576, 65535
 """The MTU range IPv4 hosts must accept (RFC 791 minimum) up to the largest veth MTU."""
 HOST_MEMORY_MIB = 8.0
 """Measured cost of one emulated host (shell, namespace, link buffers), rounded up."""
+DEFAULT_SSH_USER = "root"
+"""The emulator creates namespaces and interfaces on every machine: it must be root there."""
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+"""Names of this machine that the other machines cannot reach it at (see `check_machines`)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,16 @@ class EmulationConfig:
     host_memory_mib: float = HOST_MEMORY_MIB
     """Memory one emulated host costs (its shell, namespace and link buffers), for the
     up-front check that the plan fits in this machine's memory."""
+    machines: tuple[str, ...] = ()
+    """ssh addresses of the machines to emulate the network over (docs/cluster.md); empty:
+    this machine alone. The same address carries the VXLAN tunnels, so it must be one the
+    other machines reach: never ``localhost`` or a loopback address."""
+    ssh_user: str = DEFAULT_SSH_USER
+    """The user ssh logs in as on every machine (it must be root there)."""
+    ssh_identity: str | None = None
+    """Private key file for ssh (None: ssh's own defaults)."""
+    ssh_known_hosts: str | None = None
+    """known_hosts file holding the machines' host keys (None: ssh's own defaults)."""
 
     @classmethod
     def from_any(cls, obj: Any | None) -> EmulationConfig:
@@ -77,6 +92,11 @@ class EmulationConfig:
                         kwargs[f.name] = obj[f.name]
                 elif hasattr(obj, f.name):
                     kwargs[f.name] = getattr(obj, f.name)
+            if kwargs.get("machines") is not None:
+                kwargs["machines"] = tuple(kwargs["machines"])
+            for key in ("ssh_identity", "ssh_known_hosts"):  # the scenario's "" means unset
+                if kwargs.get(key) == "":
+                    kwargs[key] = None
             config = cls(**kwargs)
         config.check()
         return config
@@ -95,3 +115,33 @@ class EmulationConfig:
             raise EmulationInputError(f"emulation.reference_gbps = {self.reference_gbps!r}: must be a positive rate")
         if self.netem not in NETEM_MODES:
             raise EmulationInputError(f"emulation.netem = {self.netem!r}: must be one of {', '.join(NETEM_MODES)}")
+        check_machines(self.machines, "emulation.machines")
+        if not isinstance(self.ssh_user, str) or not self.ssh_user or any(c in self.ssh_user for c in " @:\t"):
+            raise EmulationInputError(f"emulation.ssh_user = {self.ssh_user!r}: must be a user name")
+        for key in ("ssh_identity", "ssh_known_hosts"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise EmulationInputError(f"emulation.{key} = {value!r}: must be a file path")
+
+
+def check_machines(machines: Any, key: str) -> None:
+    """Raise `EmulationInputError` naming ``key`` unless ``machines`` are distinct, non-empty
+    ssh addresses that other machines can reach (no loopback: the address carries tunnels)."""
+    if not isinstance(machines, (tuple, list)) or not all(isinstance(m, str) for m in machines):
+        raise EmulationInputError(f"{key} = {machines!r}: must be a list of machine addresses")
+    for m in machines:
+        if not m or m != m.strip() or any(c in m for c in " ,@\t"):
+            raise EmulationInputError(f"{key}: {m!r} is not a machine address (a host name or IP address)")
+        if m.lower() in LOOPBACK_NAMES or _is_loopback(m):
+            raise EmulationInputError(
+                f"{key}: {m!r} is this machine's loopback; give the address the other machines reach it at"
+            )
+    if len(set(machines)) != len(machines):
+        raise EmulationInputError(f"{key}: a machine is listed twice in {list(machines)}")
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False  # a host name; resolved when the network is built

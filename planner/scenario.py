@@ -87,6 +87,11 @@ class Emulation:
     mtu: int = 9000
     netem: str = "auto"  # auto | on | off
     budget_mbps: float = 0.0  # hierarchical: emulated budget per server (sets link_mbps)
+    # several machines (docs/cluster.md): their ssh addresses, checked by emulator.config
+    machines: tuple[str, ...] = ()
+    ssh_user: str = "root"
+    ssh_identity: str = ""  # "": ssh's default keys
+    ssh_known_hosts: str = ""  # "": ssh's default known_hosts
 
 
 @dataclass(frozen=True)
@@ -223,6 +228,11 @@ def _section(cls: type, table: Any, section: str, source: str) -> Any:
             raise ScenarioError(source, dotted, f"unknown key (known: {', '.join(known)})")
         if (section, key) in HIERARCHICAL_LISTS:
             values[key] = _hierarchical_value(value, source, dotted)
+            continue
+        if (section, key) == ("emulation", "machines"):
+            if not isinstance(value, list) or not all(isinstance(m, str) and m for m in value):
+                raise ScenarioError(source, dotted, f"expected a list of machine addresses, got {value!r}")
+            values[key] = tuple(value)
             continue
         want = {"int": int, "float": float, "str": str}[known[key].type]
         value = _typed(value, want, source, dotted)

@@ -21,8 +21,11 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--machines",
         metavar="HOST,...",
-        help="also clean these machines of multi-machine runs whose driver here is gone (over ssh as root)",
+        help="also clean these machines of multi-machine runs whose driver here is gone (over ssh)",
     )
+    parser.add_argument("--ssh-user", default="root", help="with --machines: the user to log in as (default root)")
+    parser.add_argument("--ssh-identity", metavar="FILE", help="with --machines: ssh private key file")
+    parser.add_argument("--ssh-known-hosts", metavar="FILE", help="with --machines: known_hosts file of the machines")
 
 
 def run_clean(args) -> int:
@@ -36,19 +39,20 @@ def run_clean(args) -> int:
     for run in report.runs_alive:
         log(f"clean: run {run} is still running: left alone")
     cleaned, alive, killed = list(report.runs_cleaned), list(report.runs_alive), report.killed
+    remote_killed = 0  # other machines report how many processes they ended, not their PIDs
     if getattr(args, "machines", None) is not None:
-        remote = _clean_machines(args.machines, log)
-        cleaned, alive, killed = cleaned + remote.runs_cleaned, alive + remote.runs_alive, killed + remote.killed
+        remote = _clean_machines(args, log)
+        cleaned, alive, remote_killed = cleaned + remote.runs_cleaned, alive + remote.runs_alive, remote.killed
         for run in remote.runs_alive:
             log(f"clean: machine run {run} is still running: left alone")
     if not cleaned and not args.json:
         print("clean: nothing left behind by topolab runs")
     if args.json:
-        print(json.dumps({"cleaned": cleaned, "alive": alive, "killed": killed}))
+        print(json.dumps({"cleaned": cleaned, "alive": alive, "killed": killed, "killed_on_machines": remote_killed}))
     return 0
 
 
-def _clean_machines(spec: str, log):
+def _clean_machines(args, log):
     import tempfile
     from pathlib import Path
 
@@ -56,12 +60,21 @@ def _clean_machines(spec: str, log):
     from emulator.cluster_ssh import Machine, SshOptions, check_machines
     from emulator.cluster_state import clean_machines
 
-    names = [name.strip() for name in spec.split(",") if name.strip()]
+    names = [name.strip() for name in args.machines.split(",") if name.strip()]
     if not names:
         raise UsageError("--machines: give one or more machine names, separated by commas")
+    files = {"--ssh-identity": args.ssh_identity, "--ssh-known-hosts": args.ssh_known_hosts}
+    for flag, path in files.items():
+        if path is not None and not Path(path).is_file():
+            raise UsageError(f"{flag} {path!r}: no such file")
     machines = [Machine(name, name) for name in names]
     with tempfile.TemporaryDirectory(prefix="tlcl-") as control:
-        ssh = SshOptions(control_dir=Path(control))
+        ssh = SshOptions(
+            control_dir=Path(control),
+            user=args.ssh_user,
+            identity=None if args.ssh_identity is None else Path(args.ssh_identity),
+            known_hosts=None if args.ssh_known_hosts is None else Path(args.ssh_known_hosts),
+        )
         try:
             check_machines(machines, ssh)
             return clean_machines(machines, ssh, log=log)

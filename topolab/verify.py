@@ -56,6 +56,11 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-goodput", action="store_true", help="skip the goodput measurement")
     parser.add_argument(
+        "--machines",
+        metavar="HOST,...",
+        help="build the network over these machines (ssh addresses; overrides [emulation] machines, docs/cluster.md)",
+    )
+    parser.add_argument(
         "--seconds",
         type=bounded_float(0.0, MAX_MEASURE_S),
         default=3.0,
@@ -100,6 +105,11 @@ def _plan_and_config(args, command: str):
 
     if args.links != "all" and not (args.links.isdigit() and int(args.links) > 0):
         raise UsageError(f"--links {args.links!r}: use 'all' or a positive number")
+    machines = None
+    if getattr(args, "machines", None) is not None:
+        from .machines import machines_from_flag
+
+        machines = machines_from_flag(args.machines)
     scenario = load_scenario(args.scenario)
     require_root(command)  # before --run-dir: /run is root's
     check_output_dir(args.run_dir, "--run-dir")
@@ -112,12 +122,15 @@ def _plan_and_config(args, command: str):
     # baseline the planner sets that to the port rate). `--reference-gbps` pins another rate.
     if getattr(args, "reference_gbps", None):
         config = EmulationConfig.from_any({**config.__dict__, "reference_gbps": args.reference_gbps})
+    if machines is not None:
+        config = EmulationConfig.from_any({**config.__dict__, "machines": machines})
     return scenario, plan, config
 
 
 def run_verify(args) -> int:
-    from emulator import EmulatedNetwork
     from emulator.checks import check_goodput, check_paths, check_plane_paths, sample_links
+
+    from .machines import open_network
 
     scenario, plan, config = _plan_and_config(args, "verify")
 
@@ -132,7 +145,7 @@ def run_verify(args) -> int:
         "switch_nodes": plan.switches,
         "cables": len(plan.links),
     }
-    with EmulatedNetwork(plan, config, log=progress) as net:
+    with open_network(plan, config, log=progress) as net:
         report["facts"] = dict(net.facts)
         progress(
             f"network up in {net.facts['build_s']:.2f} s: {net.nodes} hosts, {len(plan.links)} cables, "

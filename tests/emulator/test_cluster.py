@@ -76,7 +76,13 @@ def test_cluster_network_over_three_machines(standins: StandIns) -> None:
         # a tunnel end is a VXLAN device of its own VNI, MTU 1450, shaped like a veth end
         detail = net.hosts[1].cmd("ip -d link show h1-eth1; tc class show dev h1-eth1")
         assert "vxlan id" in detail and "mtu 1450" in detail and "rate 100Mbit" in detail
+        sent_before = net.cable_tx_bytes()
         local = _goodput_mbps(net, 1, 0)  # h0 -> h1: a veth inside m0
+        sent = net.cable_tx_bytes()
+        assert set(sent) == {(l.a, l.b) for l in NET.links} | {(l.b, l.a) for l in NET.links}
+        # the counters saw at least what iperf3 received over its timed seconds
+        assert sent[(0, 1)] - sent_before[(0, 1)] >= local * 1e6 / 8 * IPERF_SECONDS
+        assert sent[(2, 1)] - sent_before[(2, 1)] < 1e6  # h2 -> h1 stayed nearly idle
         tunnel = _goodput_mbps(net, 2, 1)  # h1 -> h2: VXLAN from m0 to m1
         assert 0.9 * 100 <= local <= 100  # HTB holds the 100 Mbit/s rate
         assert abs(tunnel - local) <= 0.05 * local, f"tunnel {tunnel:.1f} vs local {local:.1f} Mbit/s"
