@@ -51,6 +51,7 @@ from .collective_results import (
     format_size,
     format_table,
 )
+from .machines import machines_from_flag
 from .options import (
     MAX_LINK_MBPS,
     MAX_TIMEOUT_S,
@@ -299,6 +300,11 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--run-dir", default=None, metavar="DIR", help="where the run lock and state file live (default: /run/topolab)"
     )
+    parser.add_argument(
+        "--machines",
+        metavar="HOST,...",
+        help="emulate over these machines (Mininet Cluster Edition; overrides [emulation] machines, docs/cluster.md)",
+    )
 
 
 def run_collective(args: argparse.Namespace) -> int:
@@ -316,6 +322,7 @@ def run_collective(args: argparse.Namespace) -> int:
     if segment is not None and segment > MAX_BUFFER_BYTES:
         raise CollectiveInputError(f"--segment {args.segment}: at most {format_size(MAX_BUFFER_BYTES)}")
     scenario = load_scenario(args.scenario)
+    machines = None if args.machines is None else machines_from_flag(args.machines)
     out_dir = results_folder(args.out, getattr(scenario, "name", "scenario"), args.force)
     require_root("collective")  # before --run-dir: /run is root's
     if args.run_dir is not None:
@@ -333,6 +340,7 @@ def run_collective(args: argparse.Namespace) -> int:
         link_mbps=args.link_mbps,
         lock_wait_s=args.wait,
         run_dir=args.run_dir,
+        machines=machines,
     )
     nccl = doc["header"] + "\n" + format_nccl_tests(results)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -423,11 +431,14 @@ def run_on_emulator(
     lock_wait_s: float = 0.0,
     log: Callable[[str], None] | None = None,
     run_dir: str | None = None,
+    machines: tuple[str, ...] | None = None,
 ) -> tuple[dict[str, Any], list[SizeResult]]:
-    """Build the plan's emulated network once and `measure` on it; returns (JSON document,
-    results). Used by the command and by benchmarks/collective_compare.py."""
+    """Build the plan's emulated network once (over ``machines`` when given, else the
+    scenario's) and `measure` on it; returns (JSON document, results). Used by the command
+    and by benchmarks/collective_compare.py."""
     from contract.physics import tcp_goodput_fraction
-    from emulator import EmulatedNetwork
+
+    from .machines import open_network
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     config = dict(asdict(scenario.emulation), lock_wait_s=lock_wait_s)
@@ -435,8 +446,10 @@ def run_on_emulator(
         config["link_mbps"] = link_mbps
     if run_dir:
         config["run_dir"] = run_dir
+    if machines is not None:
+        config["machines"] = machines
     t0 = time.time()
-    with EmulatedNetwork(plan, config, log=log) as net:
+    with open_network(plan, config, log=log) as net:
         log(
             f"emulated {plan.topology} network up: {plan.servers} servers, {len(plan.links)} "
             f"cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}, time scale x{net.time_scale:g}"

@@ -126,9 +126,11 @@ def execute(
     """Run a scenario end to end; once the network is up, always writes results (also partial
     ones) to ``out_dir``. A network another run holds is a `UsageError` and writes nothing.
     ``on_result`` sees the results of a complete run before the report and plots are drawn."""
-    from emulator import EmulatedNetwork, EmulationBusyError, netem_present
+    from emulator import EmulationBusyError, netem_present
     from emulator.counters import cable_tx_bytes, difference
     from workers.coordinator import Coordinator
+
+    from .machines import open_network
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     iterations = s.run.iterations if iterations is None else iterations
@@ -170,7 +172,9 @@ def execute(
         config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
         if run_dir:
             config["run_dir"] = run_dir
-        with EmulatedNetwork(plan, config, log=log) as net:
+        if s.emulation.machines and injector:
+            raise UsageError("[[faults]] / --cable-down: not supported over several machines yet")
+        with open_network(plan, config, log=log) as net:
             network_up = True
             results["emulation"].update({k: v for k, v in net.facts.items() if k not in results["emulation"]})
             results["emulation"]["netem"] = net.netem
