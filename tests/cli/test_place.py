@@ -117,11 +117,11 @@ def test_run_on_the_emulator_verifies_and_matches_the_prediction(candle, capsys)
     assert placement["measured_ms"] < 0.85 * baseline["measured_ms"]
 
 
-# The fixture is CANDLE on TopoOpt's C_12(1, 5) (the default topology). With --multipath the
-# search counts on a pair getting more than one path's bottleneck and keeps the towers on
-# two servers; on single paths that placement is slower than "placement only" (all on one
-# server), with the allocation of its traffic enforced (every pair split over its planes)
-# it is faster than both. Measured 2.25 ms on single paths, 1.83 ms with the allocation,
+# The fixture is CANDLE on a 12-server TopoOpt (the default topology; its plan wires i+-1,
+# i+-2). With --multipath the search counts on a pair getting more than one cable and puts
+# the towers on two neighbouring servers; on single paths (one cable) that placement is
+# slower than "placement only" (all on one server), with the allocation of its traffic
+# enforced (both pairs split over three planes) it is faster than both. Measured 2.25 ms on single paths, 1.83 ms with the allocation,
 # 2.12 ms for placement only, each within 2% of the flow model, on the reference machine
 # (docs/search.md); the bounds leave room for a busy machine.
 MULTIPATH_SPEEDUP = 1.1
