@@ -33,8 +33,9 @@ section 6), the schedule splits each transfer over its pair's planes, and the fl
 the cost model (at the allocation's pair rates) predict the same allocation; the
 single-path runs then use the plan's routes without any allocation.
 
-Over 300 lines: the two modes (search, emulator run) fill one results document that the
-text rendering and --json both print, and their flags with their bounds live here.
+Over 300 lines: the two modes (search, emulator run on single paths and with the multipath
+allocation) fill one results document that the text rendering and --json both print, and
+their flags with their bounds live here.
 """
 
 from __future__ import annotations
