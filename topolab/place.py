@@ -10,7 +10,7 @@ on the servers of the scenario's plan jointly with the per-destination bandwidth
 server holding at most ``--memory-gb`` of weights, gradients, optimizer state and stashed
 activations. Each pair's allocated rate is capped at its route's bottleneck, as the plan's
 static routes carry a pair over one path (``--multipath`` lifts the cap: a server's whole
-egress may then go to one destination, which needs per-destination multipath routing).
+egress may then go to one destination, over several paths).
 
 Printed: group -> server, per-server memory and compute, the predicted makespan, the search
 time, the operators before and after fusion, and beside it the makespans of the same search
@@ -24,11 +24,18 @@ before it) as a schedule (planner.placement.placement_schedule: compute waits sc
 time scale, activations forward and gradients backward between the servers holding
 producer and consumer, each transfer copy-checked): warm-up then ``--iterations`` timed
 iterations, median compared with the cost model and the flow-level prediction of the same
-schedule. The emulator shapes the plan's cables and routes, not the per-destination rate
-split, so the run's predictions are at the plan's pair rates.
+schedule, all on the plan's routes (one path per pair). With ``--multipath`` the placement
+also runs with the allocation enforced ("placement + allocation"): its traffic matrix (bytes
+per ordered server pair per iteration) gets the max-concurrent-flow allocation over k paths
+(planner.bandwidth.allocate_for_plan, docs/algorithms.md section 4.1), the emulated network
+carries it (per-destination HTB classes and one routing plane per path, docs/emulation.md
+section 6), the schedule splits each transfer over its pair's planes, and the flow model and
+the cost model (at the allocation's pair rates) predict the same allocation; the
+single-path runs then use the plan's routes without any allocation.
 
-Over 300 lines: the two modes (search, emulator run) fill one results document that the
-text rendering and --json both print, and their flags with their bounds live here.
+Over 300 lines: the two modes (search, emulator run on single paths and with the multipath
+allocation) fill one results document that the text rendering and --json both print, and
+their flags with their bounds live here.
 """
 
 from __future__ import annotations
@@ -40,8 +47,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
+
+import numpy as np
 
 from contract.errors import RunError, UsageError
 
@@ -53,6 +62,7 @@ MAX_TIME_LIMIT_S = 3600.0  # an hour of search; the heuristic converges in secon
 DEFAULT_TIME_LIMIT_S = 30.0
 DEFAULT_RUN_ITERATIONS = 3
 GB = 1e9
+MULTIPATH_RUN = "placement + allocation"  # the --multipath run's label
 
 Log = Callable[[str], None]
 
@@ -86,8 +96,8 @@ def add_place_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--multipath",
         action="store_true",
-        help="let the allocation give a pair more than its path's bottleneck (per-destination multipath; "
-        "predicted only: the emulated network routes every pair over one path)",
+        help="let the allocation give a pair more than its path's bottleneck (per-destination multipath); "
+        "with --run, also run the placement with its multipath allocation enforced",
     )
     parser.add_argument("--run", action="store_true", help="run the placement on the emulated network (root)")
     parser.add_argument(
@@ -233,19 +243,61 @@ def _scaled_tasks(tasks: Any, payload_scale: float) -> Any:
     return TaskGraph(tasks.names, tasks.forward, tasks.backward, tasks.memory, tasks.param_bytes, edges)
 
 
-def run_placements(
+def allocated_plan(plan: Any, tasks: Any, placement: Any) -> tuple[Any, Any]:
+    """``plan`` carrying the max-concurrent-flow allocation of ``placement``'s traffic matrix
+    (bytes per ordered server pair per iteration), and that allocation's figures."""
+    from planner.bandwidth import allocate_for_plan
+    from planner.placement import traffic_matrix
+
+    matrix = traffic_matrix(tasks, placement.assignment, plan.servers)
+    traffic = {(src, dst): float(v) for (src, dst), v in np.ndenumerate(matrix) if v > 0}
+    result = allocate_for_plan(plan, traffic)
+    return replace(plan, allocation=result.allocation), result
+
+
+def allocation_pair_rates(plan: Any, rates: np.ndarray, mtu: int) -> np.ndarray:
+    """The cost model's pair rates (bytes/s of goodput) on ``plan``'s allocation: an
+    allocated pair at its planes' total, the others at ``rates`` (their route)."""
+    from contract.physics import tcp_goodput_fraction
+
+    out = rates.copy()
+    for pair in plan.allocation:
+        out[pair.src, pair.dst] = pair.gbps * 1e9 * tcp_goodput_fraction(mtu) / 8.0
+    return out
+
+
+def allocation_summary(plan: Any, result: Any) -> dict[str, Any]:
+    split = [pair for pair in plan.allocation if len(pair.paths) > 1]
+    return {
+        "pairs": len(plan.allocation),
+        "pairs_split": len(split),
+        "planes": plan.network.planes,
+        "lp_ms": result.seconds * 1e3,
+        "single_path_ms": result.single_path_seconds * 1e3,
+        "lp_speedup": result.speedup,
+        "split": [
+            {
+                "src": pair.src,
+                "dst": pair.dst,
+                "paths": [{"path": list(share.path), "gbps": share.gbps} for share in pair.paths],
+            }
+            for pair in split
+        ],
+    }
+
+
+def _measure_on(
     s: Any,
-    found: Any,
+    plan: Any,
+    tasks: Any,
+    runs: dict[str, tuple[Any, np.ndarray]],
     iterations: int,
     payload_scale: float,
-    lock_wait_s: float = 0.0,
-    run_dir: str | None = None,
-    log: Log | None = None,
+    config: dict[str, Any],
+    log: Log,
 ) -> dict[str, Any]:
-    """Run the placement, "placement only" and the best baseline's (each distinct one once)
-    on the plan's emulated network, one worker set each, the same way `topolab collective`
-    measures a schedule; measured per-iteration times next to the cost model at the plan's
-    pair rates and the flow-level prediction of the same schedule (real ms)."""
+    """Build ``plan``'s emulated network (with its allocation, if any) and run every
+    placement of ``runs`` (label -> placement, cost-model pair rates) on it."""
     from contract.physics import time_scale
     from emulator import EmulatedNetwork
     from planner.placement import makespan, placement_schedule
@@ -253,29 +305,21 @@ def run_placements(
 
     from .prediction import predict_run
 
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    plan, tasks, placement, plain, baseline, rates = found
     scale = time_scale(plan.link_gbps, s.emulation.link_mbps)
     scaled = _scaled_tasks(tasks, payload_scale)
-    runs = {"placement": placement}
-    # the ablation (the same search without allocation) and the best baseline, unless they
-    # place the groups exactly as a run before them
-    for label, other in (("placement only", plain), ("baseline", baseline)):
-        if other is not None and all(other.assignment != p.assignment for p in runs.values()):
-            runs[label if other is plain else f"baseline {other.method}"] = other
-    config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
-    if run_dir:
-        config["run_dir"] = run_dir
     emulated = {"time_scale": scale, "link_mbps": s.emulation.link_mbps, "mtu": s.emulation.mtu}
-    out: dict[str, Any] = {"time_scale": scale, "payload_scale": payload_scale, "iterations": iterations, "runs": {}}
+    network = plan.network if plan.allocation else None
+    out: dict[str, Any] = {}
     with EmulatedNetwork(plan, config, log=log) as net:
         hosts = [net.host_address(i) for i in range(plan.servers)]
 
         def spawn(rank: int, argv: list[str]) -> subprocess.Popen:
             return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
-        for label, p in runs.items():
-            schedule = placement_schedule(tasks, p, plan.servers, time_scale=scale, payload_scale=payload_scale)
+        for label, (p, rates) in runs.items():
+            schedule = placement_schedule(
+                tasks, p, plan.servers, time_scale=scale, payload_scale=payload_scale, network=network
+            )
             flow = predict_run(plan, schedule, emulated, net.netem)
             times, verified, errors = [], True, []
             with Coordinator(
@@ -296,8 +340,9 @@ def run_placements(
                         times.append(res.time_s / scale * 1e3)
             measured = statistics.median(times)
             model = makespan(scaled, p.assignment, p.order, rates) * 1e3
-            out["runs"][label] = {
+            out[label] = {
                 "method": p.method,
+                "multipath": network is not None,
                 "cost_model_ms": model,
                 "flow_predicted_ms": flow["real_ms"],
                 "measured_ms": measured,
@@ -305,9 +350,65 @@ def run_placements(
                 "cost_model_error": (model - measured) / measured,
                 "flow_error": (flow["real_ms"] - measured) / measured,
                 "transfers_checked": len(schedule.checks),
+                "sends": sum(
+                    1 for prog in schedule.programs for ops in prog.values() for op in ops if op.kind == "send"
+                ),
                 "verified": verified,
                 "errors": errors[:5],
             }
+    return out
+
+
+def run_placements(
+    s: Any,
+    found: Any,
+    iterations: int,
+    payload_scale: float,
+    lock_wait_s: float = 0.0,
+    run_dir: str | None = None,
+    log: Log | None = None,
+    multipath: bool = False,
+) -> dict[str, Any]:
+    """Run the placement, "placement only" and the best baseline's (each distinct one once)
+    on the plan's emulated network, one worker set each, the same way `topolab collective`
+    measures a schedule; measured per-iteration times next to the cost model at the plan's
+    pair rates and the flow-level prediction of the same schedule (real ms). ``multipath``:
+    those on single paths (the plan without allocation), then the placement again on a
+    network enforcing the allocation of its traffic ("placement + allocation")."""
+    from contract.physics import time_scale
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    plan, tasks, placement, plain, baseline, rates = found
+    runs = {"placement": placement}
+    # the ablation (the same search without allocation) and the best baseline, unless they
+    # place the groups exactly as a run before them
+    for label, other in (("placement only", plain), ("baseline", baseline)):
+        if other is not None and all(other.assignment != p.assignment for p in runs.values()):
+            runs[label if other is plain else f"baseline {other.method}"] = other
+    config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
+    if run_dir:
+        config["run_dir"] = run_dir
+    scale = time_scale(plan.link_gbps, s.emulation.link_mbps)
+    out: dict[str, Any] = {"time_scale": scale, "payload_scale": payload_scale, "iterations": iterations}
+    single = replace(plan, allocation=()) if multipath else plan
+    out["runs"] = _measure_on(
+        s, single, tasks, {label: (p, rates) for label, p in runs.items()}, iterations, payload_scale, config, log
+    )
+    if multipath:
+        multi, result = allocated_plan(plan, tasks, placement)
+        out["allocation"] = allocation_summary(multi, result)
+        pair_rates = allocation_pair_rates(multi, rates, s.emulation.mtu)
+        out["runs"].update(
+            _measure_on(
+                s, multi, tasks, {MULTIPATH_RUN: (placement, pair_rates)}, iterations, payload_scale, config, log
+            )
+        )
+        out["multipath_speedup_measured"] = (
+            out["runs"]["placement"]["measured_ms"] / out["runs"][MULTIPATH_RUN]["measured_ms"]
+        )
+        out["multipath_speedup_predicted"] = (
+            out["runs"]["placement"]["flow_predicted_ms"] / out["runs"][MULTIPATH_RUN]["flow_predicted_ms"]
+        )
     return out
 
 
@@ -344,6 +445,14 @@ def format_text(doc: dict[str, Any]) -> str:
                 f"({100 * r['flow_error']:+.0f}%)  {r['transfers_checked']} transfers "
                 f"{'verified' if r['verified'] else 'FAILED'}"
             )
+        alloc = run.get("allocation")
+        if alloc:
+            lines += [
+                f"allocation       {alloc['pairs']} pairs, {alloc['pairs_split']} split over up to {alloc['planes']} "
+                f"planes; traffic {alloc['lp_ms']:.4f} ms vs {alloc['single_path_ms']:.4f} ms on single paths (LP)",
+                f"multipath        {run['multipath_speedup_measured']:.2f}x measured, "
+                f"{run['multipath_speedup_predicted']:.2f}x predicted (flow model) vs the placement on single paths",
+            ]
     return "\n".join(lines)
 
 
@@ -363,7 +472,9 @@ def run_place(args: argparse.Namespace) -> int:
         raise UsageError(f"--memory-gb {args.memory_gb:g}: {err}") from None
     if args.run:
         payload = s.run.payload_scale if args.payload_scale is None else args.payload_scale
-        doc["run"] = run_placements(s, found, args.iterations, payload, args.wait, args.run_dir)
+        doc["run"] = run_placements(
+            s, found, args.iterations, payload, args.wait, args.run_dir, multipath=args.multipath
+        )
     print(json.dumps(doc, indent=1) if args.json else format_text(doc))
     if args.run and not all(r["verified"] for r in doc["run"]["runs"].values()):
         raise RunError("a transfer of the placement failed its copy check on the emulator")

@@ -14,7 +14,12 @@ Per server (rank):
   pair are matched first in, first out and no receive waits behind one sent later.
 
 Each transfer has its own region of the ``act`` buffer and a copy check, so every worker
-verifies every tensor it received. Transfer sizes are ``bytes x payload_scale`` (a multiple
+verifies every tensor it received. Given a network with a per-destination allocation
+(docs/algorithms.md section 4.1), a transfer between an allocated pair is split over the
+pair's planes as `planner.collectives.p2p` splits it: consecutive pieces of its region in
+proportion to the planes' rates, one send/recv per plane on the pair's streams, each plane
+with its own tag (planes are separate connections, so only messages of one plane keep their
+order); the consumer waits for every piece. Transfer sizes are ``bytes x payload_scale`` (a multiple
 of 4 bytes, at least 4), for smoke runs with small buffers.
 
 The loss barrier of the cost model is implied by a single sink (every group is then an
@@ -25,8 +30,10 @@ are rejected.
 from __future__ import annotations
 
 from contract.errors import UsageError
+from contract.network import Network
 from contract.schedule import Check, Schedule, ScheduleBuilder
 
+from ..collectives.p2p import plane_pieces
 from .cost import Placement, TaskGraph
 
 FLOAT_BYTES = 4
@@ -43,7 +50,10 @@ def placement_schedule(
     servers: int,
     time_scale: float = 1.0,
     payload_scale: float = 1.0,
+    network: Network | None = None,
 ) -> Schedule:
+    """The placement's iteration as a schedule (module docstring); transfers split over the
+    planes of ``network``'s allocation when it has one for their pair."""
     if len(tasks.sinks) != 1:
         raise UsageError(
             f"placement schedule: the operator graph has {len(tasks.sinks)} sinks; it needs one (the loss)"
@@ -70,15 +80,17 @@ def placement_schedule(
     outgoing.sort()
     nbytes = {(u, v): nb for u, v, nb in tasks.edges}
     offset = 0
-    tag = b.new_tag()
+    plane_tags = [b.new_tag() for _ in range(1 + (network.planes if network is not None else 0))]
     waits: dict[tuple[str, int], list[int]] = {}
     for src, pos, dst, phase, producer, consumer in outgoing:
         edge = (producer, consumer) if phase == "f" else (consumer, producer)
         length = _scaled(nbytes[edge], payload_scale)
         producer_op = b.programs[src]["compute"][pos].id
-        b.send(src, f"mp>{dst}", dst, BUFFER, offset, length, tag, after=[producer_op])
-        recv = b.recv(dst, f"mp<{src}", src, BUFFER, offset, length, tag, "copy")
-        waits.setdefault((phase, consumer), []).append(recv)
+        for plane, piece_offset, piece in plane_pieces(network, src, dst, offset, length, FLOAT_BYTES):
+            tag = plane_tags[plane]
+            b.send(src, f"mp>{dst}", dst, BUFFER, piece_offset, piece, tag, after=[producer_op], plane=plane)
+            recv = b.recv(dst, f"mp<{src}", src, BUFFER, piece_offset, piece, tag, "copy")
+            waits.setdefault((phase, consumer), []).append(recv)
         b.check(Check("copy", BUFFER, offset, length, src=src, dst=dst))
         offset += length
     for key, recvs in waits.items():
