@@ -220,6 +220,24 @@ def check_goodput(
     return report
 
 
+LISTEN_TIMEOUT_S = 5.0
+"""How long the iperf3 servers of one batch may take to listen (locally ~0.1 s; a server
+started over ssh on another machine takes longer, and a client started before its server
+listens fails with "Connection refused")."""
+
+
+def _wait_listening(net, servers: list[tuple[int, int]]) -> None:
+    """Return once every (host, TCP port) listens, or after `LISTEN_TIMEOUT_S` (a server that
+    never listens shows up as that cable's client error)."""
+    deadline = time.monotonic() + LISTEN_TIMEOUT_S
+    waiting = list(servers)
+    while waiting and time.monotonic() < deadline:
+        time.sleep(0.05)
+        waiting = [
+            (u, port) for u, port in waiting if f":{port} " not in net.hosts[u].cmd(f"ss -Hltn 'sport = :{port}'") + " "
+        ]
+
+
 def _measure_batch(
     net, batch: list[int], seconds: float, omit_s: int, frac: float, tolerance: float
 ) -> list[LinkResult]:
@@ -237,7 +255,7 @@ def _measure_batch(
                 stderr=subprocess.DEVNULL,
             )
         )
-    time.sleep(0.4)  # let the servers listen
+    _wait_listening(net, [(network.links[k].b, 20000 + k) for k in batch])
     for k in batch:
         link = network.links[k]
         pa = next(p for p in net.ports[link.a] if p.link == k)
