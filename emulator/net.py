@@ -48,7 +48,7 @@ from mininet.net import Mininet
 from contract.network import Network
 from contract.physics import tcp_goodput_fraction, time_scale
 
-from . import nsutil, shaping
+from . import counters, nsutil, shaping
 from .addressing import RANGE, Port, identity, node_name, plane_address, ports_of
 from .cable import cable_shaping, emulated_bps_per_gbps, emulated_rate_bps, make_cables
 from .config import EmulationConfig
@@ -146,6 +146,10 @@ class EmulatedNetwork:
     def plane_addresses(self, i: int) -> dict[int, str]:
         """``{plane: source address}`` of every plane node ``i`` sends on (empty: plane 0 only)."""
         return {plane: plane_address(i, plane) for plane in self.planes[i].planes}
+
+    def cable_tx_bytes(self) -> dict[tuple[int, int], int]:
+        """``{(node, peer): bytes sent}`` over every cable so far (`emulator.counters`)."""
+        return counters.cable_tx_bytes(self)
 
     def host_name(self, i: int) -> str:
         return node_name(i, self.servers)

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -120,29 +119,20 @@ def measure_row(
     """Build the row's network on the emulator and time its AllReduce (one warm-up, then
     ``repeat`` timed runs, each verified by the workers)."""
     from emulator import EmulatedNetwork
-    from workers.coordinator import Coordinator
+
+    from .schedule_run import run_schedule_on
 
     plan, schedule = _plan_and_schedule(case, row)
     config = {"link_mbps": case.budget_mbps, "mtu": case.mtu, "lock_wait_s": wait_s}
     if run_dir:
         config["run_dir"] = run_dir
+
+    def each(i: int, res: Any) -> None:
+        log(f"  {row['name']}: {'warm-up' if i == 0 else i} {res.time_s:.3f} s {'verified' if res.ok else 'FAILED'}")
+
     with EmulatedNetwork(plan, config, log=log) as net:
-        hosts = [net.host_address(i) for i in range(plan.servers)]
-
-        def spawn(rank: int, argv: list[str]) -> subprocess.Popen:
-            return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-
-        times, cpu, verified = [], [], True
-        with Coordinator(schedule.to_dict(), hosts, spawn=spawn, timeout_s=timeout_s) as coord:
-            for i in range(1 + repeat):
-                res = coord.run_iteration(i)
-                verified = verified and res.ok
-                log(
-                    f"  {row['name']}: {'warm-up' if i == 0 else i} {res.time_s:.3f} s {'verified' if res.ok else 'FAILED'}"
-                )
-                if i:
-                    times.append(res.time_s)
-                    cpu.append(sum(r.get("cpu_s", 0.0) for r in res.ranks))
+        run = run_schedule_on(net, schedule.to_dict(), repeat=repeat, timeout_s=timeout_s, each=each)
+    times, cpu, verified = run.times_s, run.cpu_s, run.verified
     t = statistics.median(times)
     return {"measured_s": t, "times_s": times, "verified": verified, "worker_cpu_cores": statistics.median(cpu) / t}
 

@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -176,16 +175,12 @@ def measure(
     """Run every (size, algorithm) on the emulated network ``net``; sizes outer, so the
     algorithms of one size are measured side by side in time (the machine is noisy)."""
     from contract.physics import tcp_goodput_fraction
-    from workers.coordinator import Coordinator
+
+    from .schedule_run import run_schedule_on
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     n = int(plan.servers)
-    hosts = [net.host_address(i) for i in range(n)]
     goodput = slowest_egress_bps(plan, net.link_rate_bps) * tcp_goodput_fraction(net.mtu)
-
-    def spawn(rank: int, argv: list[str]) -> subprocess.Popen:
-        return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-
     results = []
     eta = SweepEstimate([size for size in sizes for _ in algorithms], warmup + repeat)
     capacities = plan_capacities(plan, net.link_mbps * 1e6, net.mtu)
@@ -200,23 +195,25 @@ def measure(
                 log(f"  {alg} {format_size(size)}: {shape['shape']} ({shape['why']})")
             ideal = ideal_allreduce_s(n, size, goodput)
             label = f"{alg} {format_size(size)}"
-            with Coordinator(
-                sched.to_dict(), hosts, spawn=spawn, chunk_bytes=chunk_bytes, timeout_s=timeout_s
-            ) as coord:
-                times, ok, mismatches, cpu = [], True, [], []
-                for i in range(warmup + repeat):
-                    res = coord.run_iteration(i)
-                    ok = ok and res.ok
-                    mismatches += res.mismatches[:3]
-                    if i >= warmup:
-                        times.append(res.time_s)
-                        cpu.append(sum(r.get("cpu_s", 0.0) for r in res.ranks))
-                    eta.step(size)
-                    log(
-                        f"  {label}: {'warm-up' if i < warmup else f'{i - warmup + 1}/{repeat}'} "
-                        f"{res.time_s:.3f} s ({res.time_s / ideal:.3f}x ideal) "
-                        f"{'verified' if res.ok else 'VERIFY FAILED'}; {eta.line()}"
-                    )
+
+            def each(i: int, res: Any, label: str = label, ideal: float = ideal, size: int = size) -> None:
+                eta.step(size)
+                log(
+                    f"  {label}: {'warm-up' if i < warmup else f'{i - warmup + 1}/{repeat}'} "
+                    f"{res.time_s:.3f} s ({res.time_s / ideal:.3f}x ideal) "
+                    f"{'verified' if res.ok else 'VERIFY FAILED'}; {eta.line()}"
+                )
+
+            run = run_schedule_on(
+                net,
+                sched.to_dict(),
+                repeat=repeat,
+                warmup=warmup,
+                timeout_s=timeout_s,
+                chunk_bytes=chunk_bytes,
+                each=each,
+            )
+            times, ok, mismatches, cpu = run.times_s, run.verified, run.mismatches, run.cpu_s
             results.append(
                 SizeResult(alg, size, n, times, ideal, ok, net.time_scale, mismatches[:5], cpu, packing_s, shape)
             )

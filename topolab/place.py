@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -301,9 +300,9 @@ def _measure_on(
     from contract.physics import time_scale
     from emulator import EmulatedNetwork
     from planner.placement import makespan, placement_schedule
-    from workers.coordinator import Coordinator
 
     from .prediction import predict_run
+    from .schedule_run import run_schedule_on
 
     scale = time_scale(plan.link_gbps, s.emulation.link_mbps)
     scaled = _scaled_tasks(tasks, payload_scale)
@@ -311,33 +310,18 @@ def _measure_on(
     network = plan.network if plan.allocation else None
     out: dict[str, Any] = {}
     with EmulatedNetwork(plan, config, log=log) as net:
-        hosts = [net.host_address(i) for i in range(plan.servers)]
-
-        def spawn(rank: int, argv: list[str]) -> subprocess.Popen:
-            return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-
         for label, (p, rates) in runs.items():
             schedule = placement_schedule(
                 tasks, p, plan.servers, time_scale=scale, payload_scale=payload_scale, network=network
             )
             flow = predict_run(plan, schedule, emulated, net.netem)
-            times, verified, errors = [], True, []
-            with Coordinator(
-                schedule.to_dict(),
-                hosts,
-                spawn=spawn,
-                timeout_s=s.run.timeout_s,
-                plane_sources=[net.plane_addresses(i) for i in range(len(hosts))],
-            ) as coord:
-                for i in range(1 + iterations):
-                    res = coord.run_iteration(i)
-                    verified = verified and res.ok
-                    errors += res.mismatches[:3]
-                    log(
-                        f"  {label}: {'warm-up' if i == 0 else i} {res.time_s:.3f} s {'verified' if res.ok else 'FAILED'}"
-                    )
-                    if i:
-                        times.append(res.time_s / scale * 1e3)
+
+            def each(i: int, res: Any, label: str = label) -> None:
+                log(f"  {label}: {'warm-up' if i == 0 else i} {res.time_s:.3f} s {'verified' if res.ok else 'FAILED'}")
+
+            run = run_schedule_on(net, schedule.to_dict(), repeat=iterations, timeout_s=s.run.timeout_s, each=each)
+            times = [t / scale * 1e3 for t in run.times_s]
+            verified, errors = run.verified, run.mismatches
             measured = statistics.median(times)
             model = makespan(scaled, p.assignment, p.order, rates) * 1e3
             out[label] = {

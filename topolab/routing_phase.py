@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,13 @@ from contract.errors import UsageError
 from contract.physics import tcp_goodput_fraction, time_scale
 from contract.plan import Plan
 from contract.schedule import Schedule, ScheduleBuilder
-from planner.bandwidth import K_PATHS, BandwidthAllocation, allocate_for_plan, embedding_alltoall_traffic
+from planner.bandwidth import (
+    K_PATHS,
+    BandwidthAllocation,
+    allocate_for_plan,
+    embedding_alltoall_traffic,
+    single_path_seconds,
+)
 from planner.collectives.p2p import add_p2p_transfers, all_to_all
 from planner.predict import plan_network, predict
 from planner.zoo import get_model
@@ -110,9 +115,7 @@ def phase_schedule(plan: Plan, traffic: Traffic, factor: float) -> Schedule:
 
 def scale_factor(plan: Plan, traffic: Traffic, link_mbps: float, phase_seconds: float = PHASE_SECONDS) -> float:
     """The byte factor that makes the single-path phase last ``phase_seconds`` emulated."""
-    _, single = variant_plan(plan, traffic, "rates")  # its single_path_seconds is the route's time
-    assert single is not None
-    emulated = single.single_path_seconds * time_scale(plan.link_gbps, link_mbps)
+    emulated = single_path_seconds(plan.network, traffic) * time_scale(plan.link_gbps, link_mbps)
     return max(1.0, phase_seconds / emulated) if emulated > 0 else 1.0
 
 
@@ -135,7 +138,8 @@ def measure_phase(
 ) -> list[PhaseResult]:
     """Build each variant's network and run its phase ``warmup + repeat`` times."""
     from emulator import EmulatedNetwork
-    from workers.coordinator import Coordinator
+
+    from .schedule_run import run_schedule_on
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     link_mbps = float(emulation["link_mbps"])
@@ -146,10 +150,7 @@ def measure_phase(
         paths, classes = VARIANTS[variant]
         vplan, alloc = variant_plan(plan, traffic, variant)
         schedule = phase_schedule(vplan, traffic, factor)
-        lp_real = alloc.seconds if alloc is not None else 0.0
-        if alloc is None:
-            _, route_only = variant_plan(plan, traffic, "rates")
-            lp_real = route_only.single_path_seconds if route_only else 0.0
+        lp_real = alloc.seconds if alloc is not None else single_path_seconds(plan.network, traffic)
         result = PhaseResult(
             variant,
             predict_variant(vplan, schedule, classes, link_mbps * 1e6, int(emulation.get("mtu", 9000))),
@@ -158,30 +159,17 @@ def measure_phase(
             planes=vplan.network.planes,
         )
         config = dict(emulation, destination_classes=classes)
+
+        def each(i: int, res: Any, result: PhaseResult = result) -> None:
+            log(
+                f"  {result.variant}: {'warm-up' if i < warmup else f'{i - warmup + 1}/{repeat}'} {res.time_s:.3f} s "
+                f"(predicted {result.predicted_s:.3f} s, LP {result.bound_s:.3f} s) "
+                f"{'verified' if res.ok else 'VERIFY FAILED'}"
+            )
+
         with EmulatedNetwork(vplan, config, log=log) as net:
-            hosts = [net.host_address(i) for i in range(plan.servers)]
-
-            def spawn(rank: int, argv: list[str], net: Any = net) -> subprocess.Popen:
-                return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-
-            with Coordinator(
-                schedule.to_dict(),
-                hosts,
-                spawn=spawn,
-                timeout_s=timeout_s,
-                plane_sources=[net.plane_addresses(i) for i in range(plan.servers)],
-            ) as coord:
-                for i in range(warmup + repeat):
-                    res = coord.run_iteration(i)
-                    result.verified = result.verified and res.ok
-                    result.errors += res.mismatches[:3]
-                    if i >= warmup:
-                        result.times_s.append(res.time_s)
-                    log(
-                        f"  {variant}: {'warm-up' if i < warmup else f'{i - warmup + 1}/{repeat}'} {res.time_s:.3f} s "
-                        f"(predicted {result.predicted_s:.3f} s, LP {result.bound_s:.3f} s) "
-                        f"{'verified' if res.ok else 'VERIFY FAILED'}"
-                    )
+            run = run_schedule_on(net, schedule.to_dict(), repeat=repeat, warmup=warmup, timeout_s=timeout_s, each=each)
+        result.times_s, result.verified, result.errors = run.times_s, run.verified, run.mismatches
         out.append(result)
     return out
 

@@ -127,7 +127,7 @@ def execute(
     ones) to ``out_dir``. A network another run holds is a `UsageError` and writes nothing.
     ``on_result`` sees the results of a complete run before the report and plots are drawn."""
     from emulator import EmulationBusyError, netem_present
-    from emulator.counters import cable_tx_bytes, difference
+    from emulator.counters import difference
     from workers.coordinator import Coordinator
 
     from .machines import open_network
@@ -223,11 +223,11 @@ def execute(
                 IterationJournal(out_dir / ITERATIONS_FILE) as journal,
             ):
                 bar = Progress(s.run.warmup + iterations, "iterations")
-                counters_before = cable_tx_bytes(net) if not s.run.warmup else {}
+                counters_before = net.cable_tx_bytes() if not s.run.warmup else {}
                 for i in range(s.run.warmup + iterations):
                     warm = i < s.run.warmup
                     if i == s.run.warmup and s.run.warmup:
-                        counters_before = cable_tx_bytes(net)  # the timed iterations' bytes only
+                        counters_before = net.cable_tx_bytes()  # the timed iterations' bytes only
                     if injector and not warm:
                         injector.before(i - s.run.warmup)  # faults due now: cable down, reroute
                     res = coord.run_iteration(i)
@@ -257,7 +257,7 @@ def execute(
                 bar.done()
                 timed = sum(1 for it in results["iterations"] if not it["warmup"])
                 results["measured"] = {
-                    "link_bytes": difference(cable_tx_bytes(net), counters_before, timed),
+                    "link_bytes": difference(net.cable_tx_bytes(), counters_before, timed),
                     "link_bytes_note": "wire bytes (payload and headers) per timed iteration, from tx counters",
                 }
         results["emulation"]["teardown_s"] = net.facts.get("teardown_s")
