@@ -7,8 +7,8 @@ the predicted time (planner.predict on the emulated rates) and the two lower bou
 algorithms.md section 10), for 0..6 degraded cables. With ``--measure`` (root) it
 also runs each algorithm on the emulated network for the degraded counts given by
 ``--measure-degraded`` (``all``: 0..6), every run verified by the workers: one warm-up and
-``--repeat`` timed runs (median), the single ring (~50 s a run once a slow cable is on it)
-``--ring-repeat`` timed runs and no warm-up. It prints the sweep's expected wall time and
+``--repeat`` timed runs of the multi-rings (median), ``--forest-repeat`` of the forest, and
+``--ring-repeat`` of the single ring (~50 s a run once a slow cable is on it), no warm-up. It prints the sweep's expected wall time and
 its progress per point, and writes benchmarks/results/forest.json and forest.png (time
 per algorithm vs degraded cables, predicted lines, measured markers) after every point.
 
@@ -17,7 +17,7 @@ cables' rate, where the rate-weighted multi-ring should beat the equal split (wr
 forest-stride5-quarter.json). ``--algorithms`` picks a subset.
 
     .venv/bin/python benchmarks/forest.py [--degraded 0,1,...,6] [--measure] [--measure-degraded 3|all]
-        [--algorithms forest,multiring,weighted,ring] [--repeat 2] [--ring-repeat 1]
+        [--algorithms forest,multiring,weighted,ring] [--repeat 2] [--forest-repeat 3] [--ring-repeat 1]
         [--case degraded|stride5-quarter]
 """
 
@@ -87,23 +87,32 @@ def schedules(plan, nbytes: int, algorithms) -> dict:
     return {name: make[name]() for name in algorithms}
 
 
-def runs_of(name: str, repeat: int, ring_repeat: int) -> tuple[int, int]:
-    """(warm-up, timed) runs of an algorithm: the single ring, ~50 s per run once a slow
-    cable is on it, runs ``ring_repeat`` timed runs and no warm-up (connection set-up is
-    milliseconds of a run that long); the others one warm-up and ``repeat`` timed runs."""
-    return (0, ring_repeat) if name == "ring" else (1, repeat)
+@dataclasses.dataclass(frozen=True)
+class Repeats:
+    """Timed runs per algorithm: the single ring, ~50 s a run once a slow cable is on it,
+    runs ``ring`` timed runs and no warm-up (connection set-up is milliseconds of a run that
+    long); the forest (~3 s a run, and the most sensitive to the other processes on the
+    machine) one warm-up and ``forest``; the multi-rings one warm-up and ``others``."""
+
+    others: int
+    ring: int
+    forest: int
+
+    def of(self, name: str) -> tuple[int, int]:
+        """(warm-up, timed) runs of algorithm ``name``."""
+        if name == "ring":
+            return 0, self.ring
+        return 1, self.forest if name == "forest" else self.others
 
 
-def expected_wall_s(predicted: dict[str, float], repeat: int, ring_repeat: int) -> float:
+def expected_wall_s(predicted: dict[str, float], repeats: Repeats) -> float:
     """Wall time of measuring one point: the emulated network's set-up and tear-down, and
     every run at its predicted time plus the workers' start."""
-    return NETWORK_SETUP_S + sum(
-        sum(runs_of(name, repeat, ring_repeat)) * (seconds + RUN_START_S) for name, seconds in predicted.items()
-    )
+    return NETWORK_SETUP_S + sum(sum(repeats.of(name)) * (seconds + RUN_START_S) for name, seconds in predicted.items())
 
 
-def measure(plan, scheds: dict, emulation: dict, repeat: int, ring_repeat: int, timeout_s: float) -> dict[str, dict]:
-    """Median of the timed runs (`runs_of`) per schedule on the plan's emulated network, every
+def measure(plan, scheds: dict, emulation: dict, repeats: Repeats, timeout_s: float) -> dict[str, dict]:
+    """Median of the timed runs (`Repeats`) per schedule on the plan's emulated network, every
     run verified by the workers (the pattern of topolab.collective.measure)."""
     from emulator import EmulatedNetwork
     from workers.coordinator import Coordinator
@@ -116,7 +125,7 @@ def measure(plan, scheds: dict, emulation: dict, repeat: int, ring_repeat: int, 
             return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
         for name, sched in scheds.items():
-            warmup, timed = runs_of(name, repeat, ring_repeat)
+            warmup, timed = repeats.of(name)
             started = time.monotonic()
             with Coordinator(sched.to_dict(), hosts, spawn=spawn, timeout_s=timeout_s) as coord:
                 runs = [coord.run_iteration(i) for i in range(warmup + timed)]
@@ -193,12 +202,27 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def degraded_counts(text: str, flag: str) -> set[int]:
+    """``0,3,6`` or ``all`` as a set of degraded-cable counts, each in 0..len(DEGRADED_ORDER)."""
+    top = len(DEGRADED_ORDER)
+    if text == "all":
+        return set(range(top + 1))
+    try:
+        counts = {int(x) for x in text.split(",") if x}
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: expected comma-separated integers or all") from None
+    if not counts or not counts <= set(range(top + 1)):
+        raise ValueError(f"{flag} {text!r}: expected counts in 0..{top}")
+    return counts
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--measure", action="store_true", help="also run on the emulated network (root)")
     ap.add_argument("--measure-degraded", default="3", help="comma-separated degraded counts to measure, or all")
     ap.add_argument("--degraded", default="0,1,2,3,4,5,6", help="comma-separated degraded counts to predict")
-    ap.add_argument("--repeat", type=int, default=2, help="timed runs per algorithm (after one warm-up)")
+    ap.add_argument("--repeat", type=int, default=2, help="timed runs of the multi-rings (after one warm-up)")
+    ap.add_argument("--forest-repeat", type=int, default=3, help="timed runs of the forest (after one warm-up)")
     ap.add_argument("--ring-repeat", type=int, default=1, help="timed runs of the single ring (no warm-up)")
     ap.add_argument("--timeout", type=float, default=180.0, help="bound on one run (s)")
     ap.add_argument("--wait", type=float, default=900.0, help="wait this long for another emulation run to end")
@@ -218,13 +242,18 @@ def main() -> int:
     emulation = dict(dataclasses.asdict(scenario.emulation), lock_wait_s=args.wait)
     link_bps = float(emulation["link_mbps"]) * 1e6
     mtu = int(emulation["mtu"])
-    if args.repeat < 1 or args.ring_repeat < 1:
-        print("forest: --repeat and --ring-repeat must be at least 1", file=sys.stderr)
+    repeats = Repeats(args.repeat, args.ring_repeat, args.forest_repeat)
+    if min(dataclasses.astuple(repeats)) < 1:
+        print("forest: --repeat, --forest-repeat and --ring-repeat must be at least 1", file=sys.stderr)
         return 2
-    measured_counts = args.measure_degraded.replace("all", ",".join(map(str, range(len(DEGRADED_ORDER) + 1))))
-    to_measure = {int(x) for x in measured_counts.split(",") if x} if args.measure else set()
+    try:
+        predicted_counts = degraded_counts(args.degraded, "--degraded")
+        to_measure = degraded_counts(args.measure_degraded, "--measure-degraded") if args.measure else set()
+    except ValueError as exc:
+        print(f"forest: {exc}", file=sys.stderr)
+        return 2
     rows = []
-    counts = sorted({int(x) for x in args.degraded.split(",") if x} | to_measure)
+    counts = sorted(predicted_counts | to_measure)
     if args.case == "stride5-quarter":
         counts = [0]
     plans, scheds_of = {}, {}
@@ -252,9 +281,7 @@ def main() -> int:
         print(f"degraded {count} predicted: " + json.dumps({k: round(v, 3) for k, v in row["predicted_s"].items()}))
         rows.append(row)
     measured_rows = [row for row in rows if row["degraded"] in to_measure]
-    expected = {
-        row["degraded"]: expected_wall_s(row["predicted_s"], args.repeat, args.ring_repeat) for row in measured_rows
-    }
+    expected = {row["degraded"]: expected_wall_s(row["predicted_s"], repeats) for row in measured_rows}
     if measured_rows:
         print(f"measuring {len(measured_rows)} points, about {sum(expected.values()) / 60:.0f} min", flush=True)
     started = time.monotonic()
@@ -265,9 +292,7 @@ def main() -> int:
             f"measuring {','.join(scheds_of[count])} (about {expected[count]:.0f} s)",
             flush=True,
         )
-        row["measured"] = measure(
-            plans[count], scheds_of[count], emulation, args.repeat, args.ring_repeat, args.timeout
-        )
+        row["measured"] = measure(plans[count], scheds_of[count], emulation, repeats, args.timeout)
         write(rows, {}, args.case, link_bps)
     speed = {} if args.no_speed else planner_speed()
     print(
