@@ -364,8 +364,9 @@ def shallow_or_exact_packing(capacities: Mapping[Edge, float], servers: int) -> 
 def build_forest(
     capacities: Mapping[Edge, float], servers: int, nbytes: int, max_trees: int | None = None
 ) -> tuple[list[ForestTree], TreePacking]:
-    """Pack trees (to a proved `PACKING_GAP`), keep the fewest that reach `MAX_TAU_LOSS`
-    (`select_trees`, at most ``max_trees``, default ``servers``), root them and give each a
+    """Pack shallow trees where they reach the exact tau (`shallow_or_exact_packing`, to a
+    proved `PACKING_GAP`), keep the fewest that reach `MAX_TAU_LOSS` (`select_trees`, at
+    most ``max_trees``, default ``2 servers``), root them at their centres and give each a
     share of the ``nbytes`` buffer in proportion to its rate (float32-aligned)."""
     if nbytes <= 0 or nbytes % ITEMSIZE:
         raise ValueError(f"nbytes must be a positive multiple of {ITEMSIZE}, got {nbytes}")
