@@ -5,18 +5,20 @@ The TopoOpt-12 plan (12 servers, cables i±1, i±5 at 25 Gbit/s) with some cable
 the predicted time (planner.predict on the emulated rates) and the two lower bounds
 (the slowest server's egress bound and the spanning-tree packing bound S / tau, docs/
 algorithms.md section 10), for 0..6 degraded cables. With ``--measure`` (root) it
-also runs each algorithm on the emulated network (one warm-up, then the median of
-``--repeat`` runs, every run verified by the workers) for the degraded counts given by
-``--measure-degraded``. Writes benchmarks/results/forest.json and forest.png (time per
-algorithm vs degraded cables, predicted lines, measured markers).
+also runs each algorithm on the emulated network for the degraded counts given by
+``--measure-degraded`` (``all``: 0..6), every run verified by the workers: one warm-up and
+``--repeat`` timed runs of the multi-rings (median), ``--forest-repeat`` of the forest, and
+``--ring-repeat`` of the single ring (~50 s a run once a slow cable is on it), no warm-up. It prints the sweep's expected wall time and
+its progress per point, and writes benchmarks/results/forest.json and forest.png (time
+per algorithm vs degraded cables, predicted lines, measured markers) after every point.
 
 ``--case stride5-quarter`` instead runs one network: every ±5 cable at a quarter of the ±1
 cables' rate, where the rate-weighted multi-ring should beat the equal split (written to
-forest-stride5-quarter.json). ``--algorithms`` picks a subset (the machine is shared: the
-single ring alone takes ~50 s per 64 MiB run with 3 degraded cables).
+forest-stride5-quarter.json). ``--algorithms`` picks a subset.
 
-    .venv/bin/python benchmarks/forest.py [--degraded 0,1,...,6] [--measure] [--measure-degraded 3]
-        [--algorithms forest,multiring,weighted,ring] [--repeat 3] [--case degraded|stride5-quarter]
+    .venv/bin/python benchmarks/forest.py [--degraded 0,1,...,6] [--measure] [--measure-degraded 3|all]
+        [--algorithms forest,multiring,weighted,ring] [--repeat 2] [--forest-repeat 3] [--ring-repeat 1]
+        [--case degraded|stride5-quarter]
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ NBYTES = 64 << 20
 ALGORITHMS = ("forest", "multiring", "weighted", "ring")
 QUARTER_STRIDE, QUARTER_FACTOR = 5, 0.25  # the weighted-split case: ±5 cables at 1/4 the rate
 LARGE_SERVERS, LARGE_DEGREE, LARGE_DEGRADED_SHARE = 128, 8, 0.10
+# Wall-time estimate of a measured point (seen on the 2-core machine): building and removing
+# the 12-namespace network, and starting 12 workers per run of a schedule.
+NETWORK_SETUP_S, RUN_START_S = 15.0, 2.0
 
 
 def degraded_plan(plan, count: int):
@@ -82,9 +87,33 @@ def schedules(plan, nbytes: int, algorithms) -> dict:
     return {name: make[name]() for name in algorithms}
 
 
-def measure(plan, scheds: dict, emulation: dict, repeat: int) -> dict[str, dict]:
-    """Median of ``repeat`` verified runs per schedule on the plan's emulated network (the
-    pattern of topolab.collective.measure)."""
+@dataclasses.dataclass(frozen=True)
+class Repeats:
+    """Timed runs per algorithm: the single ring, ~50 s a run once a slow cable is on it,
+    runs ``ring`` timed runs and no warm-up (connection set-up is milliseconds of a run that
+    long); the forest (~3 s a run, and the most sensitive to the other processes on the
+    machine) one warm-up and ``forest``; the multi-rings one warm-up and ``others``."""
+
+    others: int
+    ring: int
+    forest: int
+
+    def of(self, name: str) -> tuple[int, int]:
+        """(warm-up, timed) runs of algorithm ``name``."""
+        if name == "ring":
+            return 0, self.ring
+        return 1, self.forest if name == "forest" else self.others
+
+
+def expected_wall_s(predicted: dict[str, float], repeats: Repeats) -> float:
+    """Wall time of measuring one point: the emulated network's set-up and tear-down, and
+    every run at its predicted time plus the workers' start."""
+    return NETWORK_SETUP_S + sum(sum(repeats.of(name)) * (seconds + RUN_START_S) for name, seconds in predicted.items())
+
+
+def measure(plan, scheds: dict, emulation: dict, repeats: Repeats, timeout_s: float) -> dict[str, dict]:
+    """Median of the timed runs (`Repeats`) per schedule on the plan's emulated network, every
+    run verified by the workers (the pattern of topolab.collective.measure)."""
     from emulator import EmulatedNetwork
     from workers.coordinator import Coordinator
 
@@ -96,11 +125,24 @@ def measure(plan, scheds: dict, emulation: dict, repeat: int) -> dict[str, dict]
             return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
         for name, sched in scheds.items():
-            with Coordinator(sched.to_dict(), hosts, spawn=spawn, timeout_s=120.0) as coord:
-                runs = [coord.run_iteration(i) for i in range(1 + repeat)][1:]
-            times = [r.time_s for r in runs]
-            out[name] = {"times_s": times, "median_s": statistics.median(times), "verified": all(r.ok for r in runs)}
-            print(f"  measured {name}: {out[name]['median_s']:.3f} s verified={out[name]['verified']}", file=sys.stderr)
+            warmup, timed = repeats.of(name)
+            started = time.monotonic()
+            with Coordinator(sched.to_dict(), hosts, spawn=spawn, timeout_s=timeout_s) as coord:
+                runs = [coord.run_iteration(i) for i in range(warmup + timed)]
+            times = [r.time_s for r in runs[warmup:]]
+            out[name] = {
+                "times_s": times,
+                "median_s": statistics.median(times),
+                "verified": all(r.ok for r in runs),
+                "warmup_runs": warmup,
+            }
+            print(
+                f"  measured {name}: {out[name]['median_s']:.3f} s ({timed} timed of {warmup + timed} runs, "
+                f"all verified={out[name]['verified']}, {time.monotonic() - started:.0f} s wall, "
+                f"load {os.getloadavg()[0]:.1f})",
+                file=sys.stderr,
+                flush=True,
+            )
     return out
 
 
@@ -160,12 +202,29 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def degraded_counts(text: str, flag: str) -> set[int]:
+    """``0,3,6`` or ``all`` as a set of degraded-cable counts, each in 0..len(DEGRADED_ORDER)."""
+    top = len(DEGRADED_ORDER)
+    if text == "all":
+        return set(range(top + 1))
+    try:
+        counts = {int(x) for x in text.split(",") if x}
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: expected comma-separated integers or all") from None
+    if not counts or not counts <= set(range(top + 1)):
+        raise ValueError(f"{flag} {text!r}: expected counts in 0..{top}")
+    return counts
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--measure", action="store_true", help="also run on the emulated network (root)")
-    ap.add_argument("--measure-degraded", default="3", help="comma-separated degraded counts to measure")
+    ap.add_argument("--measure-degraded", default="3", help="comma-separated degraded counts to measure, or all")
     ap.add_argument("--degraded", default="0,1,2,3,4,5,6", help="comma-separated degraded counts to predict")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=2, help="timed runs of the multi-rings (after one warm-up)")
+    ap.add_argument("--forest-repeat", type=int, default=3, help="timed runs of the forest (after one warm-up)")
+    ap.add_argument("--ring-repeat", type=int, default=1, help="timed runs of the single ring (no warm-up)")
+    ap.add_argument("--timeout", type=float, default=180.0, help="bound on one run (s)")
     ap.add_argument("--wait", type=float, default=900.0, help="wait this long for another emulation run to end")
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS), help=f"comma-separated subset of {ALGORITHMS}")
     ap.add_argument("--case", choices=("degraded", "stride5-quarter"), default="degraded")
@@ -183,17 +242,28 @@ def main() -> int:
     emulation = dict(dataclasses.asdict(scenario.emulation), lock_wait_s=args.wait)
     link_bps = float(emulation["link_mbps"]) * 1e6
     mtu = int(emulation["mtu"])
-    to_measure = {int(x) for x in args.measure_degraded.split(",") if x} if args.measure else set()
+    repeats = Repeats(args.repeat, args.ring_repeat, args.forest_repeat)
+    if min(dataclasses.astuple(repeats)) < 1:
+        print("forest: --repeat, --forest-repeat and --ring-repeat must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        predicted_counts = degraded_counts(args.degraded, "--degraded")
+        to_measure = degraded_counts(args.measure_degraded, "--measure-degraded") if args.measure else set()
+    except ValueError as exc:
+        print(f"forest: {exc}", file=sys.stderr)
+        return 2
     rows = []
-    counts = sorted({int(x) for x in args.degraded.split(",") if x} | to_measure)
+    counts = sorted(predicted_counts | to_measure)
     if args.case == "stride5-quarter":
         counts = [0]
+    plans, scheds_of = {}, {}
     for count in counts:
         plan = degraded_plan(base, count)
         if args.case == "stride5-quarter":
             plan = stride_plan(plan, QUARTER_STRIDE, QUARTER_FACTOR)
             to_measure = {0} if args.measure else set()
-        scheds = schedules(plan, NBYTES, algorithms)
+        plans[count] = plan
+        scheds = scheds_of[count] = schedules(plan, NBYTES, algorithms)
         network = plan_network(plan, link_bps, mtu)
         bounds = allreduce_bounds(plan_capacities(plan, link_bps, mtu), plan.servers, NBYTES)
         row = {
@@ -208,10 +278,22 @@ def main() -> int:
             row["forest_ops_per_rank"] = scheds["forest"].op_count() / plan.servers
         for name, sched in scheds.items():
             row["predicted_s"][name] = predict(sched, network).seconds
-        print(f"degraded {count}: " + json.dumps({k: round(v, 3) for k, v in row["predicted_s"].items()}), flush=True)
-        if count in to_measure:
-            row["measured"] = measure(plan, scheds, emulation, args.repeat)
+        print(f"degraded {count} predicted: " + json.dumps({k: round(v, 3) for k, v in row["predicted_s"].items()}))
         rows.append(row)
+    measured_rows = [row for row in rows if row["degraded"] in to_measure]
+    expected = {row["degraded"]: expected_wall_s(row["predicted_s"], repeats) for row in measured_rows}
+    if measured_rows:
+        print(f"measuring {len(measured_rows)} points, about {sum(expected.values()) / 60:.0f} min", flush=True)
+    started = time.monotonic()
+    for point, row in enumerate(measured_rows, start=1):
+        count = row["degraded"]
+        print(
+            f"[{point}/{len(measured_rows)}, {time.monotonic() - started:.0f} s] degraded {count}: "
+            f"measuring {','.join(scheds_of[count])} (about {expected[count]:.0f} s)",
+            flush=True,
+        )
+        row["measured"] = measure(plans[count], scheds_of[count], emulation, repeats, args.timeout)
+        write(rows, {}, args.case, link_bps)
     speed = {} if args.no_speed else planner_speed()
     print(
         f"\n{'degraded':>8} {'algorithm':>10} {'predicted(s)':>12} {'measured(s)':>11} {'/bound':>7} {'meas/pred':>9}"
@@ -232,15 +314,21 @@ def main() -> int:
             f"planner: 12 servers {speed['servers_12_s']:.2f} s; 128 servers d={LARGE_DEGREE} with "
             f"{LARGE_DEGRADED_SHARE:.0%} degraded {speed['servers_128_s']:.2f} s ({speed['servers_128_trees']} trees)"
         )
+    write(rows, speed, args.case, link_bps)
+    return 0
+
+
+def write(rows: list[dict], speed: dict, case: str, link_bps: float) -> None:
+    """benchmarks/results/forest[-case].json and .png (also after every measured point, so
+    an interrupted sweep keeps what it measured)."""
     OUT.mkdir(exist_ok=True)
-    doc = {"scenario": SCENARIO, "case": args.case, "bytes": NBYTES, "link_mbps": link_bps / 1e6, "rows": rows}
+    doc = {"scenario": SCENARIO, "case": case, "bytes": NBYTES, "link_mbps": link_bps / 1e6, "rows": rows}
     if speed:
         doc["planner_speed"] = speed
-    stem = "forest" if args.case == "degraded" else f"forest-{args.case}"
+    stem = "forest" if case == "degraded" else f"forest-{case}"
     (OUT / f"{stem}.json").write_text(json.dumps(doc, indent=2))
     plot(rows, OUT / f"{stem}.png")
-    print(f"wrote {OUT / f'{stem}.json'} and {OUT / f'{stem}.png'}")
-    return 0
+    print(f"wrote {OUT / f'{stem}.json'} and {OUT / f'{stem}.png'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -25,10 +25,17 @@ never roots and a server's tree parent is its nearest server ancestor, reached t
 switches of the plan's own route. (With switches the packing assumes in-network
 aggregation the switches do not do, so ``S / tau`` is optimistic there.)
 
+Shallow trees (`shallow_tree_packing`): a tree of height ``h`` fills and drains its
+pipeline in about ``2 h`` segment times and the trees fill and drain together, so among the
+many optimal packings the forest takes one of shallow trees: the same column generation over
+trees grown from a server root with every node at most ``slack`` hops deeper than its BFS
+distance (smallest slack within `PACKING_GAP` of the exact tau, else the exact packing). On
+TopoOpt-12 with 3 slow cables every tree is 3 deep instead of 4-5 at the same tau.
+
 Few trees (`select_trees`): the exact packing has about |E| trees, and every tree costs the
-workers four ops per segment per cable, which on the emulator costs more than the rate it
-adds. The forest keeps the fewest of the fastest trees whose re-solved LP reaches 97% of
-tau, none under 1% of it (on TopoOpt-12 with 3 slow cables: 10 trees instead of 23).
+workers four ops per segment per server, which on the emulator costs more than the rate it
+adds. The forest keeps the fewest of the fastest trees whose re-solved LP reaches
+``1 - MAX_TAU_LOSS`` of tau, none under 1% of it (TopoOpt-12, 3 slow cables: 19 of 24).
 
 Schedule: per tree an ``up`` and a ``down`` stream (opposite cable directions, overlapped);
 every tree is cut into the same number of segments, so trees advance in step on shared
@@ -39,6 +46,8 @@ came back down, which keeps the per-connection FIFO queues short and the trees i
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,11 +69,25 @@ WARM_START_ROUNDS = 200  # multiplicative-weights trees seeding column generatio
 WARM_START_STEEPNESS = 8.0  # exp(8 x load share): a cable at its capacity costs e^8 more
 # Pipelining segment of the largest tree and the send credit, measured on TopoOpt-12 with
 # 3 slow cables, 64 MiB (emulated 100 Mbit/s): 1 MiB / 4 ran 4.13 s, 384 KiB / 5 3.50 s,
-# 256 KiB / 6 3.76 s (its 1393 ops per server cost more than the shorter tail saves).
+# 256 KiB / 6 3.76 s (its 1393 ops per server cost more than the shorter tail saves; with
+# the shallow trees 256 KiB, 2244 ops, again measured no faster than 384 KiB).
 DEFAULT_SEGMENT_BYTES = 384 << 10
-DEFAULT_WINDOW_SEGMENTS = 5  # segments a server sends up before the first comes back down
+# Segments a server sends up before the first comes back down: with the 3-deep trees a
+# window of 4 predicted 1-3% faster than 5 on 1..4 slow cables (a longer one queues more)
+DEFAULT_WINDOW_SEGMENTS = 4
+# Shallow trees tried: depth <= the root's BFS depth + 0, 1. Slack 2 trees are no shallower
+# than the exact packing's on TopoOpt-12 (mean height ~4.1 either way)
+MAX_DEPTH_SLACK = 1
+# TopoOpt-12 converges in <= 6 master LPs; where shallow trees cannot reach tau (128
+# servers of diameter 16 stay under 80% of it) more rounds only delay the exact fallback
+SHALLOW_MAX_ITERATIONS = 10
+PRICING_ROOTS = 16  # shallow pricing: trees from 16 roots per master LP (128 servers: 8 rounds)
+MAX_TREES_PER_SERVER = 2  # at most 2 n trees (op count per server grows with the trees)
 MIN_TREE_SHARE = 0.01  # a tree under 1% of tau costs its ops for almost no bandwidth
-MAX_TAU_LOSS = 0.03  # the trees kept may give up 3% of tau (fewer trees, fewer ops)
+# The trees kept may give up 0.5% of tau. Predicted on TopoOpt-12 with 3 slow cables
+# (64 MiB, 384 KiB segments, window 4): 0.5% kept 19 trees, 1811 ops per server, 1.074x
+# S / tau; 2% 14 trees, 1489 ops, 1.089x; measured under load both ran ~3.0 s (1.10x)
+MAX_TAU_LOSS = 0.005
 PACKING_GAP = 0.01  # the forest's packing stops within 1% of optimal (proved by tau_upper)
 ITEMSIZE = 4  # float32 gradients
 
@@ -190,6 +213,92 @@ def spanning_tree_packing(
     return TreePacking(packed, rates, tau, iterations, max(tau, upper * scale))
 
 
+def _shallow_tree(
+    adjacency: Mapping[int, list[tuple[int, int]]],
+    hops: Mapping[int, int],
+    root: int,
+    weights: np.ndarray,
+    slack: int,
+) -> tuple[int, ...]:
+    """Edge indices of a light tree grown from ``root`` (Prim on ``weights``) in which every
+    node ``v`` sits at most ``hops[v] + slack`` below the root (``hops``: BFS distances from
+    it). It always spans: a node's BFS predecessor sits within its own limit, so the node can
+    join below it within its limit, by induction on the BFS distance."""
+    depth = {root: 0}
+    heap = [(weights[e], e, root, v) for v, e in adjacency[root]]
+    heapq.heapify(heap)
+    tree = []
+    while heap:
+        _, e, u, v = heapq.heappop(heap)
+        if v in depth or depth[u] + 1 > hops[v] + slack:
+            continue
+        depth[v] = depth[u] + 1
+        tree.append(e)
+        for x, f in adjacency[v]:
+            if x not in depth:
+                heapq.heappush(heap, (weights[f], f, v, x))
+    return tuple(sorted(tree))
+
+
+def shallow_tree_packing(
+    capacities: Mapping[Edge, float],
+    servers: int,
+    slack: int = 0,
+    eps: float = PRICING_EPS,
+    max_iterations: int = SHALLOW_MAX_ITERATIONS,
+) -> TreePacking:
+    """Fractional packing of shallow spanning trees: each rooted at a server ``r`` with
+    every node at most ``slack`` hops deeper than its distance from ``r``.
+
+    Column generation as `spanning_tree_packing`, but both the multiplicative-weights warm
+    start and the pricing grow the trees with `_shallow_tree` from every server; pricing
+    shallow trees exactly is NP-hard (hop-constrained MST), so ``tau`` is what the columns
+    found reach and ``tau_upper`` only the trivial bound: compare with the exact packing.
+    Each round prices from `PRICING_ROOTS` of the servers in turn. The pipeline of a tree
+    fills and drains in twice its depth in segment times, so at the same rates shallow
+    trees finish sooner (docs/algorithms.md section 10)."""
+    caps = _normalize(capacities)
+    edges = list(caps)
+    graph = nx.Graph(edges)
+    if graph.number_of_nodes() < 2 or not nx.is_connected(graph):
+        raise ValueError("the cabled graph must have at least 2 nodes and be connected")
+    adjacency: dict[int, list[tuple[int, int]]] = {v: [] for v in graph}
+    for i, (a, b) in enumerate(edges):
+        adjacency[a].append((b, i))
+        adjacency[b].append((a, i))
+    roots = sorted(v for v in graph if v < servers)
+    hops = {r: nx.single_source_shortest_path_length(graph, r) for r in roots}
+    scale = max(caps.values())
+    cap = np.array([caps[e] / scale for e in edges])
+    columns: dict[tuple[int, ...], None] = {}
+    load = np.zeros(len(edges))
+    rounds = min(WARM_START_ROUNDS, 2 * len(edges))
+    for k in range(rounds):  # multiplicative weights, the roots taking turns
+        root = roots[k % len(roots)]
+        tree = _shallow_tree(adjacency, hops[root], root, np.exp(WARM_START_STEEPNESS * load / cap), slack)
+        columns[tree] = None
+        load[list(tree)] += 1.0 / rounds
+    iterations = idle = 0
+    while True:
+        iterations += 1
+        trees = list(columns)
+        res = linprog(-np.ones(len(trees)), A_ub=_incidence(trees, len(edges)), b_ub=cap, method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"shallow packing master LP failed: {res.message}")
+        duals = -res.ineqlin.marginals
+        turn = [roots[(iterations * PRICING_ROOTS + k) % len(roots)] for k in range(min(PRICING_ROOTS, len(roots)))]
+        priced = [_shallow_tree(adjacency, hops[r], r, duals, slack) for r in turn]
+        new = [t for t in priced if t not in columns and duals[list(t)].sum() < 1.0 - eps]
+        idle = 0 if new else idle + len(turn)
+        if idle >= len(roots) or iterations >= max_iterations:  # no root priced a column
+            break
+        columns.update(dict.fromkeys(new))
+    keep = [j for j, x in enumerate(res.x) if x > eps]
+    rates = tuple(float(res.x[j]) * scale for j in keep)
+    upper = float(cap.sum()) * scale / (graph.number_of_nodes() - 1)
+    return TreePacking(tuple(tuple(edges[i] for i in trees[j]) for j in keep), rates, sum(rates), iterations, upper)
+
+
 def select_trees(
     packing: TreePacking,
     capacities: Mapping[Edge, float],
@@ -240,15 +349,30 @@ def _choose_root(tree: nx.Graph, servers: int, root_bytes: dict[int, int]) -> in
     return min((v for v in candidates if ecc[v] == best), key=lambda v: (root_bytes[v], ecc[v], v))
 
 
+def shallow_or_exact_packing(capacities: Mapping[Edge, float], servers: int) -> TreePacking:
+    """The shallowest packing (`shallow_tree_packing`, slack 0, 1, ... `MAX_DEPTH_SLACK`)
+    within `PACKING_GAP` of the exact packing's tau, else the exact packing (to the gap);
+    ``tau_upper`` is the exact packing's."""
+    exact = spanning_tree_packing(capacities, gap=PACKING_GAP)
+    for slack in range(MAX_DEPTH_SLACK + 1):
+        shallow = shallow_tree_packing(capacities, servers, slack)
+        if shallow.tau >= (1.0 - PACKING_GAP) * exact.tau:
+            return dataclasses.replace(shallow, tau_upper=exact.tau_upper)
+    return exact
+
+
 def build_forest(
     capacities: Mapping[Edge, float], servers: int, nbytes: int, max_trees: int | None = None
 ) -> tuple[list[ForestTree], TreePacking]:
-    """Pack trees (to a proved `PACKING_GAP`), keep the fewest that reach `MAX_TAU_LOSS`
-    (`select_trees`, at most ``max_trees``, default ``servers``), root them and give each a
+    """Pack shallow trees where they reach the exact tau (`shallow_or_exact_packing`, to a
+    proved `PACKING_GAP`), keep the fewest that reach `MAX_TAU_LOSS` (`select_trees`, at
+    most ``max_trees``, default ``2 servers``), root them at their centres and give each a
     share of the ``nbytes`` buffer in proportion to its rate (float32-aligned)."""
     if nbytes <= 0 or nbytes % ITEMSIZE:
         raise ValueError(f"nbytes must be a positive multiple of {ITEMSIZE}, got {nbytes}")
-    packing = select_trees(spanning_tree_packing(capacities, gap=PACKING_GAP), capacities, max_trees or servers)
+    packing = select_trees(
+        shallow_or_exact_packing(capacities, servers), capacities, max_trees or MAX_TREES_PER_SERVER * servers
+    )
     order = sorted(range(len(packing.trees)), key=lambda j: -packing.rates[j])
     shares = weighted_split(0, nbytes, [packing.rates[j] for j in order], ITEMSIZE)
     root_bytes = dict.fromkeys(range(servers), 0)
