@@ -1,6 +1,6 @@
 """Moving one iteration's bytes: pipelined sends and chunk-by-chunk receives (the hot path).
 
-Sends: a send op is cut into equal chunks of ``chunk_bytes`` to twice that (`send_chunk`);
+Sends: a send op is cut into nearly equal chunks of ``chunk_bytes`` to twice that (`send_pieces`);
 each goes out as header + chunk, the
 chunk zero-copy and tracked (`workers.channels`) unless smaller than ``ZERO_COPY_MIN``. A
 peer whose PUSH queue is full stops the op (``blocked_push``) until the socket is writable
@@ -31,9 +31,9 @@ from .channels import HEADER, ZERO_COPY_MIN, Channels
 from .program import Op
 from .protocol import PeerFailure, now
 
-CHUNK_ALIGN = 4096
-"""Chunk boundaries within an op fall on multiples of this (of every dtype's item size), so
-a reduce chunk is always whole items."""
+CHUNK_ALIGN = 64
+"""Chunk boundaries within an op fall on multiples of this (of every dtype's item size, and
+a cache line), so a reduce chunk is always whole items."""
 RECEIVE_BUDGET = 64  # messages taken per poll, so sends and faults get their turn
 FRAME_REDUCE_MIN = zmq.COPY_THRESHOLD
 """A reduce chunk at least this big is added straight from libzmq's message (a zero-copy
@@ -51,19 +51,23 @@ class Active:
     op: Op
     pos: int = 0  # bytes sent / received so far
     deadline: float = 0.0  # compute
-    step: int = 0  # send: its wire chunk size (`send_chunk`)
+    pieces: int = 1  # send: how many wire chunks (`send_pieces`)
+    chunks: int = 0  # send: chunks queued so far
 
 
-def send_chunk(length: int, chunk_bytes: int) -> int:
-    """Wire chunk size for a send of ``length`` bytes: ``length // chunk_bytes`` (at least 1)
-    equal chunks, rounded up to `CHUNK_ALIGN`, i.e. every chunk is at least ``chunk_bytes``
-    (or the whole op) and under twice that. Cutting ``chunk_bytes`` pieces off instead leaves
-    a short tail: a 1.33 MiB ring piece went as 1 MiB + 0.33 MiB, two messages, the tail
-    copied; as one message the 12-server multi-ring used ~20 % less CPU per GB on loopback
-    (docs/dataplane.md)."""
-    pieces = max(1, length // chunk_bytes)
-    size = -(-length // pieces)
-    return -(-size // CHUNK_ALIGN) * CHUNK_ALIGN
+def send_pieces(length: int, chunk_bytes: int) -> int:
+    """How many wire chunks a send of ``length`` bytes goes out as: ``length // chunk_bytes``
+    (at least 1) nearly equal chunks (`chunk_end`), i.e. each at least ``chunk_bytes`` (or
+    the whole op) and under twice that. Cutting ``chunk_bytes`` pieces off instead leaves a
+    short tail: a 1.33 MiB ring piece went as 1 MiB + 0.33 MiB, two messages, the tail
+    copied; as one message the 12-server multi-ring used less CPU per GB (docs/dataplane.md)."""
+    return max(1, length // chunk_bytes)
+
+
+def chunk_end(length: int, pieces: int, k: int) -> int:
+    """End (relative to the op) of chunk ``k`` (1-based) of ``pieces``: on a `CHUNK_ALIGN`
+    boundary, except the last."""
+    return length if k >= pieces else k * length // pieces // CHUNK_ALIGN * CHUNK_ALIGN
 
 
 class Transfers:
@@ -99,7 +103,7 @@ class Transfers:
 
     # ---- sending ---------------------------------------------------------------------
     def start_send(self, act: Active) -> None:
-        act.step = send_chunk(act.op.length, self.chunk_bytes)
+        act.pieces = send_pieces(act.op.length, self.chunk_bytes)
         if not self.pump_send(act):
             self.sends.append(act)
 
@@ -109,11 +113,9 @@ class Transfers:
         channels = self.channels
         sock = channels.push[(op.peer, op.plane)]
         raw = self.raw[op.buffer]
-        chunk = act.step
-        end = op.offset + op.length
         while act.pos < op.length:
             lo = op.offset + act.pos
-            n = min(chunk, end - lo)
+            n = chunk_end(op.length, act.pieces, act.chunks + 1) - act.pos
             try:
                 sock.send(HEADER.pack(self.iteration, self.rank, op.tag, n), SEND_MORE)
             except zmq.Again:
@@ -125,6 +127,7 @@ class Transfers:
                 tracker = sock.send(raw[lo : lo + n], copy=False, track=True)
                 channels.trackers.append((op.buffer, lo, lo + n, tracker, op.peer))
             act.pos += n
+            act.chunks += 1
             self.bytes_sent += n
             self.last_progress = now()
         self.complete(op)
