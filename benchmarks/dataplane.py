@@ -17,6 +17,15 @@ from the children's rusage). The whole machine's CPU split (user / system / soft
 /proc/stat) during the case is printed next to it: the machine is shared, so the per-process
 figures are the ones to compare.
 
+Next to the executor, on the same network: the floor (`floor_worker`), a minimal pyzmq +
+numpy loop over the same schedule's rings (one PULL per ring, a whole piece per message, no
+header, `np.add` from the frame; same inputs, same check), i.e. what pyzmq + numpy does on
+this machine at that moment; with ``--baseline DIR`` also the workers of another checkout,
+alternately with this tree's for ``--rounds`` rounds. Every figure is given over the ideal
+and over the schedule's own bound (its busiest source-destination pair at one cable's
+goodput: the ideal for multi-ring, d x the ideal for a single ring, which uses one cable
+direction per server); iperf3 also as wall time and as its longest transfer over them.
+
 A rate search then finds, for 12 and for 32 servers, the highest per-cable rate of a list at
 which multi-ring stays within --target (1.10) x ideal (it stops at the first rate that fails).
 
@@ -31,8 +40,10 @@ docs/dataplane.md.
 
 Writes benchmarks/results/dataplane.json.
 
-Over 300 lines: the cases, the iperf3 comparison, the rate search and the loopback split by
-thread all feed one table and one JSON document, and must run in one session to compare.
+Over 300 lines: the cases, the floor loop (its worker is this file run as
+``dataplane.py floor-worker SPEC``, so nothing outside the benchmark carries it), the iperf3
+comparison, the rate search and the loopback split by thread all feed one table and one
+JSON document, and must run in one session to compare.
 """
 
 from __future__ import annotations
@@ -580,7 +591,7 @@ def main() -> int:
         return 2
     cases = [QUICK] if args.quick else [by_name[n] for n in args.cases.split(",")]
     doc: dict = {
-        "format": "topolab.dataplane/1",
+        "format": "topolab.dataplane/2",
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "loadavg_before": os.getloadavg()},
         "repeat": args.repeat,

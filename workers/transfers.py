@@ -1,10 +1,9 @@
 """Moving one iteration's bytes: pipelined sends and chunk-by-chunk receives (the hot path).
 
-Sends: a send op is cut into nearly equal chunks of ``chunk_bytes`` to twice that (`send_pieces`);
-each goes out as header + chunk, the
-chunk zero-copy and tracked (`workers.channels`) unless smaller than ``ZERO_COPY_MIN``. A
-peer whose PUSH queue is full stops the op (``blocked_push``) until the socket is writable
-again.
+Sends: a send op is cut into nearly equal chunks of ``chunk_bytes`` to twice that
+(`send_pieces`); each goes out as header + chunk, the chunk zero-copy and tracked
+(`workers.channels`) unless smaller than ``ZERO_COPY_MIN``. A peer whose PUSH queue is full
+stops the op (``blocked_push``) until the socket is writable again.
 
 Receives: FIFO matching per (src, tag) (docs/schedules.md). A chunk for a posted recv goes
 straight into place: copy mode with ``recv_into`` the target region; reduce mode with
