@@ -4,7 +4,7 @@ more PUSH per (peer, plane) this rank sends on with a plane p >= 1, connected fr
 policy routing can steer that traffic by source onto the pair's p-th path.
 
 Wire format: every message is two frames, a 16-byte `HEADER` (iteration, src, tag, nbytes;
-little-endian u32) and one chunk of at most ``chunk_bytes`` (pipelined 64 KB - 4 MB chunks
+little-endian u32) and one chunk, under twice ``chunk_bytes`` (pipelined 64 KB - 4 MB chunks
 reach the TCP floor; one big message is slower; docs/emulation.md, pyzmq).
 
 Chunks of at least ``ZERO_COPY_MIN`` are sent zero-copy *and tracked* (``copy=False,

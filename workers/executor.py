@@ -23,6 +23,7 @@ from .program import Program
 from .protocol import now
 from .scheduler import IterationRun
 from .spec import WorkerSpec
+from .transfers import FRAME_REDUCE_MIN
 from .verify import verify
 
 
@@ -69,7 +70,7 @@ class Executor:
             self.raw[b["name"]] = raw
             self.arrays[b["name"]] = raw[: len(raw) - len(raw) % dtype.itemsize].view(dtype)
             self.buffer_index[b["name"]] = i
-        self.scratch = np.empty(spec.chunk_bytes, dtype=np.uint8)
+        self.scratch = np.empty(FRAME_REDUCE_MIN, dtype=np.uint8)  # smaller reduce chunks land here
         self.program = Program(spec.streams)
         self.channels = Channels(spec, ctx)
         self.address = self.channels.address

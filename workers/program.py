@@ -35,7 +35,7 @@ class Op:
 
 class Program:
     """``streams[i]``: the ops of stream ``stream_names[i]`` in order; ``ops``: all, by index;
-    ``ops_per_peer``: how many send/recv ops each peer takes part in."""
+    ``ops_per_peer``: how many send/recv ops each peer takes part in; ``wakes``: see below."""
 
     def __init__(self, streams: dict[str, list[dict[str, Any]]]) -> None:
         self.stream_names = list(streams)
@@ -67,6 +67,13 @@ class Program:
         for op in ops:
             op.after = tuple(index_of[a] for a in op.after)
         self.ops = ops
+        waiting: list[set[int]] = [set() for _ in ops]
+        for op in ops:
+            for a in op.after:
+                waiting[a].add(op.stream)
+        self.wakes: list[tuple[int, ...]] = [(op.stream, *sorted(waiting[op.index] - {op.stream})) for op in ops]
+        """``wakes[i]``: the streams whose head op ``i`` completing can make startable: its
+        own, and every stream with an op waiting on it (``after``)."""
         self.ops_per_peer: dict[int, int] = defaultdict(int)
         for op in ops:
             if op.kind != COMPUTE:

@@ -65,7 +65,7 @@ class IterationRun:
         self.cursor = [0] * len(program.streams)
         self.busy = [False] * len(program.streams)  # stream's head op is in progress
         self.computes: list[Active] = []
-        self.heads_stale = True  # an op completed since `advance` last looked at the stream heads
+        self.stale = list(range(len(program.streams)))  # streams whose head may have become startable
         self.remaining_with = dict(program.ops_per_peer)
         self.poller = zmq.Poller()
         self.poller.register(channels.pull, zmq.POLLIN)
@@ -81,36 +81,37 @@ class IterationRun:
         self.ndone += 1
         self.cursor[op.stream] += 1
         self.busy[op.stream] = False
-        self.heads_stale = True
+        self.stale.extend(self.program.wakes[op.index])
         if op.kind != COMPUTE:
             self.remaining_with[op.peer] -= 1
         self.xfer.last_progress = t
 
     def advance(self) -> None:
-        """Start every stream head whose dependencies are done, until nothing changes (only
-        an op completing can make a head startable, so without one there is nothing to do)."""
-        xfer = self.xfer
-        while self.heads_stale:
-            self.heads_stale = False
-            for si, ops in enumerate(self.program.streams):
-                if self.busy[si] or self.cursor[si] >= len(ops):
-                    continue
-                op = ops[self.cursor[si]]
-                if not all(self.done[a] for a in op.after):
-                    continue
-                self.busy[si] = True
-                self.started[op.index] = now()
-                act = Active(op)
-                if op.kind == SEND:
-                    xfer.start_send(act)
-                elif op.kind == RECV:
-                    xfer.post_recv(act)
+        """Start every stream head whose dependencies are done, until nothing changes. Only
+        an op completing can make a head startable, so only the streams it wakes
+        (`Program.wakes`: its own and those waiting on it) are looked at."""
+        xfer, stale, streams, done = self.xfer, self.stale, self.program.streams, self.done
+        while stale:
+            si = stale.pop()
+            ops = streams[si]
+            if self.busy[si] or self.cursor[si] >= len(ops):
+                continue
+            op = ops[self.cursor[si]]
+            if op.after and not all(done[a] for a in op.after):
+                continue
+            self.busy[si] = True
+            self.started[op.index] = now()
+            act = Active(op)
+            if op.kind == SEND:
+                xfer.start_send(act)
+            elif op.kind == RECV:
+                xfer.post_recv(act)
+            else:
+                act.deadline = self.started[op.index] + op.seconds
+                if op.seconds <= 0:
+                    self.complete(op)
                 else:
-                    act.deadline = self.started[op.index] + op.seconds
-                    if op.seconds <= 0:
-                        self.complete(op)
-                    else:
-                        self.computes.append(act)
+                    self.computes.append(act)
 
     # ---- faults ------------------------------------------------------------------------
     def check_faults(self) -> None:

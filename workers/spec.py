@@ -13,7 +13,8 @@ Format ``topolab.worker/1`` (documented in docs/schedules.md):
     streams                this rank's program: {stream: [op, ...]}
     chunk_bytes            wire chunk size for pipelined sends: MIN_CHUNK .. MAX_CHUNK
                            (4 KiB .. 64 MiB) is accepted; 64 KiB .. 4 MiB reach the TCP
-                           floor (docs/emulation.md, pyzmq)
+                           floor (docs/emulation.md, pyzmq); a send of L bytes goes as
+                           max(1, L // chunk_bytes) nearly equal chunks
     timeout_s              a peer that sends nothing for this long while data from it is
                            awaited (or accepts nothing while a send to it is pending) fails
                            the iteration with an error naming the peer

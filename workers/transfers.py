@@ -1,9 +1,9 @@
 """Moving one iteration's bytes: pipelined sends and chunk-by-chunk receives (the hot path).
 
-Sends: a send op is cut into chunks of ``chunk_bytes``; each goes out as header + chunk, the
-chunk zero-copy and tracked (`workers.channels`) unless smaller than ``ZERO_COPY_MIN``. A
-peer whose PUSH queue is full stops the op (``blocked_push``) until the socket is writable
-again.
+Sends: a send op is cut into nearly equal chunks of ``chunk_bytes`` to twice that
+(`send_pieces`); each goes out as header + chunk, the chunk zero-copy and tracked
+(`workers.channels`) unless smaller than ``ZERO_COPY_MIN``. A peer whose PUSH queue is full
+stops the op (``blocked_push``) until the socket is writable again.
 
 Receives: FIFO matching per (src, tag) (docs/schedules.md). A chunk for a posted recv goes
 straight into place: copy mode with ``recv_into`` the target region; reduce mode with
@@ -30,6 +30,9 @@ from .channels import HEADER, ZERO_COPY_MIN, Channels
 from .program import Op
 from .protocol import PeerFailure, now
 
+CHUNK_ALIGN = 64
+"""Chunk boundaries within an op fall on multiples of this (of every dtype's item size, and
+a cache line), so a reduce chunk is always whole items."""
 RECEIVE_BUDGET = 64  # messages taken per poll, so sends and faults get their turn
 FRAME_REDUCE_MIN = zmq.COPY_THRESHOLD
 """A reduce chunk at least this big is added straight from libzmq's message (a zero-copy
@@ -47,6 +50,23 @@ class Active:
     op: Op
     pos: int = 0  # bytes sent / received so far
     deadline: float = 0.0  # compute
+    pieces: int = 1  # send: how many wire chunks (`send_pieces`)
+    chunks: int = 0  # send: chunks queued so far
+
+
+def send_pieces(length: int, chunk_bytes: int) -> int:
+    """How many wire chunks a send of ``length`` bytes goes out as: ``length // chunk_bytes``
+    (at least 1) nearly equal chunks (`chunk_end`), i.e. each at least ``chunk_bytes`` (or
+    the whole op) and under twice that. Cutting ``chunk_bytes`` pieces off instead leaves a
+    short tail: a 1.33 MiB ring piece went as 1 MiB + 0.33 MiB, two messages, the tail
+    copied; as one message the 12-server multi-ring used less CPU per GB (docs/dataplane.md)."""
+    return max(1, length // chunk_bytes)
+
+
+def chunk_end(length: int, pieces: int, k: int) -> int:
+    """End (relative to the op) of chunk ``k`` (1-based) of ``pieces``: on a `CHUNK_ALIGN`
+    boundary, except the last."""
+    return length if k >= pieces else k * length // pieces // CHUNK_ALIGN * CHUNK_ALIGN
 
 
 class Transfers:
@@ -73,6 +93,7 @@ class Transfers:
         self.sends: list[Active] = []
         self.posted: dict[tuple[int, int], deque[Active]] = defaultdict(deque)
         self.stash: dict[tuple[int, int], deque] = defaultdict(deque)
+        self.stashed = 0  # frames in ``stash``: the scheduler's loop skips the stash when none
         self.blocked_push: set[tuple[int, int]] = set()  # (peer, plane) whose PUSH queue is full
         self.last_heard: dict[int, float] = {}
         self.last_progress = now()
@@ -81,6 +102,7 @@ class Transfers:
 
     # ---- sending ---------------------------------------------------------------------
     def start_send(self, act: Active) -> None:
+        act.pieces = send_pieces(act.op.length, self.chunk_bytes)
         if not self.pump_send(act):
             self.sends.append(act)
 
@@ -90,11 +112,9 @@ class Transfers:
         channels = self.channels
         sock = channels.push[(op.peer, op.plane)]
         raw = self.raw[op.buffer]
-        chunk = self.chunk_bytes
-        end = op.offset + op.length
         while act.pos < op.length:
             lo = op.offset + act.pos
-            n = min(chunk, end - lo)
+            n = chunk_end(op.length, act.pieces, act.chunks + 1) - act.pos
             try:
                 sock.send(HEADER.pack(self.iteration, self.rank, op.tag, n), SEND_MORE)
             except zmq.Again:
@@ -106,6 +126,7 @@ class Transfers:
                 tracker = sock.send(raw[lo : lo + n], copy=False, track=True)
                 channels.trackers.append((op.buffer, lo, lo + n, tracker, op.peer))
             act.pos += n
+            act.chunks += 1
             self.bytes_sent += n
             self.last_progress = now()
         self.complete(op)
@@ -125,10 +146,12 @@ class Transfers:
 
     def stash_pending(self) -> list[tuple[int, int]]:
         """Keys with a posted recv and early chunks waiting (for a tracked send to finish)."""
+        if not self.stashed:
+            return []
         return [k for k, q in self.posted.items() if q and self.stash.get(k)]
 
     def stash_waiting(self) -> bool:
-        return any(q and self.stash.get(k) for k, q in self.posted.items())
+        return bool(self.stashed) and any(q and self.stash.get(k) for k, q in self.posted.items())
 
     def _apply(self, act: Active, data: np.ndarray | None, n: int) -> None:
         """Account ``n`` received bytes of ``act`` (``data`` given: reduce/copy it first)."""
@@ -172,6 +195,7 @@ class Transfers:
             if not self.channels.region_free(act.op.buffer, lo, lo + n):
                 return
             stash.popleft()
+            self.stashed -= 1
             self._apply(act, data, n)
 
     def receive(self, budget: int = RECEIVE_BUDGET) -> None:
@@ -202,6 +226,7 @@ class Transfers:
                     continue
             frame = pull.recv(copy=False)
             self.stash[key].append(frame)
+            self.stashed += 1
             self.last_heard[src] = self.last_progress = now()
 
     def _receive_in_place(self, act: Active, n: int, src: int, lo: int) -> None:
