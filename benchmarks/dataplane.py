@@ -559,11 +559,15 @@ def print_table(rows: list[dict]) -> None:
                 f"{head} {'iperf3':>9} {ip['wall_over_ideal']:>10.3f} {ip['wall_over_own_bound']:>8.3f} "
                 f"{ip['cpu_s'] / ip['time_s']:>6.2f} {ip['cpu_s_per_gb']:>9.3f} {'ok' if ip['ok'] else 'FAILED':>8}"
             )
+        versus_iperf3 = (
+            f"executor CPU {r['worker_over_iperf3_cpu']:.2f} x iperf3's; "
+            f"iperf3 transfer / own bound {ip['transfer_over_own_bound']:.3f}; "
+            if ip and "worker_over_iperf3_cpu" in r
+            else ""
+        )
         print(
-            f"{'':>8} own bound = {r['own_bound_over_ideal']:.2f} x ideal; executor CPU "
-            f"{r.get('worker_over_iperf3_cpu', float('nan')):.2f} x iperf3's; load {r['load_before']:.1f} -> "
-            f"{r['load_after']:.1f}; iperf3 transfer / own bound "
-            f"{ip['transfer_over_own_bound'] if ip else float('nan'):.3f}"
+            f"{'':>8} own bound = {r['own_bound_over_ideal']:.2f} x ideal; {versus_iperf3}"
+            f"load {r['load_before']:.1f} -> {r['load_after']:.1f}"
         )
 
 
@@ -615,7 +619,8 @@ def main() -> int:
         for s in doc["search"]:
             print(
                 f"# highest per-cable rate within {s['target']:.2f}x ideal, {s['servers']} servers multi-ring "
-                f"{s['bytes'] >> 20} MiB: {s['highest_mbps'] or 'none tried'} Mbit/s"
+                f"{s['bytes'] >> 20} MiB: "
+                + (f"{s['highest_mbps']} Mbit/s" if s["highest_mbps"] else "none of the rates tried")
             )
     doc["machine"]["loadavg_after"] = os.getloadavg()
     out = Path(args.out)
