@@ -49,13 +49,17 @@ def _scenario_with(tmp_path: Path, **emulation: str) -> Path:
 
 
 def _topolab(*argv: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*prefix, sys.executable, "-m", "topolab", *argv],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=CLI_TIMEOUT_S,
-    )
+    try:
+        return subprocess.run(
+            [*prefix, sys.executable, "-m", "topolab", *argv],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=CLI_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as e:  # name the step it was at: its progress lines
+        stderr = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or ""
+        pytest.fail(f"topolab {argv[0]} took over {CLI_TIMEOUT_S} s; its last words: {stderr[-1500:]}")
 
 
 def _verify_over_standins(standins: StandIns, scenario: Path, tmp_path: Path, *flags: str) -> dict:
