@@ -23,10 +23,10 @@ and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we a
   records the interfaces (Mininet's ``fast`` path): nothing is created twice.
 - **cubic on every route, the cables' own included**: as on one machine (`emulator.hostconfig`),
   every route carries ``congctl cubic``, and each cable's connected /31 route is replaced by
-  one that does: a namespace may not pick cubic as its default (the root namespace does not
-  allow it), so without it a connection bound to a cable's addresses (``topolab verify``'s
-  iperf3) ran the default bbr, which carried 82-94% of the TCP maximum both ways at once
-  (docs/cluster.md section 6). The sysctls the emulator needs fail the script if refused;
+  one that does: a namespace may only make default what the root namespace allows (often
+  not cubic), so without it a connection bound to a cable's addresses (``topolab verify``'s
+  iperf3) ran the inherited default, bbr here, which carried 82-94 of the 95.5 Mbit/s TCP
+  maximum both ways at once (docs/cluster.md section 6). The sysctls the emulator needs fail the script if refused;
   only those `emulator.hostconfig` marks optional may be.
 
 Each machine's script first records the run's host shells there (`emulator.cluster_state`),
