@@ -21,6 +21,13 @@ and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we a
   the read-back are one shell script per machine (``nsenter -t <host pid> -n ...`` per host)
   sent over the machine's ssh; machines are configured in parallel. ``ClusterLink`` then only
   records the interfaces (Mininet's ``fast`` path): nothing is created twice.
+- **cubic on every route, the cables' own included**: as on one machine (`emulator.hostconfig`),
+  every route carries ``congctl cubic``, and each cable's connected /31 route is replaced by
+  one that does: a namespace may only make default what the root namespace allows (often
+  not cubic), so without it a connection bound to a cable's addresses (``topolab verify``'s
+  iperf3) ran the inherited default, bbr here, which carried 82-94 of the 95.5 Mbit/s TCP
+  maximum both ways at once (docs/cluster.md section 6). The sysctls the emulator needs fail the script if refused;
+  only those `emulator.hostconfig` marks optional may be.
 
 Each machine's script first records the run's host shells there (`emulator.cluster_state`),
 so that ``topolab clean --machines`` can end what a killed run left. Teardown ends, on every
@@ -60,6 +67,7 @@ from .addressing import Port, identity, node_name, ports_of
 from .cable import emulated_rate_bps
 from .cluster_ssh import Machine, SshOptions, check_machines
 from .cluster_state import kill_script, record_script, state_file, this_run_id
+from .hostconfig import _OPTIONAL_SYSCTLS as OPTIONAL_SYSCTLS
 from .hostconfig import CUBIC, HOST_SYSCTLS
 
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 bytes
@@ -242,12 +250,19 @@ class ClusterNetwork:
         for u in sorted(mine):
             host, ports = self.hosts[u], self.ports[u]
             ns = f"nsenter -t {host.pid} -n"
-            sysctls = [f"{key.replace('/', '.')}={value}" for key, value in HOST_SYSCTLS.items()]
-            sysctls += [f"net.ipv4.conf.{p.ifname}.rp_filter=0" for p in ports]
-            lines.append(f"{ns} sysctl -q -e -w {' '.join(sysctls)} >/dev/null 2>&1 || true")
+            required = [f"{k.replace('/', '.')}={v}" for k, v in HOST_SYSCTLS.items() if k not in OPTIONAL_SYSCTLS]
+            required += [f"net.ipv4.conf.{p.ifname}.rp_filter=0" for p in ports]
+            optional = [f"{k.replace('/', '.')}={v}" for k, v in HOST_SYSCTLS.items() if k in OPTIONAL_SYSCTLS]
+            lines.append(f"{ns} sysctl -q -w {' '.join(required)} >/dev/null")  # a failure ends the script
+            lines.append(f"{ns} sysctl -q -e -w {' '.join(optional)} >/dev/null 2>&1 || true")
             ip = ["link set lo up", f"addr add {identity(u)}/32 dev lo"]
             for p in ports:
                 ip += [f"addr add {p.address}/31 dev {p.ifname}", f"link set {p.ifname} up"]
+                # the kernel's connected route again, with cubic (module docstring)
+                ip.append(
+                    f"route replace {_subnet31(p.address)}/31 dev {p.ifname} proto kernel scope link "
+                    f"src {p.address} congctl {CUBIC}"
+                )
             for v in range(net.nodes):
                 if v == u:
                     continue
@@ -384,6 +399,10 @@ def underlay_address(machine: Machine) -> str:
             "give the address the other machines reach it at"
         )
     return address
+
+
+def _subnet31(address: str) -> str:
+    return str(ipaddress.ip_network(f"{address}/31", strict=False).network_address)
 
 
 def _heredoc(command: str, lines: Sequence[str]) -> str:

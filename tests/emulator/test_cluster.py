@@ -76,6 +76,12 @@ def test_cluster_network_over_three_machines(standins: StandIns) -> None:
         # a tunnel end is a VXLAN device of its own VNI, MTU 1450, shaped like a veth end
         detail = net.hosts[1].cmd("ip -d link show h1-eth1; tc class show dev h1-eth1")
         assert "vxlan id" in detail and "mtu 1450" in detail and "rate 100Mbit" in detail
+        # every route runs cubic, each cable's connected /31 included: the namespaces' default
+        # is the root's bbr, which carried 82-94 of 95.5 Mbit/s both ways at once
+        for u, host in enumerate(net.hosts):
+            routes = host.cmd("ip -4 route show").strip().splitlines()
+            assert len(routes) == NET.nodes - 1 + len(net.ports[u]), routes  # /32 per node, /31 per cable
+            assert all(route.rstrip().endswith("congctl cubic") for route in routes), routes
         sent_before = net.cable_tx_bytes()
         local = _goodput_mbps(net, 1, 0)  # h0 -> h1: a veth inside m0
         sent = net.cable_tx_bytes()
