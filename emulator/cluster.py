@@ -67,8 +67,7 @@ from .addressing import Port, identity, node_name, ports_of
 from .cable import emulated_rate_bps
 from .cluster_ssh import Machine, SshOptions, check_machines
 from .cluster_state import kill_script, record_script, state_file, this_run_id
-from .hostconfig import _OPTIONAL_SYSCTLS as OPTIONAL_SYSCTLS
-from .hostconfig import CUBIC, HOST_SYSCTLS
+from .hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
 
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 bytes
 VXLAN_PORT = 4789  # IANA's VXLAN port

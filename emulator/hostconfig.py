@@ -68,7 +68,7 @@ HOST_SYSCTLS = {
     "net/ipv4/icmp_msgs_burst": "100000",
     "net/ipv4/fib_multipath_hash_policy": "1",  # parallel cables: hash on ports too
 }
-_OPTIONAL_SYSCTLS = {
+OPTIONAL_SYSCTLS = {
     "net/ipv4/icmp_msgs_per_sec",
     "net/ipv4/icmp_msgs_burst",
     "net/ipv4/fib_multipath_hash_policy",
@@ -86,7 +86,7 @@ def write_sysctls(ifnames: list[str]) -> None:
             with open(f"/proc/sys/{key}", "w") as f:
                 f.write(value)
         except OSError as exc:
-            if key not in _OPTIONAL_SYSCTLS:
+            if key not in OPTIONAL_SYSCTLS:
                 raise EmulationError(f"cannot set sysctl {key.replace('/', '.')}={value} in a host: {exc}") from None
 
 
