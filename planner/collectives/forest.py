@@ -153,6 +153,23 @@ def _incidence(trees: list[tuple[int, ...]], edges: int) -> sparse.csc_matrix:
     return sparse.csc_matrix((np.ones(len(cols)), (rows, cols)), shape=(edges, len(trees)))
 
 
+def _master_lp(trees: list[tuple[int, ...]], cap: np.ndarray, what: str) -> Any:
+    """The master LP over ``trees``: max sum x_T s.t. the trees on each cable <= its
+    capacity; its ``ineqlin.marginals`` are minus the cables' duals."""
+    res = linprog(-np.ones(len(trees)), A_ub=_incidence(trees, len(cap)), b_ub=cap, method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"{what} master LP failed: {res.message}")
+    return res
+
+
+def _kept_trees(
+    res: Any, trees: list[tuple[int, ...]], edges: list[Edge], scale: float, eps: float
+) -> tuple[tuple[tuple[Edge, ...], ...], tuple[float, ...]]:
+    """The master LP's trees with a positive rate, as edge tuples, and their rates."""
+    keep = [j for j, x in enumerate(res.x) if x > eps]
+    return tuple(tuple(edges[i] for i in trees[j]) for j in keep), tuple(float(res.x[j]) * scale for j in keep)
+
+
 def spanning_tree_packing(
     capacities: Mapping[Edge, float],
     eps: float = PRICING_EPS,
@@ -195,9 +212,7 @@ def spanning_tree_packing(
     while True:
         iterations += 1
         trees = list(columns)
-        res = linprog(-np.ones(len(trees)), A_ub=_incidence(trees, len(edges)), b_ub=cap, method="highs")
-        if res.status != 0:
-            raise RuntimeError(f"packing master LP failed: {res.message}")
+        res = _master_lp(trees, cap, "packing")
         duals = -res.ineqlin.marginals
         candidate = tree_of(duals)
         priced = float(duals[list(candidate)].sum())
@@ -206,9 +221,7 @@ def spanning_tree_packing(
         if priced >= 1.0 - eps or -res.fun >= (1.0 - gap) * upper or iterations >= max_iterations:
             break
         columns[candidate] = None
-    keep = [j for j, x in enumerate(res.x) if x > eps]
-    rates = tuple(float(res.x[j]) * scale for j in keep)
-    packed = tuple(tuple(edges[i] for i in trees[j]) for j in keep)
+    packed, rates = _kept_trees(res, trees, edges, scale, eps)
     tau = sum(rates)
     return TreePacking(packed, rates, tau, iterations, max(tau, upper * scale))
 
@@ -282,9 +295,7 @@ def shallow_tree_packing(
     while True:
         iterations += 1
         trees = list(columns)
-        res = linprog(-np.ones(len(trees)), A_ub=_incidence(trees, len(edges)), b_ub=cap, method="highs")
-        if res.status != 0:
-            raise RuntimeError(f"shallow packing master LP failed: {res.message}")
+        res = _master_lp(trees, cap, "shallow packing")
         duals = -res.ineqlin.marginals
         turn = [roots[(iterations * PRICING_ROOTS + k) % len(roots)] for k in range(min(PRICING_ROOTS, len(roots)))]
         priced = [_shallow_tree(adjacency, hops[r], r, duals, slack) for r in turn]
@@ -293,10 +304,9 @@ def shallow_tree_packing(
         if idle >= len(roots) or iterations >= max_iterations:  # no root priced a column
             break
         columns.update(dict.fromkeys(new))
-    keep = [j for j, x in enumerate(res.x) if x > eps]
-    rates = tuple(float(res.x[j]) * scale for j in keep)
+    packed, rates = _kept_trees(res, trees, edges, scale, eps)
     upper = float(cap.sum()) * scale / (graph.number_of_nodes() - 1)
-    return TreePacking(tuple(tuple(edges[i] for i in trees[j]) for j in keep), rates, sum(rates), iterations, upper)
+    return TreePacking(packed, rates, sum(rates), iterations, upper)
 
 
 def select_trees(
