@@ -16,8 +16,11 @@ line, within ``ANSWER_TIMEOUT_S``.
 from __future__ import annotations
 
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +54,19 @@ class SshOptions:
     known_hosts: Path | None = None
     prefix: tuple[str, ...] = ()
     extra: tuple[str, ...] = field(default=())
+
+    @classmethod
+    @contextmanager
+    def session(cls, user: str, identity: str | None, known_hosts: str | None) -> Iterator[SshOptions]:
+        """Options whose ssh control sockets live in a temporary directory of this run,
+        removed when the block ends."""
+        with tempfile.TemporaryDirectory(prefix="tlcl-") as control:
+            yield cls(
+                control_dir=Path(control),
+                user=user,
+                identity=None if identity is None else Path(identity),
+                known_hosts=None if known_hosts is None else Path(known_hosts),
+            )
 
     def base(self, tty: bool = False) -> list[str]:
         opts = [

@@ -53,7 +53,6 @@ def run_clean(args) -> int:
 
 
 def _clean_machines(args, log):
-    import tempfile
     from pathlib import Path
 
     from contract.errors import UsageError
@@ -68,13 +67,7 @@ def _clean_machines(args, log):
         if path is not None and not Path(path).is_file():
             raise UsageError(f"{flag} {path!r}: no such file")
     machines = [Machine(name, name) for name in names]
-    with tempfile.TemporaryDirectory(prefix="tlcl-") as control:
-        ssh = SshOptions(
-            control_dir=Path(control),
-            user=args.ssh_user,
-            identity=None if args.ssh_identity is None else Path(args.ssh_identity),
-            known_hosts=None if args.ssh_known_hosts is None else Path(args.ssh_known_hosts),
-        )
+    with SshOptions.session(args.ssh_user, args.ssh_identity, args.ssh_known_hosts) as ssh:
         try:
             check_machines(machines, ssh)
             return clean_machines(machines, ssh, log=log)

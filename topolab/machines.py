@@ -14,7 +14,6 @@ a per-destination allocation (planes) and ``netem = "on"`` (no link latency acro
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -83,13 +82,7 @@ def _cluster_network(plan: Plan, config, log: Callable[[str], None]) -> Iterator
         f"({cut.cut_fraction:.1%}); hosts per machine: "
         + ", ".join(f"{m.name} {n}" for m, n in zip(machines, hosts, strict=True))
     )
-    with tempfile.TemporaryDirectory(prefix="tlcl-") as control:
-        ssh = SshOptions(
-            control_dir=Path(control),
-            user=config.ssh_user,
-            identity=None if config.ssh_identity is None else Path(config.ssh_identity),
-            known_hosts=None if config.ssh_known_hosts is None else Path(config.ssh_known_hosts),
-        )
+    with SshOptions.session(config.ssh_user, config.ssh_identity, config.ssh_known_hosts) as ssh:
         net = ClusterNetwork(
             plan.network,
             cut.assignment,
