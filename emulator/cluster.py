@@ -29,6 +29,12 @@ and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we a
   maximum both ways at once (docs/cluster.md section 6). The sysctls the emulator needs fail the script if refused;
   only those `emulator.hostconfig` marks optional may be.
 
+- **The workers' control channel, forwarded**: workers started on another machine reach the
+  coordinator's ipc:// control socket through a Unix socket there that the machine's sshd
+  forwards over our master connection (`ClusterNetwork.relay_control`, ``ssh -O forward -R``),
+  and get their spec on stdin (`workers.coordinator`): no file is shared between machines;
+  only the checkout and its venv must sit at the same path on each (docs/cluster.md).
+
 Each machine's script first records the run's host shells there (`emulator.cluster_state`),
 so that ``topolab clean --machines`` can end what a killed run left. Teardown ends, on every
 machine, every process in each of our hosts' namespaces (by namespace: only our processes
@@ -66,7 +72,7 @@ from . import shaping
 from .addressing import Port, identity, node_name, ports_of
 from .cable import emulated_rate_bps
 from .cluster_ssh import Machine, SshOptions, check_machines
-from .cluster_state import kill_script, record_script, state_file, this_run_id
+from .cluster_state import control_socket, kill_script, record_script, state_file, this_run_id
 from .hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
 
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 bytes
@@ -128,6 +134,7 @@ class ClusterNetwork:
     underlay: list[str] = field(default_factory=list, init=False)  # per machine: its tunnels' IPv4 address
     # what `EmulatedNetwork.facts` says, for the same readers (topolab verify, run)
     facts: dict = field(default_factory=dict, init=False)
+    _relays: dict[tuple[int, str], str] = field(default_factory=dict, init=False)  # (machine, path): remote
     netem = False  # no link latency: netem is not applied across machines (docs/cluster.md)
     delay_us = 0.0
 
@@ -301,8 +308,24 @@ class ClusterNetwork:
             raise RunError(f"shaping not as planned on {len(problems)} cable end(s): {'; '.join(problems[:3])}")
 
     # ---- using ----------------------------------------------------------------------------
+    def relay_control(self, node: int, path: str) -> str:
+        """The path, on ``node``'s machine, of a socket leading to the Unix socket ``path``
+        here (the workers' control socket): the machine's sshd listens there and carries each
+        connection over our master connection (`SshOptions.forward_socket`). One per machine
+        and socket; they go with the masters at teardown, and their files with the run's state.
+        """
+        m = self.assignment[node]
+        if (m, path) not in self._relays:
+            remote = control_socket(self.run_id, len(self._relays))
+            self.ssh.forward_socket(self.machines[m], remote, path)
+            self._relays[(m, path)] = remote
+        return self._relays[(m, path)]
+
     def popen(self, node: int, argv: list[str], **kwargs) -> subprocess.Popen:
-        """Start ``argv`` in ``node``'s namespace on its machine (the host's ``popen``)."""
+        """Start ``argv`` in ``node``'s namespace on its machine (the host's ``popen``), its
+        exit status coming back through ssh: ``mnexec -a`` without Mininet's ``-d``, which
+        forks when it leads its process group (as it does under sshd) and exits 0 at once."""
+        kwargs.setdefault("mncmd", ["mnexec", "-a", str(self.hosts[node].pid)])
         return self.hosts[node].popen(argv, **kwargs)
 
     def host_address(self, node: int) -> str:
@@ -375,7 +398,7 @@ class ClusterNetwork:
                 h.shell.wait(TEARDOWN_TIMEOUT_S)
         for machine in self.machines:
             self.ssh.exit_master(machine)
-        self.hosts, self.links = [], []
+        self.hosts, self.links, self._relays = [], [], {}
         if failures:
             raise RunError("; ".join(failures))
 

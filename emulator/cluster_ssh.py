@@ -103,10 +103,34 @@ class SshOptions:
             raise RunError(f"machine {machine.name} ({machine.address}): {what} failed: {detail}")
         return done.stdout
 
+    def _to_master(self, machine: Machine, operation: str, *args: str) -> list[str]:
+        """argv asking ``machine``'s master connection to do ``operation`` (``ssh -O``)."""
+        return [*self.base(), "-O", operation, *args, f"{self.user}@{machine.address}"]
+
+    def forward_socket(self, machine: Machine, remote: str, local: str) -> None:
+        """Have ``machine``'s sshd listen on the Unix socket ``remote`` there and carry each
+        connection to the socket ``local`` here, over the machine's master connection
+        (``ssh -O forward -R remote:local``; sshd's ``AllowStreamLocalForwarding``, on by
+        default, must allow it). Ends with the master."""
+        try:
+            done = subprocess.run(
+                self._to_master(machine, "forward", "-R", f"{remote}:{local}"),
+                capture_output=True,
+                text=True,
+                timeout=ANSWER_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            raise RunError(
+                f"machine {machine.name} ({machine.address}): forwarding {remote} took over {ANSWER_TIMEOUT_S:g} s"
+            ) from None
+        if done.returncode != 0:
+            detail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            raise RunError(f"machine {machine.name} ({machine.address}): cannot forward {remote}: {detail}")
+
     def exit_master(self, machine: Machine) -> None:
         """End the shared connection to ``machine`` (``ssh -O exit``), if there is one."""
         subprocess.run(
-            [*self.command(machine)[:-1], "-O", "exit", f"{self.user}@{machine.address}"],
+            self._to_master(machine, "exit"),
             capture_output=True,
             timeout=ANSWER_TIMEOUT_S,
         )

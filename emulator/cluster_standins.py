@@ -3,7 +3,8 @@
 Each stand-in is what the emulator needs of a real machine: its own network namespace with
 one underlay interface, its own PID namespace (so its processes are its own, and all of them
 die with it) and its own mount namespace with a private ``/proc`` and ``/run`` (so its sshd,
-its state files and its ``/run/sshd`` are its own), and an sshd of its own on a throw-away
+its state files and its ``/run/sshd`` are its own) that hides the driver's temporary files
+(`StandIns.driver_dir`), and an sshd of its own on a throw-away
 host key, listening only on its underlay address. The underlay is a bridge in one more
 network namespace made for the purpose (never the root namespace), addressed from TEST-NET-1
 (192.0.2.0/24, RFC 5737): the bridge side is ``192.0.2.200``, stand-in ``i`` is
@@ -84,6 +85,13 @@ class StandIns:
     def machines(self) -> list[Machine]:
         return [s.machine for s in self.standins]
 
+    @property
+    def driver_dir(self) -> Path:
+        """A directory of this host that no stand-in sees (each covers it with an empty
+        tmpfs), as a real machine does not see the driver's files: a driver that keeps its
+        temporary files here (``TMPDIR``) shows that nothing it starts on the machines reads them."""
+        return self.workdir / "driver"
+
     def __enter__(self) -> StandIns:
         try:
             self._start()
@@ -109,6 +117,7 @@ class StandIns:
         (keys / "authorized_keys").write_text((keys / "id_ed25519.pub").read_text())
         host_pub = (keys / "host_key.pub").read_text().split()[:2]
         (keys / "control").mkdir(mode=0o700)
+        self.driver_dir.mkdir(mode=0o700)
 
         self.underlay = subprocess.Popen(["unshare", "--net", "--", "sleep", "infinity"])
         self.underlay_netns = _wait_netns(self.underlay.pid, "the underlay")
@@ -145,7 +154,7 @@ class StandIns:
             _run(
                 self.in_standin(i, "sh", "-s"),
                 f"set -e\nip link set lo up\nip addr add {address}/{UNDERLAY_BITS} dev eth0\nip link set eth0 up\n"
-                "mount -t tmpfs tlcl-run /run\nmkdir -m 755 /run/sshd\n",
+                f"mount -t tmpfs tlcl-run /run\nmkdir -m 755 /run/sshd\nmount -t tmpfs tlcl-hide {self.driver_dir}\n",
             )
             config = keys / f"sshd-{i}.conf"
             config.write_text(

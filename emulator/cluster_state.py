@@ -11,7 +11,9 @@ shells and the processes started in them keep running on the other machines. `cl
 (``topolab clean --machines``), run on the driver's machine, asks each machine for its
 ``cluster-*.pids``; for every run whose driver is no longer alive here it ends, on that
 machine, every process living in the network namespace of one of the recorded shells (only
-our processes live there), by PID, then removes the file. Runs whose driver is alive are left
+our processes live there), by PID, then removes the file and the run's control sockets there
+(``cluster-<run id>-control-<k>.ipc``: the ends of the workers' control channels, which the
+driver forwards over ssh). Runs whose driver is alive are left
 alone. Nothing is matched by name.
 """
 
@@ -49,9 +51,15 @@ def record_script(run_id: str, shell_pids: list[int]) -> str:
     )
 
 
+def control_socket(run_id: str, index: int) -> str:
+    """Where, on a machine, the run's ``index``-th forwarded control socket listens."""
+    return f"{STATE_DIR}/{_PREFIX}{run_id}-control-{index}.ipc"
+
+
 def kill_script(run_id: str) -> str:
     """Shell: end every process in the namespaces of the run's recorded shells whose start
-    time still matches, wait until none is left, then remove the state file."""
+    time still matches, wait until none is left, then remove the run's forwarded control
+    sockets (`control_socket`) and the state file."""
     return f"""\
 f={state_file(run_id)}
 [ -f "$f" ] || exit 0
@@ -71,7 +79,7 @@ while [ -n "$want" ] && [ $i -lt {KILL_ROUNDS} ]; do
   i=$((i + 1)); sleep 0.2
 done
 [ $i -lt {KILL_ROUNDS} ] || {{ echo "processes still in the run's namespaces" >&2; exit 1; }}
-rm -f "$f"
+rm -f {STATE_DIR}/{_PREFIX}{run_id}-control-*.ipc "$f"
 """
 
 

@@ -147,6 +147,11 @@ class EmulatedNetwork:
         """``{plane: source address}`` of every plane node ``i`` sends on (empty: plane 0 only)."""
         return {plane: plane_address(i, plane) for plane in self.planes[i].planes}
 
+    def relay_control(self, i: int, path: str) -> None:
+        """None: every host shares this machine's files, the workers' control socket
+        included (a `emulator.cluster.ClusterNetwork` forwards it to its other machines)."""
+        return None
+
     def cable_tx_bytes(self) -> dict[tuple[int, int], int]:
         """``{(node, peer): bytes sent}`` over every cable so far (`emulator.counters`)."""
         return counters.cable_tx_bytes(self)

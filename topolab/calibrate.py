@@ -56,11 +56,20 @@ def measure_op_overhead(
     timeout_s: float = 30.0,
     plane_sources: list[dict[int, str]] | None = None,
     plane_path=None,
+    control_relay: Callable | None = None,
 ) -> dict:
-    """Run ``twin`` on the given hosts and return the per-op cost and what it came from."""
+    """Run ``twin`` on the given hosts and return the per-op cost and what it came from
+    (``control_relay``: as `workers.coordinator.Coordinator` takes it)."""
     from workers.coordinator import Coordinator
 
-    with Coordinator(twin.to_dict(), hosts, spawn=spawn, timeout_s=timeout_s, plane_sources=plane_sources) as coord:
+    with Coordinator(
+        twin.to_dict(),
+        hosts,
+        spawn=spawn,
+        timeout_s=timeout_s,
+        plane_sources=plane_sources,
+        control_relay=control_relay,
+    ) as coord:
         results = coord.run(repeats, warmup=1)
     times = [r.time_s for r in results if r.ok]
     if not times:

@@ -30,10 +30,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_fault_arguments(parser)
     parser.add_argument(
         "--run-dir", default=None, metavar="DIR", help="where the run lock and state file live (default: /run/topolab)"
+    )
+    parser.add_argument(
+        "--machines",
+        metavar="HOST,...",
+        help="emulate over these machines (Mininet Cluster Edition; overrides [emulation] machines, docs/cluster.md)",
     )
 
 
@@ -189,7 +195,7 @@ def execute(
                 f"({len(plan.links)} cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}); starting workers"
             )
             hosts = [net.host_address(i) for i in range(plan.servers)]
-            spawn = lambda rank, argv: net.popen(rank, argv)  # noqa: E731
+            spawn = lambda rank, argv: net.popen(rank, argv, stdin=subprocess.PIPE)  # noqa: E731
             twin = zero_payload_twin(plan, get_model(s.workload.model), opts)
             plane_sources = [net.plane_addresses(i) for i in range(plan.servers)]
             cal = measure_op_overhead(
@@ -200,6 +206,7 @@ def execute(
                 timeout_s=s.run.timeout_s,
                 plane_sources=plane_sources,
                 plane_path=plan.network.plane_path if plan.allocation else None,
+                control_relay=net.relay_control,
             )
             results["calibration"] = cal
             results["predicted"] = predict_run(plan, schedule, emulated, net.netem, cal["op_overhead_s"])
@@ -219,6 +226,7 @@ def execute(
                     spawn=spawn,
                     timeout_s=s.run.timeout_s,
                     plane_sources=plane_sources,
+                    control_relay=net.relay_control,
                 ) as coord,
                 IterationJournal(out_dir / ITERATIONS_FILE) as journal,
             ):
@@ -340,6 +348,10 @@ def ensure_network_free(run_dir: str | None, lock_wait_s: float) -> None:
 
 def run_run(args: argparse.Namespace) -> int:
     s = load_scenario(args.scenario)
+    if args.machines is not None:
+        from .machines import machines_from_flag
+
+        s = replace(s, emulation=replace(s.emulation, machines=machines_from_flag(args.machines)))
     out = check_output_dir(default_out(s) if args.out is None else args.out, "--out")
     require_root("run")  # before --run-dir: /run is root's
     if args.run_dir is not None:

@@ -42,7 +42,7 @@ def run_schedule_on(
     hosts = [net.host_address(i) for i in range(servers)]
 
     def spawn(rank: int, argv: list[str]) -> subprocess.Popen:
-        return net.popen(rank, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        return net.popen(rank, argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
 
     options: dict[str, Any] = {"chunk_bytes": chunk_bytes} if chunk_bytes else {}
     out = Measured()
@@ -52,6 +52,7 @@ def run_schedule_on(
         spawn=spawn,
         timeout_s=timeout_s,
         plane_sources=[net.plane_addresses(i) for i in range(servers)],
+        control_relay=net.relay_control,
         **options,
     ) as coord:
         for i in range(warmup + repeat):

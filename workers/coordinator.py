@@ -5,7 +5,14 @@ Used by `topolab collective` and the end-to-end run. It needs only the schedule 
 callable: the default runs the worker as a plain subprocess (loopback tests); the emulator
 supplies one that runs it inside the emulated host's namespace. The control plane is a
 ROUTER socket on an ipc:// endpoint in a private directory (the filesystem is shared by
-every namespace).
+every namespace on this machine).
+
+Workers on other machines (a multi-machine emulation) share neither that directory nor any
+other file: ``control_relay(rank, path)`` names, on rank's machine, a socket that leads to the
+control socket at ``path`` (the emulator forwards it over its ssh connection to that machine),
+and such a worker gets that endpoint in its spec, its spec on standard input
+(``python -m workers.worker -``; ``spawn`` must give the process a stdin pipe) and no log file:
+what it writes to stderr comes back through ``spawn``'s pipe and is quoted when it fails.
 
 Iterations are barriers: ``start`` goes to every worker, the next one starts after every
 worker reported. An iteration's time is max(t_end) - min(t_start) over the ranks, on the
@@ -48,6 +55,9 @@ from .protocol import CONTROL_POLL_MS, ITERATION_GRACE_S, SILENCE_S, decode, enc
 from .spec import DEFAULT_CHUNK, DEFAULT_TIMEOUT_S, WorkerSpec, specs_for_schedule
 
 Spawn = Callable[[int, list[str]], subprocess.Popen]
+ControlRelay = Callable[[int, str], "str | None"]
+"""``relay(rank, path)``: for a rank on another machine, the path there of a socket that leads
+to our control socket at ``path``; None for a rank on this machine."""
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 START_TIMEOUT_S = 7.0
@@ -115,7 +125,7 @@ def loopback_spawn(log_dir: str | None = None) -> Spawn:
             argv,
             cwd=str(REPO_ROOT),
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,  # a relayed worker's spec (Coordinator); closed for the others
             stdout=subprocess.DEVNULL,
             start_new_session=True,
         )
@@ -142,8 +152,11 @@ class Coordinator:
         relay_failures: bool = True,
         progress: Callable[[str], None] | None = None,
         plane_sources: Sequence[dict[int, str]] | None = None,
+        control_relay: ControlRelay | None = None,
     ) -> None:
-        """``plane_sources[rank]``: rank's {plane: source IP} for sends with a plane >= 1."""
+        """``plane_sources[rank]``: rank's {plane: source IP} for sends with a plane >= 1;
+        ``control_relay``: how ranks on other machines reach the control socket (module
+        docstring)."""
         self.schedule = schedule
         self.n = int(schedule["ranks"])
         self.hosts = list(hosts)
@@ -168,6 +181,8 @@ class Coordinator:
             idle_timeout_s=max(IDLE_MIN_S, IDLE_TIMEOUTS * timeout_s),
             plane_sources=plane_sources,
         )
+        self.control_relay = control_relay
+        self.remote: set[int] = set()  # ranks on another machine (spec on stdin, no log file)
         self.procs: dict[int, subprocess.Popen] = {}
         self.addresses: dict[int, str] = {}
         self.ctx: zmq.Context | None = None
@@ -212,17 +227,27 @@ class Coordinator:
         except zmq.ZMQError as exc:
             raise WorkerFailure(f"cannot open the control endpoint {self.control_endpoint}: {exc}") from None
         for spec in self.specs:
-            path = self.workdir / f"rank-{spec.rank}.json"
-            path.write_text(json.dumps(spec.to_dict()))
-            argv = [self.python, "-m", "workers.worker", str(path)]
+            relayed = self._relay(spec.rank)
+            if relayed is not None:
+                self.remote.add(spec.rank)
+                spec.control, spec.log = f"ipc://{relayed}", ""
+                argv = [self.python, "-m", "workers.worker", "-"]
+            else:
+                path = self.workdir / f"rank-{spec.rank}.json"
+                path.write_text(json.dumps(spec.to_dict()))
+                argv = [self.python, "-m", "workers.worker", str(path)]
             try:
-                self.procs[spec.rank] = self.spawn(spec.rank, argv)
+                proc = self.procs[spec.rank] = self.spawn(spec.rank, argv)
             except (OSError, subprocess.SubprocessError, ValueError) as exc:
                 raise WorkerFailure(
                     f"worker rank {spec.rank} (host {self.hosts[spec.rank]}) could not be started: "
                     f"{getattr(exc, 'filename', None) or argv[0]}: {getattr(exc, 'strerror', None) or exc}",
                     spec.rank,
                 ) from None
+            if relayed is not None:
+                self._feed(spec.rank, proc, json.dumps(spec.to_dict()).encode())
+            elif proc.stdin is not None:
+                proc.stdin.close()
         self.progress(f"started {self.n} workers")
         ready = self._gather("ready", self.start_timeout_s)
         self.addresses = {r: m["address"] for r, m in ready.items()}
@@ -230,6 +255,33 @@ class Coordinator:
             peers = {str(p): self.addresses[p] for p in self.specs[rank].peers}
             self._send(rank, "connect", peers=peers)
         self._gather("connected", self.start_timeout_s)
+
+    def _relay(self, rank: int) -> str | None:
+        if self.control_relay is None:
+            return None
+        try:
+            return self.control_relay(rank, self.control_endpoint.removeprefix("ipc://"))
+        except RunError as exc:
+            raise WorkerFailure(f"{self._who(rank)}: no control channel: {exc}", rank) from None
+
+    def _feed(self, rank: int, proc: subprocess.Popen, spec: bytes) -> None:
+        """Write ``spec`` to the worker's stdin and close it, within ``start_timeout_s``."""
+        pipe = proc.stdin
+        if pipe is None:
+            raise WorkerFailure(f"{self._who(rank)}: spawn gave it no stdin pipe for its spec", rank)
+
+        def write() -> None:
+            try:
+                pipe.write(spec)
+                pipe.close()
+            except OSError:  # it exited already: its exit code and stderr tell why
+                pass
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        writer.join(self.start_timeout_s)
+        if writer.is_alive():
+            raise WorkerFailure(f"{self._who(rank)} did not read its spec within {self.start_timeout_s:g} s", rank)
 
     def close(self) -> None:
         """Stop the workers (politely, then by SIGKILL to their PIDs) and clean up."""
@@ -291,12 +343,20 @@ class Coordinator:
         return f"worker rank {rank} (host {self.hosts[rank]}{pid})"
 
     def _log_tail(self, rank: int, lines: int = 5) -> str:
-        path = self.workdir / f"rank-{rank}.log"
+        """The last lines a failed worker wrote: its log file, or (on another machine) its
+        stderr pipe, read once it has exited."""
+        proc = self.procs.get(rank)
         try:
-            text = path.read_text().strip().splitlines()
-        except OSError:
+            if rank not in self.remote:
+                text = (self.workdir / f"rank-{rank}.log").read_text()
+            elif proc is not None and proc.stderr is not None and proc.poll() is not None:
+                raw = proc.stderr.read()
+                text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+            else:
+                return ""
+        except (OSError, ValueError):
             return ""
-        return " | ".join(text[-lines:])
+        return " | ".join(text.strip().splitlines()[-lines:])
 
     def _dead(self) -> dict[int, int]:
         for rank, proc in self.procs.items():

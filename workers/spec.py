@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,13 +191,18 @@ def split_address(addr: str, what: str = "address") -> tuple[str, int]:
 
 
 def load_spec(path: str) -> WorkerSpec:
+    """The spec in file ``path``, or on standard input for ``-`` (a worker on another machine
+    gets its spec that way: that machine does not share the coordinator's files)."""
     try:
-        with open(path) as f:
-            data = json.load(f)
+        if path == "-":
+            data = json.load(sys.stdin)
+        else:
+            with open(path) as f:
+                data = json.load(f)
     except OSError as exc:
         raise SpecError(f"worker spec: cannot read {path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
-        raise SpecError(f"worker spec: {path} is not JSON ({exc})") from None
+        raise SpecError(f"worker spec: {'stdin' if path == '-' else path} is not JSON ({exc})") from None
     return WorkerSpec.from_dict(data)
 
 

@@ -1,4 +1,4 @@
-"""A worker process: ``python -m workers.worker SPEC.json``.
+"""A worker process: ``python -m workers.worker SPEC.json`` (or ``-``: the spec on stdin).
 
 Reads only the JSON worker spec (`workers.spec`), binds its data-plane socket, then follows
 the coordinator over the ipc:// control plane (`workers.protocol`: ``ready``, ``connect`` /
@@ -123,7 +123,7 @@ class Worker:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m workers.worker SPEC.json", file=sys.stderr)
+        print("usage: python -m workers.worker SPEC.json   (or - to read the spec on stdin)", file=sys.stderr)
         return 2
     _die_with_parent()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))

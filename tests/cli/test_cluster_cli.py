@@ -48,7 +48,9 @@ def _scenario_with(tmp_path: Path, **emulation: str) -> Path:
     return path
 
 
-def _topolab(*argv: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def _topolab(
+    *argv: str, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(
             [*prefix, sys.executable, "-m", "topolab", *argv],
@@ -56,6 +58,7 @@ def _topolab(*argv: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedPr
             text=True,
             cwd=REPO,
             timeout=CLI_TIMEOUT_S,
+            env=None if env is None else {**os.environ, **env},
         )
     except subprocess.TimeoutExpired as e:  # name the step it was at: its progress lines
         stderr = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or ""
@@ -99,6 +102,29 @@ def test_cluster_cli_verify_topoopt12_over_three_machines(standins: StandIns, tm
     assert goodput["cables"] == 24 and all(not link["error"] for link in goodput["links"])
     assert goodput["directions_ok"] == goodput["directions"] == 48
     assert 1 - goodput["tolerance"] <= goodput["ratio_min"] <= goodput["ratio_max"] <= 1 + goodput["tolerance"]
+
+
+def test_cluster_cli_run_over_three_machines_shares_no_file(standins: StandIns, tmp_path: Path) -> None:
+    # the end-to-end run with its temporary files (the workers' control socket, their specs)
+    # where the stand-ins cannot see them, as real machines cannot: verified, nothing left
+    assert standins.ssh is not None
+    scenario = _scenario_with(
+        tmp_path, ssh_identity=str(standins.ssh.identity), ssh_known_hosts=str(standins.ssh.known_hosts)
+    )
+    before = [_machine_state(standins, i) for i in range(3)]
+    addresses = ",".join(m.address for m in standins.machines)
+    out = tmp_path / "out"
+    done = _topolab(
+        "run", str(scenario), "--machines", addresses, "--iterations", "2", "--out", str(out),
+        "--run-dir", str(tmp_path / "run"),
+        prefix=tuple(standins.in_underlay()), env={"TMPDIR": str(standins.driver_dir)},
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr[-2000:]  # 3: verified, prediction over tolerance
+    results = json.loads((out / "results.json").read_text())
+    assert results["summary"]["verified"] is True
+    assert results["emulation"]["machines"] == addresses.split(",") and results["emulation"]["tunnels"] == 12
+    assert "verification passed" in done.stdout
+    assert [_machine_state(standins, i) for i in range(3)] == before
 
 
 def test_cluster_cli_killed_verify_is_cleaned_on_every_machine(standins: StandIns, tmp_path: Path) -> None:

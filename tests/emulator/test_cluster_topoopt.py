@@ -4,7 +4,11 @@ Cluster Edition (emulator/cluster.py), checked with the same path and goodput ch
 
 from __future__ import annotations
 
+import subprocess
+import tempfile
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +16,7 @@ from emulator.checks import check_goodput, check_paths
 from emulator.cluster import ClusterNetwork
 from emulator.cluster_standins import StandIns
 from planner import build_plan, load_scenario
+from planner.collectives.from_plan import allreduce_for_plan
 from planner.partition import partition_network
 
 pytestmark = pytest.mark.root
@@ -55,12 +60,15 @@ def test_multi_machine_topoopt12_paths_and_tunnel_rates(standins: StandIns) -> N
         assert abs(best[crossing[0]] - best[local]) <= 0.05 * best[local], best
 
 
-def test_multi_machine_topoopt12_collective_is_verified(standins: StandIns) -> None:
+def test_multi_machine_topoopt12_collective_is_verified(standins: StandIns, monkeypatch) -> None:
     # the workers start through the hosts' popen on their machines and exchange data over the
-    # tunnels (tcp:// on the identities); their control channel is the coordinator's ipc://
-    # socket, which the stand-ins reach because they share this host's file system
+    # tunnels (tcp:// on the identities). The coordinator's files (its ipc:// control socket,
+    # the specs) sit in a directory the stand-ins cannot see, as on real machines: the workers
+    # get their spec on stdin and reach the control socket through one each machine's sshd
+    # forwards, in that machine's /run/topolab
     from topolab.collective import measure
 
+    monkeypatch.setattr(tempfile, "tempdir", str(standins.driver_dir))
     plan = build_plan(load_scenario("scenarios/topoopt-12.toml"))
     cut = partition_network(plan.network, MACHINES)
     assert standins.ssh is not None
@@ -68,3 +76,40 @@ def test_multi_machine_topoopt12_collective_is_verified(standins: StandIns) -> N
         results = measure(net, plan, ["topoopt"], [1 << 20], repeat=1, warmup=0, timeout_s=20, log=lambda _m: None)
         assert [r.verified for r in results] == [True]
         assert results[0].times_s[0] >= results[0].ideal_s  # no faster than the shaped cables allow
+        relays = sorted(set(net._relays.values()))
+        assert len(relays) == MACHINES and all(r.startswith("/run/topolab/cluster-") for r in relays)
+        assert not any(Path(r).exists() for r in relays)  # on the machines, not here
+        on_machine = standins.ssh.run(standins.machines[0], "ls /run/topolab\n", 5, "listing")
+        assert any(r.endswith(name) for name in on_machine.split() for r in relays)
+    for i, machine in enumerate(standins.machines):  # the sockets went with the run
+        assert "control" not in standins.ssh.run(machine, "ls /run/topolab 2>/dev/null || true\n", 5, f"m{i}")
+
+
+def test_multi_machine_worker_failure_names_rank_and_cause(standins: StandIns, monkeypatch) -> None:
+    # a worker that cannot start on its machine (here: no such Python there) is named, with
+    # what it wrote on that machine's stderr, within the start bound
+    from workers.coordinator import Coordinator, WorkerFailure
+
+    monkeypatch.setattr(tempfile, "tempdir", str(standins.driver_dir))
+    plan = build_plan(load_scenario("scenarios/topoopt-12.toml"))
+    cut = partition_network(plan.network, MACHINES)
+    schedule = allreduce_for_plan(plan, "topoopt", 1 << 16).to_dict()
+    assert standins.ssh is not None
+    with ClusterNetwork(plan.network, cut.assignment, standins.machines, standins.ssh) as net:
+        hosts = [net.host_address(i) for i in range(plan.servers)]
+        t0 = time.monotonic()
+        with pytest.raises(WorkerFailure) as failure:
+            with Coordinator(
+                schedule,
+                hosts,
+                spawn=lambda rank, argv: net.popen(rank, argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL),
+                python="/nonexistent/python3",
+                control_relay=net.relay_control,
+                start_timeout_s=8,
+            ):
+                pass
+        message = str(failure.value)
+        assert time.monotonic() - t0 < 10, message
+        assert message.startswith("worker rank ") and "exited with code" in message, message
+        assert "exited with code 0" not in message, message  # its own exit status, through ssh
+        assert "/nonexistent/python3" in message, message  # its stderr, from its machine

@@ -85,3 +85,36 @@ def test_worker_that_never_connects_is_named():
     failure, elapsed, started = start_with(3, lambda argv: ["sleep", "60"])
     assert_clean_failure(failure, elapsed, started, 3, "never connected to the coordinator")
     assert "'ready'" in str(failure)
+
+
+def test_relayed_workers_take_their_spec_on_stdin() -> None:
+    # a worker on another machine shares no file with the coordinator: with a control relay
+    # (here the identity, on loopback) it reads its spec on stdin, not from a file
+    n = 4
+    with Coordinator(
+        ring_allreduce(n, 1 << 16).to_dict(), [LOOP] * n, control_relay=lambda rank, path: path, timeout_s=5.0
+    ) as coord:
+        assert [r.ok for r in coord.run(1, warmup=0)] == [True]
+        assert coord.remote == set(range(n))
+        assert sorted(coord.workdir.glob("rank-*")) == []  # no spec file, no log file
+
+
+def test_relay_failure_names_the_rank() -> None:
+    def relay(rank: int, path: str) -> str:
+        raise RunError("machine m1 (192.0.2.202): cannot forward /run/topolab/x.ipc: refused")
+
+    with pytest.raises(WorkerFailure, match=r"worker rank 0 \(host 127.0.0.1\): no control channel: machine m1"):
+        with Coordinator(ring_allreduce(2, 1 << 10).to_dict(), [LOOP] * 2, control_relay=relay):
+            pass
+
+
+@pytest.mark.parametrize(
+    "stdin, cause",
+    [("{}", "missing field 'rank'"), ("not json", "stdin is not JSON")],
+)
+def test_worker_spec_on_stdin_is_checked(stdin: str, cause: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.worker", "-"], input=stdin, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2
+    assert cause in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
