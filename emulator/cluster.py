@@ -81,7 +81,7 @@ VNI_BASE = 1  # VNI 0 is legal but reads as "unset" in tools; cable k gets VNI_B
 UNDERLAY_MTU = 1500
 CONFIG_TIMEOUT_S = 20.0  # one machine's whole configuration script (a 12-host machine: ~1 s)
 TEARDOWN_TIMEOUT_S = 10.0
-START_WORKERS = 8  # host shells started at once: each is one ssh session on the machine's master
+STARTS_PER_MACHINE = 8  # host shells started at once on each machine: one ssh session each on its master
 RESOLVE_TIMEOUT_S = 5.0  # a machine's name to its underlay address (the resolver's own retries)
 
 
@@ -194,8 +194,14 @@ class ClusterNetwork:
         def start(u: int) -> ClusterHost:
             return ClusterHost(names[u], self.machines[self.assignment[u]], self.ssh)
 
-        with ThreadPoolExecutor(START_WORKERS) as pool:
-            futures = [pool.submit(start, u) for u in range(net.nodes)]
+        # submitted round robin over the machines, so each has STARTS_PER_MACHINE in flight
+        turn, seen = [0] * net.nodes, [0] * len(self.machines)
+        for u, m in enumerate(self.assignment):
+            turn[u], seen[m] = seen[m], seen[m] + 1
+        order = sorted(range(net.nodes), key=lambda u: (turn[u], u))
+        with ThreadPoolExecutor(STARTS_PER_MACHINE * len(self.machines)) as pool:
+            submitted = {u: pool.submit(start, u) for u in order}
+        futures = [submitted[u] for u in range(net.nodes)]
         failed = []
         for u, future in enumerate(futures):
             try:

@@ -3,9 +3,9 @@
 Every command the emulator runs on another machine goes through ``ssh`` with connection
 sharing: the first use opens a master connection (``ControlMaster=auto``) on a socket in a
 directory of ours (``ControlPath``), every later session rides on it without a new handshake,
-and the master stays ``ControlPersist`` seconds after the last session. The machine's sshd
-must allow one session per emulated host on it plus a few (sshd's ``MaxSessions``, 10 by
-default: raise it to the hosts per machine + 8, see docs/cluster.md).
+and the master stays ``ControlPersist`` seconds after the last session. Every host shell,
+worker and iperf3 is one session, so the machine's sshd must allow, on one connection,
+5 x its hosts + 8 (``MaxSessions``, 10 by default; docs/cluster.md section 2).
 
 Every wait is bounded: ``ConnectTimeout`` for the TCP connect and key exchange, and
 ``ServerAliveInterval`` x ``ServerAliveCountMax`` for a machine that stops answering later.
