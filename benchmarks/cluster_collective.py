@@ -5,7 +5,9 @@ with its own sshd, joined by an underlay in a namespace of ours) carry the netwo
 partitioner splits over them (`planner.partition`, `emulator.cluster.ClusterNetwork`); the
 one-machine network (`emulator.EmulatedNetwork`) gets the same MTU as the tunnels impose
 (1450), so the two differ only in being spread over machines. Rounds alternate the two, so
-both see the same machine; every AllReduce is verified.
+both see the same machine; every AllReduce is verified. The stand-ins do not see the driver's
+temporary files, so their workers run as on real machines (spec over ssh, control socket
+forwarded by their sshd; docs/cluster.md section 2).
 
     sudo .venv/bin/python benchmarks/cluster_collective.py [--rounds 2] [--repeat 3] [--bytes 16]
 
@@ -18,6 +20,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -46,6 +49,9 @@ def main() -> int:
     times: dict[str, list[float]] = {"machines": [], "one machine": []}
     verified = True
     with StandIns(MACHINES) as standins:
+        # the driver's temporary files where the stand-ins cannot see them, as on real
+        # machines: the workers there get their spec over ssh and a forwarded control socket
+        tempfile.tempdir = str(standins.driver_dir)
         for _ in range(args.rounds):
             for label in times:
                 if label == "machines":
@@ -57,6 +63,7 @@ def main() -> int:
                 times[label] += result.times_s
                 verified = verified and result.verified
                 print(f"  {label}: {[round(t, 3) for t in result.times_s]} verified {result.verified}", flush=True)
+    tempfile.tempdir = None
     left = standins.leftovers()
     medians = {label: statistics.median(ts) for label, ts in times.items()}
     ratio = medians["machines"] / medians["one machine"]
