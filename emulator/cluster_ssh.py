@@ -15,6 +15,8 @@ line, within ``ANSWER_TIMEOUT_S``.
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -26,6 +28,8 @@ from pathlib import Path
 
 from contract.errors import RunError
 
+from .nsutil import process_alive, process_id
+
 CONNECT_TIMEOUT_S = 4  # TCP connect + key exchange on a LAN takes milliseconds
 # A whole probe (connect, run `true`, report) must finish well inside the 10 s promised for
 # naming a machine that does not answer.
@@ -33,6 +37,10 @@ ANSWER_TIMEOUT_S = 8.0
 ALIVE_INTERVAL_S = 2  # a silent machine is dropped after ALIVE_INTERVAL_S * ALIVE_COUNT
 ALIVE_COUNT = 3
 CONTROL_PERSIST_S = 60  # the master outlives a pause between steps, not the run's end (exit_all)
+CONTROL_DIR_PREFIX = "tlcl-"
+SOCKET_PATH_MAX = 107  # sun_path's 108 bytes, NUL included
+BIND_SUFFIX = 17  # ssh binds a master's socket as "<path>.<16 random characters>" first
+_CONTROL_DIR = re.compile(rf"{CONTROL_DIR_PREFIX}(\d+-\d+)-[a-z0-9_]+")  # tlcl-<pid>-<start time>-<random>
 
 
 @dataclass(frozen=True)
@@ -59,8 +67,9 @@ class SshOptions:
     @contextmanager
     def session(cls, user: str, identity: str | None, known_hosts: str | None) -> Iterator[SshOptions]:
         """Options whose ssh control sockets live in a temporary directory of this run,
-        removed when the block ends."""
-        with tempfile.TemporaryDirectory(prefix="tlcl-") as control:
+        ``tlcl-<pid>-<start time>-*``, removed when the block ends (or, if this process is
+        killed, by `clean_control_dirs`)."""
+        with tempfile.TemporaryDirectory(prefix=f"{CONTROL_DIR_PREFIX}{process_id()}-") as control:
             yield cls(
                 control_dir=Path(control),
                 user=user,
@@ -75,7 +84,7 @@ class SshOptions:
             "-o", f"ServerAliveInterval={ALIVE_INTERVAL_S}",
             "-o", f"ServerAliveCountMax={ALIVE_COUNT}",
             "-o", "ControlMaster=auto",
-            "-o", f"ControlPath={self.control_dir}/%C",
+            "-o", f"ControlPath={self.control_dir}/%n",  # the machine's address: unique in our directory
             "-o", f"ControlPersist={CONTROL_PERSIST_S}",
             "-o", "LogLevel=ERROR",
         ]  # fmt: skip
@@ -86,7 +95,14 @@ class SshOptions:
         return [*self.prefix, "ssh", "-F", "/dev/null", *opts, *self.extra, "-tt" if tty else "-T"]
 
     def command(self, machine: Machine, tty: bool = False) -> list[str]:
-        """The argv prefix that runs a command on ``machine``."""
+        """The argv prefix that runs a command on ``machine``; a one-line RunError if its
+        control socket's path would be too long for a Unix socket."""
+        socket = f"{self.control_dir}/{machine.address}"
+        if len(socket) + BIND_SUFFIX > SOCKET_PATH_MAX:
+            raise RunError(
+                f"machine {machine.name}: ssh control socket {socket} is too long for a Unix socket "
+                f"(at most {SOCKET_PATH_MAX - BIND_SUFFIX} characters); set TMPDIR to a shorter directory"
+            )
         return [*self.base(tty), f"{self.user}@{machine.address}"]
 
     def run(self, machine: Machine, script: str, timeout_s: float, what: str) -> str:
@@ -134,6 +150,27 @@ class SshOptions:
             capture_output=True,
             timeout=ANSWER_TIMEOUT_S,
         )
+
+
+def clean_control_dirs(log=print) -> list[str]:
+    """Remove the ssh control directories (`SshOptions.session`) of runs whose process is
+    gone, in this process's temporary directory: end each master still listening in one
+    (``ssh -O exit``), then remove the directory. Returns the directories removed."""
+    removed = []
+    for path in sorted(Path(tempfile.gettempdir()).glob(f"{CONTROL_DIR_PREFIX}*-*-*")):
+        match = _CONTROL_DIR.fullmatch(path.name)
+        if match is None or not path.is_dir() or process_alive(match.group(1)):
+            continue
+        for socket in path.iterdir():
+            subprocess.run(
+                ["ssh", "-F", "/dev/null", "-o", f"ControlPath={socket}", "-O", "exit", "master"],
+                capture_output=True,
+                timeout=ANSWER_TIMEOUT_S,
+            )
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(str(path))
+        log(f"clean: removed the ssh control directory {path} of run {match.group(1)}")
+    return removed
 
 
 def check_machines(machines: list[Machine], ssh: SshOptions) -> float:

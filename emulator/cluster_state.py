@@ -19,7 +19,6 @@ alone. Nothing is matched by name.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from . import nsutil
@@ -33,8 +32,7 @@ _SUFFIX = ".pids"
 
 
 def this_run_id() -> str:
-    pid = os.getpid()
-    return f"{pid}-{nsutil.start_time(pid)}"
+    return nsutil.process_id()
 
 
 def state_file(run_id: str) -> str:
@@ -90,14 +88,6 @@ class MachinesCleanReport:
     killed: int = 0
 
 
-def _driver_alive(run_id: str) -> bool:
-    pid_text, _, start = run_id.partition("-")
-    try:
-        return str(nsutil.start_time(int(pid_text))) == start
-    except (ValueError, OSError):
-        return False
-
-
 def clean_machines(machines: list[Machine], ssh: SshOptions, log=print) -> MachinesCleanReport:
     """Clean every machine of the runs whose driver (on this machine) is gone."""
     report = MachinesCleanReport()
@@ -106,7 +96,7 @@ def clean_machines(machines: list[Machine], ssh: SshOptions, log=print) -> Machi
         names = ssh.run(machine, listing, CLEAN_TIMEOUT_S, "listing runs").split()
         for name in names:
             run_id = name[len(_PREFIX) : -len(_SUFFIX)]
-            if _driver_alive(run_id):
+            if nsutil.process_alive(run_id):
                 report.runs_alive.append(f"{machine.name}: {run_id}")
                 continue
             out = ssh.run(machine, kill_script(run_id), CLEAN_TIMEOUT_S, f"cleaning run {run_id}")

@@ -95,3 +95,18 @@ def pids_with_env(key: str, value: str) -> list[int]:
         except OSError:
             continue
     return out
+
+
+def process_id(pid: int | None = None) -> str:
+    """``<pid>-<start time>`` of ``pid`` (default: this process): a name no later process has."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}-{start_time(pid)}"
+
+
+def process_alive(name: str) -> bool:
+    """Whether the process `process_id` named is still running (same PID, same start time)."""
+    pid_text, _, start = name.partition("-")
+    try:
+        return str(start_time(int(pid_text))) == start
+    except (ValueError, OSError):
+        return False

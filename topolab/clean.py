@@ -6,6 +6,11 @@ gone, clean ends the recorded processes that still run (matched by PID *and* sta
 the processes marked with the run's ``TOPOLAB_RUN`` id, and any process still living in one of
 the run's namespaces; the kernel then frees the namespaces and their veth cables. Runs
 whose owner is alive are left alone. Never uses killall, pkill or `mn -c`.
+
+A multi-machine run also leaves, if killed, its ssh control directory
+(``$TMPDIR/tlcl-<pid>-<start time>-*``, `emulator.cluster_ssh.clean_control_dirs`): removed
+here when that process is gone; with ``--machines``, what it left on those machines too
+(`emulator.cluster_state.clean_machines`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_clean(args) -> int:
+    from emulator.cluster_ssh import clean_control_dirs
     from emulator.state import clean_dead_runs
 
     from .options import require_root
@@ -45,10 +51,24 @@ def run_clean(args) -> int:
         cleaned, alive, remote_killed = cleaned + remote.runs_cleaned, alive + remote.runs_alive, remote.killed
         for run in remote.runs_alive:
             log(f"clean: machine run {run} is still running: left alone")
-    if not cleaned and not args.json:
+    # after the machines: ending a dead run's ssh masters also ends its host shells' sessions
+    # there (and the ssh clients here that outlived their driver), but only the machines'
+    # own clean ends every process the run started on them
+    control_dirs = clean_control_dirs(log=log)
+    if not cleaned and not control_dirs and not args.json:
         print("clean: nothing left behind by topolab runs")
     if args.json:
-        print(json.dumps({"cleaned": cleaned, "alive": alive, "killed": killed, "killed_on_machines": remote_killed}))
+        print(
+            json.dumps(
+                {
+                    "cleaned": cleaned,
+                    "alive": alive,
+                    "killed": killed,
+                    "killed_on_machines": remote_killed,
+                    "ssh_control_dirs": control_dirs,
+                }
+            )
+        )
     return 0
 
 

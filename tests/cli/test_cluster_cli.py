@@ -135,8 +135,9 @@ def test_cluster_cli_killed_verify_is_cleaned_on_every_machine(standins: StandIn
     )
     addresses = ",".join(m.address for m in standins.machines)
     before = [_machine_state(standins, i) for i in range(3)]
-    # the killed driver cannot remove its ssh control directory: give it one of ours (short:
-    # a control socket's path must fit in 108 bytes)
+    # the killed driver cannot remove its ssh control directory: `topolab clean` does. Both
+    # get a temporary directory of the test's own (short: a control socket's path must fit in
+    # 108 bytes)
     scratch = tempfile.mkdtemp(prefix="tlk-", dir="/tmp")
     verify = subprocess.Popen(
         [*standins.in_underlay(), sys.executable, "-m", "topolab", "verify", str(scenario), "--machines", addresses,
@@ -147,18 +148,27 @@ def test_cluster_cli_killed_verify_is_cleaned_on_every_machine(standins: StandIn
         assert verify.stderr is not None
         lines = [verify.stderr.readline() for _ in range(2)]  # the partition, then "network up"
         assert "network up" in lines[1], lines
+    except BaseException:
+        shutil.rmtree(scratch)
+        raise
     finally:
         verify.kill()  # SIGKILL: no teardown runs
         verify.wait(5)
-        shutil.rmtree(scratch)
     assert [_machine_state(standins, i) for i in range(3)] != before  # the hosts outlive their driver
+    assert len(os.listdir(scratch)) == 1  # its ssh control directory
     clean = ["clean", "--run-dir", str(tmp_path / "run"), "--machines", addresses, *ssh_files, "--json"]
-    done = _topolab(*clean, prefix=tuple(standins.in_underlay()))
+    try:
+        done = _topolab(*clean, prefix=tuple(standins.in_underlay()), env={"TMPDIR": scratch})
+        left_here = os.listdir(scratch)
+    finally:
+        shutil.rmtree(scratch)
     assert done.returncode == 0, done.stderr
     cleaned = json.loads(done.stdout)["cleaned"]
     assert sorted(run.split(":")[0] for run in cleaned) == addresses.split(","), cleaned
     assert json.loads(done.stdout)["killed_on_machines"] >= 12  # 12 host shells at least
     assert [_machine_state(standins, i) for i in range(3)] == before
+    (control,) = json.loads(done.stdout)["ssh_control_dirs"]  # the killed driver's, here
+    assert Path(control).parent == Path(scratch) and left_here == []
     again = _topolab(*clean, prefix=tuple(standins.in_underlay()))
     assert again.returncode == 0 and json.loads(again.stdout)["cleaned"] == []
 
