@@ -41,7 +41,12 @@ def describe(plan: Plan) -> str:
     lines = [
         f"topology        {plan.topology}: {plan.servers} servers"
         + (f" + {plan.switches} switch" if plan.switches else f", degree {plan.degree}")
-        + f", {plan.link_gbps:g} Gbps per link, {len(plan.links)} cables",
+        + (
+            f", {plan.link_gbps:g} Gbps per server shared by its dimensions"
+            if plan.topology == "hierarchical"
+            else f", {plan.link_gbps:g} Gbps per link"
+        )
+        + f", {len(plan.links)} cables",
         f"job             {plan.model}, strategy {plan.strategy}",
     ]
     if plan.strides:

@@ -301,7 +301,11 @@ def render_markdown(results: dict) -> str:
         "",
         f"- topology: {plan['topology']}, {plan['servers']} servers"
         + (f" + {plan['switches']} switch" if plan.get("switches") else f", degree {plan['degree']}")
-        + f", {plan['link_gbps']:g} Gbps per link",
+        + (
+            f", {plan['link_gbps']:g} Gbps per server shared by its dimensions"
+            if plan["topology"] == "hierarchical"
+            else f", {plan['link_gbps']:g} Gbps per link"
+        ),
         f"- job: {sc['workload']['model']}, strategy {sc['parallelism']['strategy']}, batch {sc['workload']['batch_per_server']} per server",
     ]
     if plan.get("strides"):

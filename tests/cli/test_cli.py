@@ -102,3 +102,16 @@ def test_report_renders_a_results_folder(tmp_path, capsys):
     text = (tmp_path / "report.md").read_text()
     assert "Status: **incomplete**" in text and text.count("| yes |") == 2
     assert (tmp_path / "iterations.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "scenario, rate",
+    [("hierarchical-12", "100 Gbps per server shared by its dimensions"), ("topoopt-12", "25 Gbps per link")],
+)
+def test_plan_summary_names_what_the_rate_is_per(scenario: str, rate: str) -> None:
+    # a hierarchical server splits one budget over its dimensions (its cables run at 9.1 and
+    # 27.3 Gbps here): its rate is per server, not per link
+    from planner import build_plan, load_scenario
+
+    first = plan_cmd.describe(build_plan(load_scenario(REPO / "scenarios" / f"{scenario}.toml"))).splitlines()[0]
+    assert rate in first, first
