@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -505,13 +506,16 @@ def load_scenario(path: str | Path) -> Scenario:
     return parse_scenario(data, str(path), path.stem)
 
 
-def with_overrides(s: Scenario, **sections: dict[str, Any]) -> Scenario:
-    """A copy of ``s`` with some keys replaced, validated like a file (used by compare/sweep)."""
+def with_overrides(s: Scenario, drop: Sequence[tuple[str, str]] = (), **sections: dict[str, Any]) -> Scenario:
+    """A copy of ``s`` with some keys replaced and the ``(section, key)`` pairs in ``drop``
+    back at their defaults, validated like a file (used by compare/sweep)."""
     data: dict[str, dict[str, Any]] = {}
     for sec in _SECTIONS:  # keys left at their default stay implicit, as in the file
         part = getattr(s, sec)
         data[sec] = {
-            f.name: getattr(part, f.name) for f in fields(_SECTIONS[sec]) if getattr(part, f.name) != f.default
+            f.name: getattr(part, f.name)
+            for f in fields(_SECTIONS[sec])
+            if getattr(part, f.name) != f.default and (sec, f.name) not in drop
         }
     for sec, overrides in sections.items():
         data[sec].update(overrides)

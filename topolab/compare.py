@@ -7,6 +7,10 @@ forwarding tax), and which links are the bottleneck (the most loaded directed li
 The switch baseline gets one port of ``[topology] switch_gbps`` per server (default d x B:
 the same total bandwidth per server as its d direct-connect interfaces, the prototype's
 100 Gbps port against 4 x 25 Gbps).
+
+A hierarchical scenario is compared at the same budget per server: the other topologies get
+``[cluster] degree`` links of ``budget_gbps / degree`` each (emulated at ``budget_mbps /
+degree``), and the hierarchical keys are dropped for them (`scenario_for`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 
 from contract.errors import UsageError
 from planner import ScenarioError, load_scenario
-from planner.scenario import TOPOLOGIES, with_overrides
+from planner.scenario import HIERARCHICAL_KEYS, TOPOLOGIES, Scenario, with_overrides
 
 from .options import check_output_dir, require_root
 from .run import add_job_arguments, ensure_network_free, execute
@@ -33,6 +37,30 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", metavar="DIR", help="output folder (default: results/compare-<scenario name>)")
     add_job_arguments(parser)
+
+
+def scenario_for(base: Scenario, kind: str) -> Scenario:
+    """``base`` on topology ``kind``; from a hierarchical base, at its budget per server."""
+    if base.topology.kind != "hierarchical" or kind == "hierarchical":
+        return with_overrides(base, topology={"kind": kind})
+    degree = base.cluster.degree
+    return with_overrides(
+        base,
+        drop=HIERARCHICAL_KEYS + (("emulation", "link_mbps"),),
+        topology={"kind": kind},
+        cluster={"link_gbps": base.topology.budget_gbps / degree},
+        emulation={"link_mbps": base.emulation.budget_mbps / degree},
+    )
+
+
+def bandwidth_of(plan: dict[str, Any]) -> str:
+    """What one server has: "4 x 25 Gbps", "1 x 100 Gbps", "100 Gbps over dims 4 x 3"."""
+    if plan.get("switches"):
+        return f"1 x {plan['link_gbps']:g} Gbps"
+    if plan["topology"] == "hierarchical":
+        dims = plan.get("extra", {}).get("dims", [])
+        return f"{plan['link_gbps']:g} Gbps over dims {' x '.join(map(str, dims))}"
+    return f"{plan['degree']} x {plan['link_gbps']:g} Gbps"
 
 
 def traffic_facts(results: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +121,7 @@ def run_compare(args: argparse.Namespace) -> int:
     scenarios = {}
     for k in kinds:  # validate all first
         try:
-            scenarios[k] = with_overrides(base, topology={"kind": k})
+            scenarios[k] = scenario_for(base, k)
         except ScenarioError as err:
             raise UsageError(f"--topologies {k}: {err}") from None
     out = check_output_dir(Path("results") / f"compare-{base.name}" if args.out is None else args.out, "--out")
@@ -103,16 +131,10 @@ def run_compare(args: argparse.Namespace) -> int:
     for k, s in scenarios.items():
         print(f"== {k}", flush=True)
         res = execute(s, out / k, args.iterations, args.payload_scale, lock_wait_s=args.wait)
-        plan = res["plan"]
-        bw = (
-            f"1 x {plan['link_gbps']:g} Gbps"
-            if plan.get("switches")
-            else f"{plan['degree']} x {plan['link_gbps']:g} Gbps"
-        )
         rows.append(
             {
                 "topology": k,
-                "bandwidth": bw,
+                "bandwidth": bandwidth_of(res["plan"]),
                 "measured_ms": res["summary"]["median_real_ms"],
                 "predicted_ms": res["predicted"]["real_ms"],
                 "error": res["summary"]["error"],

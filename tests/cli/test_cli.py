@@ -115,3 +115,20 @@ def test_plan_summary_names_what_the_rate_is_per(scenario: str, rate: str) -> No
 
     first = plan_cmd.describe(build_plan(load_scenario(REPO / "scenarios" / f"{scenario}.toml"))).splitlines()[0]
     assert rate in first, first
+
+
+def test_compare_of_a_hierarchical_scenario_keeps_the_budget_per_server() -> None:
+    # the other topologies get [cluster] degree links sharing the hierarchical budget
+    from planner import build_plan, load_scenario
+    from topolab.compare import bandwidth_of, scenario_for
+
+    base = load_scenario(REPO / "scenarios" / "hierarchical-12.toml")
+    assert (base.topology.budget_gbps, base.emulation.budget_mbps, base.cluster.degree) == (100, 400, 4)
+    for kind, bandwidth in (("topoopt", "4 x 25 Gbps"), ("switch", "1 x 100 Gbps"), ("ring", "4 x 25 Gbps")):
+        s = scenario_for(base, kind)
+        assert s.topology.kind == kind and s.topology.dims == () and s.emulation.budget_mbps == 0
+        assert s.emulation.link_mbps == 100  # 400 Mbit/s per server over 4 links: same time scale
+        assert bandwidth_of(build_plan(s).to_dict()) == bandwidth
+    same = scenario_for(base, "hierarchical")
+    assert same == base
+    assert bandwidth_of(build_plan(same).to_dict()) == "100 Gbps over dims 4 x 3"
