@@ -21,6 +21,7 @@ from typing import Any
 
 from contract.errors import UsageError
 
+from .totient import STRIDE_RANGES
 from .zoo import MODELS, get_model
 
 TOPOLOGIES = ("topoopt", "switch", "expander", "torus", "ring", "hierarchical")
@@ -68,6 +69,7 @@ class Topology:
     seed: int = 1  # random expander
     switch_gbps: float = 0.0  # switch baseline: per-server port rate; 0 means degree * link_gbps
     degree_split: str = "paper"  # paper | released (all ports to the heaviest AllReduce group)
+    stride_range: str = "full"  # full | half: where SelectPermutations' geometric strides end (planner/totient.py)
     # hierarchical only (docs/scenarios.md, "Hierarchical networks"); validated by _hierarchical_value
     dims: tuple[int, ...] = ()
     blocks: tuple[str, ...] = ()
@@ -161,6 +163,7 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("parallelism", "strategy"): STRATEGIES,
     ("topology", "kind"): TOPOLOGIES,
     ("topology", "degree_split"): DEGREE_SPLITS,
+    ("topology", "stride_range"): STRIDE_RANGES,
     ("emulation", "netem"): ("auto", "on", "off"),
     ("topology", "schedule"): ("pipelined", "sequential"),
     ("topology", "objective"): ("time", "time_x_cost"),

@@ -62,7 +62,7 @@ def _table_routes(n: int, cables: list[tuple[int, int]], ring_cables: int = 0) -
 
 def topoopt_topology(s: Scenario, demand: TrafficDemand) -> Topology:
     n, d = s.cluster.servers, s.cluster.degree
-    topo = find_topology(n, d, demand, s.topology.degree_split)
+    topo = find_topology(n, d, demand, s.topology.degree_split, s.topology.stride_range)
     strides = tuple(topo.class_strides.get(n, []))
     groups = tuple(
         AllReduceGroup(g.members, g.bytes, tuple(topo.class_strides.get(len(g.members), []))) for g in demand.allreduce

@@ -92,13 +92,17 @@ def split_ports(d_ar: int, traffic: dict[int, float], rule: str = "paper") -> di
     return {k: 2 * a for k, a in alloc.items() if a}
 
 
-def find_topology(n: int, d: int, demand: TrafficDemand, rule: str = "paper") -> TopoOptTopology:
+def find_topology(
+    n: int, d: int, demand: TrafficDemand, rule: str = "paper", stride_range: str = "full"
+) -> TopoOptTopology:
+    """Steps 1-5 (module docstring); ``stride_range``: how far SelectPermutations' geometric
+    sequence reaches (`planner.totient.select_permutations`)."""
     d_ar, d_mp = split_degree(d, allreduce_network_bytes(demand), float(demand.mp_bytes))
     ports = split_ports(d_ar, class_traffic(demand), rule)
     class_strides: dict[int, list[int]] = {}
     ring: list[tuple[int, int]] = []
     for size, p in sorted(ports.items(), key=lambda kv: -kv[0]):
-        strides = select_permutations(totient_strides(n, size), p // 2, n)
+        strides = select_permutations(totient_strides(n, size), p // 2, n, stride_range)
         class_strides[size] = strides
         ring += circulant_cables(n, strides)
     if d_ar and not ring:  # no AllReduce class could use its ports (e.g. n = 2 sub-groups)

@@ -87,3 +87,33 @@ def test_prototype_is_i_plus_minus_1_and_5():
     assert plan.strides == (1, 5) and plan.summary.diameter == 3
     pairs = sorted((min(l.a, l.b), max(l.a, l.b)) for l in plan.links)
     assert pairs == sorted((min(i, (i + p) % 12), max(i, (i + p) % 12)) for p in (1, 5) for i in range(12))
+
+
+def test_select_half_range_ends_at_n_over_2():
+    # the geometric sequence from 1 to the largest candidate <= n/2: ratio = 511^(1/4) = 4.75
+    assert select_permutations(totient_strides(1024), 4, 1024, "half") == [1, 5, 23, 109]
+    assert select_permutations(totient_strides(12), 2, 12, "half") == [1, 5]  # as "full" here
+    with pytest.raises(ValueError, match="stride_range 'whole'"):
+        select_permutations(totient_strides(12), 2, 12, "whole")
+
+
+@given(st.integers(3, 300), st.integers(1, 6))
+def test_select_half_range_strides_stay_at_or_below_n_over_2(n, m):
+    chosen = select_permutations(totient_strides(n), m, n, "half")
+    rings = [p for p in totient_strides(n) if 2 * p <= n]  # each ring once
+    assert len(chosen) == m
+    if m <= len(rings):  # enough distinct rings: m of them, each written as its stride <= n/2
+        assert len(set(chosen)) == m and set(chosen) <= set(rings)
+
+
+def test_1024_servers_half_range_plan_cuts_fewer_cables_over_4_machines():
+    from planner.partition import partition_network
+
+    scenario = {
+        "cluster": {"servers": 1024, "degree": 8},
+        "workload": {"model": "resnet50"},
+        "parallelism": {"strategy": "data"},
+    }
+    half = build_plan(parse_scenario({**scenario, "topology": {"stride_range": "half"}}))
+    assert half.strides == (1, 5, 23, 109) and half.summary.diameter == _independent_diameter(1024, half.strides) == 9
+    assert partition_network(half.network, 4).cut_fraction <= 0.15
