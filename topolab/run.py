@@ -195,7 +195,7 @@ def execute(
                 f"({len(plan.links)} cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}); starting workers"
             )
             hosts = [net.host_address(i) for i in range(plan.servers)]
-            spawn = lambda rank, argv: net.popen(rank, argv, stdin=subprocess.PIPE)  # noqa: E731
+            spawn = lambda rank, argv: net.popen(rank, argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)  # noqa: E731
             twin = zero_payload_twin(plan, get_model(s.workload.model), opts)
             plane_sources = [net.plane_addresses(i) for i in range(plan.servers)]
             cal = measure_op_overhead(
