@@ -72,8 +72,9 @@ from . import shaping
 from .addressing import Port, identity, node_name, ports_of
 from .cable import emulated_rate_bps
 from .cluster_ssh import Machine, SshOptions, check_machines
-from .cluster_state import control_socket, kill_script, record_script, state_file, this_run_id
+from .cluster_state import control_socket, kill_script, record_script, state_file
 from .hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
+from .nsutil import process_id
 
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 bytes
 VXLAN_PORT = 4789  # IANA's VXLAN port
@@ -128,7 +129,7 @@ class ClusterNetwork:
     underlay_mtu: int = UNDERLAY_MTU
     hosts: list[ClusterHost] = field(default_factory=list)
     links: list[ClusterLink] = field(default_factory=list)
-    run_id: str = field(default_factory=this_run_id)
+    run_id: str = field(default_factory=process_id)  # the driver: <pid>-<start time>
     ports: list[list[Port]] = field(default_factory=list, init=False)  # per node, as addressing.ports_of
     rates: list[int] = field(default_factory=list, init=False)  # shaped bit/s per cable
     underlay: list[str] = field(default_factory=list, init=False)  # per machine: its tunnels' IPv4 address

@@ -31,10 +31,6 @@ _PREFIX = "cluster-"
 _SUFFIX = ".pids"
 
 
-def this_run_id() -> str:
-    return nsutil.process_id()
-
-
 def state_file(run_id: str) -> str:
     return f"{STATE_DIR}/{_PREFIX}{run_id}{_SUFFIX}"
 
@@ -49,8 +45,9 @@ def record_script(run_id: str, shell_pids: list[int]) -> str:
     )
 
 
-def control_socket(run_id: str, index: int) -> str:
-    """Where, on a machine, the run's ``index``-th forwarded control socket listens."""
+def control_socket(run_id: str, index: int | str) -> str:
+    """Where, on a machine, the run's ``index``-th forwarded control socket listens (``*``:
+    a shell pattern for all of them)."""
     return f"{STATE_DIR}/{_PREFIX}{run_id}-control-{index}.ipc"
 
 
@@ -77,7 +74,7 @@ while [ -n "$want" ] && [ $i -lt {KILL_ROUNDS} ]; do
   i=$((i + 1)); sleep 0.2
 done
 [ $i -lt {KILL_ROUNDS} ] || {{ echo "processes still in the run's namespaces" >&2; exit 1; }}
-rm -f {STATE_DIR}/{_PREFIX}{run_id}-control-*.ipc "$f"
+rm -f {control_socket(run_id, "*")} "$f"
 """
 
 

@@ -107,6 +107,6 @@ def process_alive(name: str) -> bool:
     """Whether the process `process_id` named is still running (same PID, same start time)."""
     pid_text, _, start = name.partition("-")
     try:
-        return str(start_time(int(pid_text))) == start
-    except (ValueError, OSError):
+        return is_same_process(int(pid_text), int(start))
+    except ValueError:  # not a process_id (or one whose start time was unreadable)
         return False

@@ -35,18 +35,20 @@ def _gb(x: float) -> str:
     return f"{x / 1e9:.3f} GB" if x >= 1e8 else f"{x / 1e6:.2f} MB"
 
 
+def rate_text(topology: str, link_gbps: float) -> str:
+    """What a plan's ``link_gbps`` is: per link, or a hierarchical server's whole budget."""
+    if topology == "hierarchical":
+        return f"{link_gbps:g} Gbps per server shared by its dimensions"
+    return f"{link_gbps:g} Gbps per link"
+
+
 def describe(plan: Plan) -> str:
     """The human summary `topolab plan` prints."""
     s = plan.summary
     lines = [
         f"topology        {plan.topology}: {plan.servers} servers"
         + (f" + {plan.switches} switch" if plan.switches else f", degree {plan.degree}")
-        + (
-            f", {plan.link_gbps:g} Gbps per server shared by its dimensions"
-            if plan.topology == "hierarchical"
-            else f", {plan.link_gbps:g} Gbps per link"
-        )
-        + f", {len(plan.links)} cables",
+        + f", {rate_text(plan.topology, plan.link_gbps)}, {len(plan.links)} cables",
         f"job             {plan.model}, strategy {plan.strategy}",
     ]
     if plan.strides:

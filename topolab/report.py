@@ -38,6 +38,7 @@ from contract.errors import UsageError
 
 from .journal import ITERATIONS_FILE, RESULTS_FILE, read_journal
 from .options import check_output_dir
+from .plan_cmd import rate_text
 
 # |predicted - measured| / measured above this is called out: the README's accuracy target
 # (median error under 10%) applied to one run.
@@ -301,11 +302,7 @@ def render_markdown(results: dict) -> str:
         "",
         f"- topology: {plan['topology']}, {plan['servers']} servers"
         + (f" + {plan['switches']} switch" if plan.get("switches") else f", degree {plan['degree']}")
-        + (
-            f", {plan['link_gbps']:g} Gbps per server shared by its dimensions"
-            if plan["topology"] == "hierarchical"
-            else f", {plan['link_gbps']:g} Gbps per link"
-        ),
+        + f", {rate_text(plan['topology'], plan['link_gbps'])}",
         f"- job: {sc['workload']['model']}, strategy {sc['parallelism']['strategy']}, batch {sc['workload']['batch_per_server']} per server",
     ]
     if plan.get("strides"):
