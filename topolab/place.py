@@ -3,7 +3,7 @@
     topolab place SCENARIO [--no-fusion] [--json] [--servers N] [--time-limit S] [--memory-gb GB] [--multipath]
                            [--run [--iterations N] [--payload-scale F] [--wait S] [--run-dir DIR]]
 
-Inter-operator parallelism (docs/algorithms.md section 4): the scenario's model is fused
+Inter-operator parallelism (docs/search.md, "Device placement of operator groups"): the scenario's model is fused
 (planner.fusion; ``--no-fusion`` searches the operator graph itself), its groups are placed
 on the servers of the scenario's plan jointly with the per-destination bandwidth allocation
 (planner.placement.place_jointly: HEFT + local search alternated with allocation), every

@@ -1,5 +1,5 @@
 """Joint operator fusion, device placement and bandwidth allocation (inter-operator
-parallelism, docs/algorithms.md section 4).
+parallelism, docs/search.md, "Device placement of operator groups").
 
 A package rather than one module because it holds several algorithms that share one cost
 model, each in its own module under the ~300-line budget:

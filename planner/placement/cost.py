@@ -1,6 +1,6 @@
 """The placement cost model: one makespan function that scores every placer.
 
-Inter-operator parallelism (docs/algorithms.md section 4): each group of a (fused) operator
+Inter-operator parallelism (docs/search.md, "Device placement of operator groups"): each group of a (fused) operator
 graph runs on one server; a tensor crosses servers when producer and consumer live apart.
 One training iteration is modelled as
 

@@ -1,4 +1,4 @@
-"""Joint placement and bandwidth allocation (docs/algorithms.md section 4).
+"""Joint placement and bandwidth allocation (docs/search.md, "Device placement of operator groups").
 
 Alternate until the makespan stops improving:
 

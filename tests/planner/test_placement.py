@@ -1,4 +1,4 @@
-"""Placement (docs/algorithms.md section 4): MILP against brute force, memory limits, the
+"""Placement (docs/search.md, "Device placement of operator groups"): MILP against brute force, memory limits, the
 heuristic against the baselines, and the placement schedule against the simulator and the
 predictor."""
 
