@@ -6,10 +6,13 @@ on TopoOpt, for a fixed topology on the baselines) and the flow-level simulator 
 its iteration time. Networks: see planner.costmodel.baselines (the Fat-tree is
 cost-matched to the direct-connect cluster with planner.costmodel.price).
 
-Writes, in ``--out`` (default ``sweep-<scenario>/``): ``sweep.json`` (every cell, the
-prices used, the search statistics), ``sweep.txt`` (the table) and ``sweep.png`` (one
-panel pair per degree x rate: absolute iteration time and time relative to TopoOpt).
-Progress goes to stderr, the table to stdout.
+Writes, in ``--out`` (default ``results/sweep-<scenario>/``, beside every other command's
+results): ``sweep.json`` (every cell, the prices used, the search statistics, the skipped
+cells), ``sweep.txt`` (the table and its legend) and ``sweep.png`` (one panel pair per
+degree x rate: absolute iteration time as points on a log axis, and time relative to TopoOpt
+as bars from zero). A cell that cannot exist (a torus whose degree does not fit the server
+count) is skipped with a note instead of ending the sweep. Progress goes to stderr, the
+table to stdout.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prices", metavar="FILE", help="JSON price table overriding the defaults (see docs/search.md)"
     )
-    parser.add_argument("--out", metavar="DIR", help="output directory; default: sweep-<scenario name>")
+    parser.add_argument("--out", metavar="DIR", help="output directory; default: results/sweep-<scenario name>")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
 
 
@@ -105,15 +108,17 @@ def run_sweep(args: argparse.Namespace) -> int:
     prices = load_prices(args.prices) if args.prices else PriceModel()
     steps = args.steps or base.parallelism.search_steps
     seed = base.parallelism.seed if args.seed is None else args.seed
-    out_dir = check_output_dir(f"sweep-{base.name}" if args.out is None else args.out, "--out")
+    out_dir = check_output_dir(Path("results") / f"sweep-{base.name}" if args.out is None else args.out, "--out")
 
-    cells = [(m, d, b, net) for d in degrees for b in rates for m in models for net in networks]
-    networks_of_cells = cell_scenarios(base, cells, prices)
+    all_cells = [(m, d, b, net) for d in degrees for b in rates for m in models for net in networks]
+    possible, skipped = cell_scenarios(base, all_cells, prices)
+    for note in skipped:
+        print(note, file=sys.stderr)
     rows: list[dict] = []
     t_start = time.perf_counter()
-    for k, ((model, d, b, net), network) in enumerate(zip(cells, networks_of_cells), 1):
+    for k, ((model, d, b, net), network) in enumerate(possible, 1):
         print(
-            f"[{k}/{len(cells)}] {model} d={d} B={b:g} {net}: searching {steps} steps ...",
+            f"[{k}/{len(possible)}] {model} d={d} B={b:g} {net}: searching {steps} steps ...",
             end="",
             file=sys.stderr,
             flush=True,
@@ -144,7 +149,7 @@ def run_sweep(args: argparse.Namespace) -> int:
             }
         )
     _relative(rows)
-    table = format_table(rows)
+    table = format_table(rows) + "\n\n" + STRATEGY_LEGEND + "".join(f"\n{note}" for note in skipped)
     print(table)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "sweep.txt").write_text(table + "\n")
@@ -160,6 +165,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                 "prices": prices.to_dict(),
                 "seconds": round(time.perf_counter() - t_start, 2),
                 "rows": rows,
+                "skipped": skipped,
             },
             indent=1,
         )
@@ -197,6 +203,14 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+STRATEGY_LEGEND = (
+    "strategy: how many operators take each parallel configuration in the best strategy found: "
+    "'data' = data parallel (replicated, gradients AllReduced), 'mpK' = tensor parallel over K "
+    "consecutive servers, 'table on 1 server' / 'row-sharded table' / 'replicated' = embedding tables. "
+    "DP ms = the all-data-parallel strategy on the same network; vs TopoOpt = iteration time / TopoOpt's."
+)
+
+
 def _strategy_text(choices: dict[str, str]) -> str:
     counts: dict[str, int] = {}
     for v in choices.values():
@@ -223,7 +237,8 @@ def plot(rows: list[dict], path: Path) -> Path:
             xs = [i + (j - (len(networks) - 1) / 2) * width for i in range(len(models))]
             abs_ms = [cell[(m, net)]["iteration_s"] * 1e3 if (m, net) in cell else 0 for m in models]
             rel = [cell[(m, net)]["vs_topoopt"] or 0 if (m, net) in cell else 0 for m in models]
-            row_axes[0].bar(xs, abs_ms, width, label=net)
+            shown = [(x, t) for x, t in zip(xs, abs_ms) if t > 0]
+            row_axes[0].plot([x for x, _ in shown], [t for _, t in shown], "o", label=net)
             row_axes[1].bar(xs, rel, width, label=net)
         for ax, title, ylabel in (
             (row_axes[0], "iteration time", "ms (log)"),
@@ -232,7 +247,8 @@ def plot(rows: list[dict], path: Path) -> Path:
             ax.set_xticks(range(len(models)), models)
             ax.set_title(f"{title}: {rows[0]['servers']} servers, d={d}, B={b:g} Gbps")
             ax.set_ylabel(ylabel)
-        row_axes[0].set_yscale("log")
+        row_axes[0].set_yscale("log")  # points, not bars: a log axis has no zero for a bar to start at
+        row_axes[1].set_ylim(bottom=0)  # bars from zero, so a 0.96x difference looks like one
         row_axes[1].axhline(1.0, color="black", linewidth=0.8)
         row_axes[0].legend(fontsize=8)
     fig.tight_layout()

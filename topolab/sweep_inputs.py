@@ -77,14 +77,19 @@ def load_prices(path: str) -> PriceModel:
         raise UsageError(f"{where}: {err}") from None
 
 
-def cell_scenarios(base: Scenario, cells, prices: PriceModel) -> list:
-    """Every cell's network scenario, all validated before the first search starts."""
-    out = []
+def cell_scenarios(base: Scenario, cells, prices: PriceModel) -> tuple[list, list[str]]:
+    """Every possible cell's network scenario, all validated before the first search starts,
+    and a note for each impossible cell (a torus whose degree does not fit the server count,
+    say), which the sweep skips. `UsageError` naming the flag when no cell is possible."""
+    kept, skipped, first_error = [], [], None
     for model, d, b, net in cells:
         try:
             scenario = with_overrides(base, workload={"model": model}, cluster={"degree": d, "link_gbps": b})
-            out.append(network_scenario(scenario, net, prices))
+            kept.append(((model, d, b, net), network_scenario(scenario, net, prices)))
         except ScenarioError as err:
             flag = _FLAG_OF_KEY.get(err.key, err.key)
-            raise UsageError(f"{flag}: {model} d={d} B={b:g} {net}: {err.problem}") from None
-    return out
+            first_error = first_error or f"{flag}: {model} d={d} B={b:g} {net}: {err.problem}"
+            skipped.append(f"skipped {model} d={d} B={b:g} {net}: {err.problem}")
+    if not kept:
+        raise UsageError(f"no possible cell ({len(cells)} tried); the first: {first_error}")
+    return kept, skipped

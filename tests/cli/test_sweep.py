@@ -55,3 +55,45 @@ def test_sweep_bad_input_is_one_line_exit_2(tmp_path, scenario_dir, capsys):
     assert code == 2 and "no such file" in err
     code = main(["sweep", str(scenario_dir / "topoopt-12.toml"), "--degrees", "4,x", "--out", str(tmp_path)])
     assert code == 2 and "--degrees" in capsys.readouterr().err
+
+
+def test_an_impossible_cell_is_skipped_with_a_note_not_the_whole_sweep(tmp_path, scenario_dir, capsys):
+    args = _args(tmp_path, scenario_dir / "topoopt-12.toml", topologies="topoopt,torus", degrees="4,6", steps=5)
+    assert sweep.run_sweep(args) == 0
+    out, err = capsys.readouterr()
+    data = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    ran = {(r["network"], r["degree"]) for r in data["rows"]}
+    assert ran == {("topoopt", 4), ("topoopt", 6), ("torus", 4)}  # a 2-D torus has degree 4 only
+    assert len(data["skipped"]) == 1 and "torus" in data["skipped"][0] and "d=6" in data["skipped"][0]
+    assert data["skipped"][0] in err and data["skipped"][0] in out
+
+
+def test_sweep_with_no_possible_cell_is_one_line_exit_2(tmp_path, scenario_dir, capsys):
+    code = main(
+        [
+            "sweep",
+            str(scenario_dir / "topoopt-12.toml"),
+            "--topologies",
+            "torus",
+            "--degrees",
+            "6",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "no possible cell" in err and "--degrees" in err
+
+
+def test_sweep_results_go_under_results_and_the_table_explains_its_strategy_column(
+    tmp_path, scenario_dir, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    code = main(
+        ["sweep", str(scenario_dir / "topoopt-12.toml"), "--topologies", "topoopt", "--steps", "3", "--no-plot"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert (tmp_path / "results" / "sweep-topoopt-12" / "sweep.json").is_file()
+    assert sweep.STRATEGY_LEGEND in out
+    assert sweep.STRATEGY_LEGEND in (tmp_path / "results" / "sweep-topoopt-12" / "sweep.txt").read_text()
