@@ -1,6 +1,7 @@
 """`topolab collective`: an nccl-tests style AllReduce benchmark on the emulated network.
 
-    topolab collective SCENARIO --algorithm ring|topoopt|tree|dbtree --bytes SIZE [--json] [--out DIR [--force]]
+    topolab collective SCENARIO --algorithm ring|topoopt|tree|dbtree --bytes SIZES [--json] [--out DIR [--force]]
+    topolab collective SCENARIO -b 1M -e 64M -f 2 ...       (nccl-tests' size flags)
 
 Prints nccl-tests' all_reduce_perf table (size, count, type, redop, root, time in us, algbw
 and busbw in GB/s, #wrong; "# Avg bus bandwidth" per algorithm), in the planned cluster's
@@ -88,24 +89,48 @@ def parse_size(text: str, option: str = "--bytes") -> int:
 
 
 def parse_sizes(text: str) -> list[int]:
-    """One size (``64M``) or a doubling range (``1M..256M``)."""
-    if ".." not in text:
-        size = parse_size(text)
-        if size > MAX_BUFFER_BYTES:
-            raise CollectiveInputError(
-                f"--bytes {text!r}: at most {format_size(MAX_BUFFER_BYTES)} (memory of n workers)"
-            )
-        return [size]
-    lo_text, _, hi_text = text.partition("..")
-    lo, hi = parse_size(lo_text), parse_size(hi_text)
+    """Sizes as a comma-separated list of sizes (``64M``) and doubling ranges (``1M..256M``):
+    ``1M,16M`` -> [1M, 16M]; ``1M..4M,64M`` -> [1M, 2M, 4M, 64M] (repeats dropped)."""
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise CollectiveInputError(
+            f"--bytes {text!r}: expected sizes or ranges separated by commas, such as 1M,16M or 1M..64M"
+        )
+    sizes: list[int] = []
+    for item in items:
+        if ".." in item:
+            lo_text, _, hi_text = item.partition("..")
+            sizes += geometric_sizes(parse_size(lo_text), parse_size(hi_text), 2, f"--bytes {item!r}")
+        else:
+            sizes += geometric_sizes(parse_size(item), parse_size(item), 2, f"--bytes {item!r}")
+    return list(dict.fromkeys(sizes))
+
+
+def geometric_sizes(lo: int, hi: int, factor: int, option: str) -> list[int]:
+    """``lo``, ``lo * factor``, ... up to ``hi``, as nccl-tests' ``-b lo -e hi -f factor`` steps."""
     if hi < lo:
-        raise CollectiveInputError(f"--bytes {text!r}: the range ends below its start")
+        raise CollectiveInputError(f"{option}: the range ends below its start")
     if hi > MAX_BUFFER_BYTES:
-        raise CollectiveInputError(f"--bytes {text!r}: at most {format_size(MAX_BUFFER_BYTES)} (memory of n workers)")
+        raise CollectiveInputError(f"{option}: at most {format_size(MAX_BUFFER_BYTES)} (memory of n workers)")
     sizes = [lo]
-    while sizes[-1] * 2 <= hi:
-        sizes.append(sizes[-1] * 2)
+    while sizes[-1] * factor <= hi:
+        sizes.append(sizes[-1] * factor)
     return sizes
+
+
+def sizes_of(args: argparse.Namespace) -> list[int]:
+    """The buffer sizes to measure: ``--bytes`` (list and ranges) or nccl-tests' ``-b``/``-e``/``-f``
+    (default 64M)."""
+    if args.minbytes is None and args.maxbytes is None:
+        if args.stepfactor is not None:
+            raise CollectiveInputError("-f/--stepfactor: goes with -b/--minbytes and -e/--maxbytes")
+        return parse_sizes(args.bytes or "64M")
+    if args.bytes is not None:
+        raise CollectiveInputError("--bytes and -b/-e: give the sizes one way, not both")
+    lo = parse_size(args.minbytes or args.maxbytes, "-b/--minbytes")
+    hi = parse_size(args.maxbytes or args.minbytes, "-e/--maxbytes")
+    option = f"-b {args.minbytes or args.maxbytes} -e {args.maxbytes or args.minbytes}"
+    return geometric_sizes(lo, hi, 2 if args.stepfactor is None else args.stepfactor, option)
 
 
 ALLTOALL = "alltoall"  # measured by topolab.routing_phase, alone: it is no AllReduce
@@ -235,8 +260,18 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
         "--bytes",
         default=None,
         metavar="SIZE",
-        help="buffer size such as 64M, or a range 1M..256M doubling each step (K/M/G = 1024-based; default: 64M); "
+        help="buffer sizes: a size such as 64M, a range 1M..256M doubling each step, or a comma-separated "
+        "list of both, such as 1M,16M (K/M/G = 1024-based; default: 64M); "
         f"for {ALLTOALL}: bytes per pair (default: the workload's embedding all-to-all)",
+    )
+    parser.add_argument("-b", "--minbytes", metavar="SIZE", help="as nccl-tests: smallest size (with -e, -f)")
+    parser.add_argument("-e", "--maxbytes", metavar="SIZE", help="as nccl-tests: largest size")
+    parser.add_argument(
+        "-f",
+        "--stepfactor",
+        type=bounded_int(2, 1024),
+        metavar="F",
+        help="as nccl-tests: multiply the size by F from -b up to -e (default: 2)",
     )
     parser.add_argument(
         "--routing",
@@ -311,7 +346,7 @@ def run_collective(args: argparse.Namespace) -> int:
     algorithms = parse_algorithms(args.algorithm)
     if algorithms == [ALLTOALL]:
         return run_alltoall(args)
-    sizes = parse_sizes(args.bytes or "64M")
+    sizes = sizes_of(args)
     chunk = parse_size(args.chunk, "--chunk")
     segment = None if args.segment == "auto" else parse_size(args.segment, "--segment")
     if not 4 << 10 <= chunk <= 64 << 20:
@@ -357,6 +392,8 @@ def run_alltoall(args: argparse.Namespace) -> int:
     from .routing_phase import format_results, measure_phase, phase_traffic, scale_factor
 
     routings = parse_routings(args.routing)
+    if args.minbytes or args.maxbytes or args.stepfactor:
+        raise CollectiveInputError(f"-b/-e/-f: {ALLTOALL} takes one size, the bytes per pair (--bytes)")
     per_pair = parse_size(args.bytes) if args.bytes else None
     scenario = load_scenario(args.scenario)
     out_dir = results_folder(args.out, getattr(scenario, "name", "scenario"), args.force)

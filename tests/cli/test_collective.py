@@ -24,6 +24,7 @@ from topolab.collective import (
     parse_sizes,
     results_folder,
     run_collective,
+    sizes_of,
 )
 
 # The regular expressions nccl-tests' consumers parse all_reduce_perf's output with: a data
@@ -39,9 +40,31 @@ def test_sizes_parse_like_nccl_tests():
     assert parse_size("1g") == 1 << 30
     assert parse_sizes("1M..8M") == [1 << 20, 2 << 20, 4 << 20, 8 << 20]
     assert parse_sizes("1M..6M") == [1 << 20, 2 << 20, 4 << 20]
+    assert parse_sizes("1M,16M") == [1 << 20, 16 << 20]
+    assert parse_sizes("1M..4M, 64M,2M") == [1 << 20, 2 << 20, 4 << 20, 64 << 20]
 
 
-@pytest.mark.parametrize("bad", ["", "64X", "-1M", "6", "8M..1M", "M"])
+def _size_args(argv: list[str]):
+    parser = argparse.ArgumentParser()
+    add_collective_arguments(parser)
+    return parser.parse_args(["scenario.toml", *argv])
+
+
+def test_nccl_tests_size_flags_step_by_their_factor():
+    assert sizes_of(_size_args(["-b", "1M", "-e", "64M", "-f", "4"])) == [1 << 20, 4 << 20, 16 << 20, 64 << 20]
+    assert sizes_of(_size_args(["-b", "1M", "-e", "4M"])) == [1 << 20, 2 << 20, 4 << 20]
+    assert sizes_of(_size_args(["-b", "8M"])) == [8 << 20]
+    assert sizes_of(_size_args([])) == [64 << 20]
+    for argv, fragment in (
+        (["--bytes", "1M", "-b", "1M"], "not both"),
+        (["-f", "2"], "-b/--minbytes"),
+        (["-b", "8M", "-e", "1M"], "ends below its start"),
+    ):
+        with pytest.raises(CollectiveInputError, match=fragment):
+            sizes_of(_size_args(argv))
+
+
+@pytest.mark.parametrize("bad", ["", "64X", "-1M", "6", "8M..1M", "M", "1M,,2M", "1M,"])
 def test_bad_sizes_name_the_option(bad):
     with pytest.raises(CollectiveInputError, match="--bytes"):
         parse_sizes(bad)
