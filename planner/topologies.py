@@ -94,6 +94,7 @@ def topoopt_topology(s: Scenario, demand: TrafficDemand) -> Topology:
         extra={
             "d_allreduce": topo.d_allreduce,
             "d_mp": topo.d_mp,
+            "ring_cables": topo.ring_cables,  # the first ring_cables links; the rest are model-parallel matchings
             "class_strides": {str(k): v for k, v in topo.class_strides.items()},
         },
     )

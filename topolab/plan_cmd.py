@@ -1,10 +1,14 @@
 """`topolab plan`: print a plan's summary, or its JSON.
 
-When the job has model-parallel or embedding all-to-all traffic, the summary also shows the
-per-destination bandwidth allocation of those phases (`planner.bandwidth`, docs/algorithms.md
-section 4.1): how many pairs are split over several paths, paths per pair, and each phase's
-time on the allocation against single-path routing (the JSON gets the same figures in
-``extra["bandwidth"]``; the plan itself stays single-path).
+The summary lists the model-parallel cables (the matchings TopologyFinder added beside the
+AllReduce rings) with the bytes the job sends directly between their ends, and remarks on a
+large diameter or a low bisection, which a reader should weigh before emulating.
+
+When the scenario asks for a per-destination allocation (``[topology] routing = "planned"``)
+and the job has model-parallel or embedding all-to-all traffic, the summary also shows the
+allocation of those phases (`planner.bandwidth`, docs/algorithms.md section 4.1): how many
+pairs are split over several paths, paths per pair, and each phase's time on the allocation
+against single-path routing (the JSON gets the same figures in ``extra["bandwidth"]``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ if TYPE_CHECKING:
     from planner import Plan, Scenario
 
 MAX_ALLOCATED_SERVERS = 32  # larger jobs: the generic LP takes tens of seconds (planner.bandwidth)
+LARGE_DIAMETER = 5  # hops; from here a relayed transfer pays a bandwidth tax worth a remark
+LOW_BISECTION = 0.25  # share of a non-blocking network's bisection below which the summary remarks on it
+MP_CABLES_LISTED = 8  # the summary names this many model-parallel cables, then counts the rest
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,6 +78,8 @@ def describe(plan: Plan) -> str:
         f"traffic/iter    AllReduce {_gb(plan.demand.allreduce_bytes)} in {len(plan.demand.allreduce)} group(s), "
         f"model-parallel {_gb(plan.demand.mp_bytes)} in {len(plan.demand.mp)} flow(s)",
     ]
+    lines += mp_cable_lines(plan)
+    lines += remarks(plan)
     for phase in plan.extra.get("bandwidth", ()):
         lines.append(
             f"allocation      {phase['phase']}: {phase['pairs_split']}/{phase['pairs']} pairs split, "
@@ -80,6 +89,51 @@ def describe(plan: Plan) -> str:
         )
     lines += [f"note            {n}" for n in plan.notes]
     return "\n".join(lines)
+
+
+def mp_cables(plan: Plan) -> list[tuple[int, int, int]]:
+    """The model-parallel cables of a TopoOpt plan (TopologyFinder's matchings, the links after
+    its ``extra["ring_cables"]`` ring cables), as (a, b, bytes per iteration the job sends
+    directly between a and b, both ways)."""
+    rings = plan.extra.get("ring_cables")
+    if plan.topology != "topoopt" or rings is None:
+        return []
+    direct: dict[tuple[int, int], int] = {}
+    for f in plan.demand.mp:
+        key = (min(f.src, f.dst), max(f.src, f.dst))
+        direct[key] = direct.get(key, 0) + f.bytes
+    return [(l.a, l.b, direct.get((min(l.a, l.b), max(l.a, l.b)), 0)) for l in plan.links[rings:]]
+
+
+def mp_cable_lines(plan: Plan) -> list[str]:
+    cables = mp_cables(plan)
+    if not cables:
+        return []
+    shown = sorted(cables, key=lambda c: -c[2])[:MP_CABLES_LISTED]
+    listed = ", ".join(f"{a}-{b} ({_gb(carried)}/iter)" for a, b, carried in shown)
+    more = f", and {len(cables) - len(shown)} more" if len(cables) > len(shown) else ""
+    return [
+        f"model-parallel  {len(cables)} of {len(plan.links)} cables are matchings for model-parallel traffic "
+        f"(bytes sent directly between their ends): {listed}{more}"
+    ]
+
+
+def remarks(plan: Plan) -> list[str]:
+    """What a reader should weigh before emulating: a large diameter, a low bisection."""
+    s, out = plan.summary, []
+    if s.diameter >= LARGE_DIAMETER:
+        out.append(
+            f"remark          diameter {s.diameter}: a transfer between the farthest servers is relayed over "
+            f"{s.diameter} cables, each carrying all of it (the bandwidth tax); all-to-all traffic crosses "
+            f"{s.mean_hops:.2f} cables per byte on average, so it gets about 1/{s.mean_hops:.2f} of the cables' capacity"
+        )
+    full = plan.servers / 2 * plan.degree * plan.link_gbps if not plan.switches else 0.0
+    if full and s.bisection_gbps < LOW_BISECTION * full:
+        out.append(
+            f"remark          bisection {s.bisection_gbps:g} Gbps is {s.bisection_gbps / full:.0%} of a non-blocking "
+            f"network's {full:g} Gbps: traffic between the two halves (all-to-all, model-parallel) is limited by it"
+        )
+    return out
 
 
 def describe_partition(plan: Plan, machines: int) -> str:
@@ -98,11 +152,12 @@ def describe_partition(plan: Plan, machines: int) -> str:
 
 
 def bandwidth_phases(plan: Plan, s: Scenario) -> list[dict[str, Any]]:
-    """The allocation summary of the plan's embedding all-to-all and model-parallel phases."""
+    """The allocation summary of the plan's embedding all-to-all and model-parallel phases,
+    when the scenario asks for an allocation (``routing = "planned"``)."""
     from planner.bandwidth import allocate_for_plan, embedding_alltoall_traffic, iteration_mp_traffic
     from planner.zoo import get_model
 
-    if not plan.demand.mp or plan.servers > MAX_ALLOCATED_SERVERS:
+    if s.topology.routing != "planned" or not plan.demand.mp or plan.servers > MAX_ALLOCATED_SERVERS:
         return []
     phases = {
         "embedding all-to-all": embedding_alltoall_traffic(

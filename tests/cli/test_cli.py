@@ -132,3 +132,36 @@ def test_compare_of_a_hierarchical_scenario_keeps_the_budget_per_server() -> Non
     same = scenario_for(base, "hierarchical")
     assert same == base
     assert bandwidth_of(build_plan(same).to_dict()) == "100 Gbps over dims 4 x 3"
+
+
+def test_plan_summary_lists_model_parallel_cables_and_allocates_only_when_asked(tmp_path) -> None:
+    from planner import build_plan, load_scenario
+    from planner.scenario import with_overrides
+
+    path = tmp_path / "bert-16.toml"
+    path.write_text(
+        '[cluster]\nservers = 16\ndegree = 4\n[workload]\nmodel = "bert"\n[parallelism]\nstrategy = "hybrid"\nmp_degree = 4\n'
+    )
+    s = load_scenario(path)
+    plan = build_plan(s)
+    cables = plan_cmd.mp_cables(plan)
+    assert len(cables) == 16 * plan.extra["d_mp"] // 2  # every model-parallel port is one cable end
+    flows = {(min(f.src, f.dst), max(f.src, f.dst)) for f in plan.demand.mp}
+    assert sum(carried > 0 for _, _, carried in cables) == len({(min(a, b), max(a, b)) for a, b, _ in cables} & flows)
+    text = plan_cmd.describe(plan)
+    assert f"model-parallel  16 of {len(plan.links)} cables" in text
+    assert plan_cmd.bandwidth_phases(plan, s) == []  # routing = "single": no allocation lines
+    planned = with_overrides(s, topology={"routing": "planned"})
+    assert plan_cmd.bandwidth_phases(build_plan(planned), planned)
+
+
+@pytest.mark.parametrize("scenario, remarks", [("topoopt-12", 0), ("resnet50-128", 2)])
+def test_plan_summary_remarks_on_a_large_diameter_and_a_low_bisection(scenario: str, remarks: int) -> None:
+    from planner import build_plan, load_scenario
+
+    plan = build_plan(load_scenario(REPO / "scenarios" / f"{scenario}.toml"))
+    lines = plan_cmd.remarks(plan)
+    assert len(lines) == remarks
+    if remarks:
+        assert f"diameter {plan.summary.diameter}:" in lines[0] and "bisection" in lines[1]
+        assert plan.summary.diameter >= plan_cmd.LARGE_DIAMETER
