@@ -149,7 +149,8 @@ def run_sweep(args: argparse.Namespace) -> int:
             }
         )
     _relative(rows)
-    table = format_table(rows) + "\n\n" + STRATEGY_LEGEND + "".join(f"\n{note}" for note in skipped)
+    legend = STRATEGY_LEGEND + "\n" + NETWORK_LEGEND
+    table = format_table(rows) + "\n\n" + legend + "".join(f"\n{note}" for note in skipped)
     print(table)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "sweep.txt").write_text(table + "\n")
@@ -208,6 +209,14 @@ STRATEGY_LEGEND = (
     "'data' = data parallel (replicated, gradients AllReduced), 'mpK' = tensor parallel over K "
     "consecutive servers, 'table on 1 server' / 'row-sharded table' / 'replicated' = embedding tables. "
     "DP ms = the all-data-parallel strategy on the same network; vs TopoOpt = iteration time / TopoOpt's."
+)
+
+
+NETWORK_LEGEND = (
+    "networks: switch = an ideal non-blocking switch giving every server d x B, a bound no real network "
+    "of similar cost reaches (it can beat TopoOpt, whose relayed all-to-all and model-parallel traffic pays "
+    "the bandwidth tax); fattree = the Fat-tree of similar cost, TopoOpt's baseline in the paper "
+    "(Gbps/srv and cost columns; prices in sweep.json)."
 )
 
 
