@@ -24,8 +24,8 @@ The "AllReduce" section lists the algorithm every group size of buckets ran and 
 (``results.schedule.allreduce``), e.g. the forest on cables of different rates; a run with
 faults gets a "Faults" section (`topolab.faults.report_section`).
 
-One module slightly over 300 lines: the three plots and the markdown read the same summary
-of the results (`summarize`), and splitting them would only pass that summary around.
+One module slightly over 300 lines: the three plots and the markdown read the same results
+and their summary (`RunResults.summarize`), and splitting them would only pass those around.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ counters) and the derived `Summary` and `FaultPhase` rows. Each has ``to_dict()`
 
 `check_format` is the check every reader of a topolab document makes (an unknown or newer
 format is a `UsageError` naming the file and the format, exit 2); `topolab.journal` reads and
-writes the results folder.
+writes the results folder. The layout is described in docs/schedules.md ("Results documents").
+
+Over 300 lines: one small dataclass per part of the document, each with its JSON both ways.
 """
 
 from __future__ import annotations

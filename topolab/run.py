@@ -185,7 +185,7 @@ def prepare_run(
 
 @dataclass
 class Workers:
-    """Where the workers of a network run: one address per server, how to start a process in
+    """Where a network's workers run: one address per server, how to start a process in
     a server's namespace, each server's plane addresses and the control relay."""
 
     hosts: list[str]
