@@ -86,7 +86,7 @@ def main() -> int:
         rates = [float(r) for r in args.rates.split(",")]
         rows, best = [], None
         for rate in rates:
-            doc, results = run_on_emulator(
+            _, results = run_on_emulator(
                 scenario, plan, algorithms[:1], sizes[-1:], repeat=args.repeat, link_mbps=rate, lock_wait_s=args.wait
             )
             r = results[0]
@@ -126,9 +126,10 @@ def main() -> int:
         print(f"wrote {out}")
         return 0
 
-    doc, results = run_on_emulator(scenario, plan, algorithms, sizes, repeat=args.repeat, lock_wait_s=args.wait)
-    print(doc["header"])
+    collective, results = run_on_emulator(scenario, plan, algorithms, sizes, repeat=args.repeat, lock_wait_s=args.wait)
+    print(collective.header)
     print(format_table(results))
+    doc = collective.to_dict()
     doc["machine"] = dict(machine, loadavg_after=os.getloadavg())
     doc["date"] = time.strftime("%Y-%m-%d %H:%M")
     out = Path(args.out) if args.out else OUT / "collective_compare.json"
@@ -137,7 +138,7 @@ def main() -> int:
     plot(
         doc["results"],
         png,
-        f"{scenario.name}: AllReduce on the emulated network ({doc['emulation']['link_mbps']:g} Mbit/s per link)",
+        f"{scenario.name}: AllReduce on the emulated network ({collective.emulation.link_mbps:g} Mbit/s per link)",
     )
     print(f"wrote {out} and {png}")
     return 0 if all(r.verified for r in results) else 1

@@ -62,11 +62,12 @@ def iteration_rows(rounds: int) -> dict:
             s = load_scenario(path)
             with tempfile.TemporaryDirectory() as out:
                 res = execute(s, Path(out), log=lambda msg: None)
+            summ = res.summarize()
             runs[label].append(
                 {
-                    "measured_ms": res["summary"]["median_real_ms"],
-                    "predicted_ms": res["predicted"]["real_ms"],
-                    "verified": res["summary"]["verified"],
+                    "measured_ms": summ.median_real_ms,
+                    "predicted_ms": res.predicted.real_ms if res.predicted else None,
+                    "verified": summ.verified,
                 }
             )
             print(f"  iteration {label}: {runs[label][-1]}", flush=True)

@@ -41,18 +41,18 @@ def main() -> None:
         for name in SCENARIOS:
             s = load_scenario(REPO / "scenarios" / f"{name}.toml")
             res = execute(s, Path(tmp) / name, args.iterations, lock_wait_s=args.wait, log=lambda m: None)
-            summ = res["summary"]
+            summ = res.summarize()
             rows.append(
                 {
                     "scenario": name,
                     "topology": s.topology.kind,
                     "model": s.workload.model,
-                    "measured_ms": summ["median_real_ms"],
-                    "predicted_ms": res["predicted"]["real_ms"],
-                    "error": summ["error"],
-                    "verified": summ["verified"],
-                    "op_overhead_us": res["calibration"]["op_overhead_s"] * 1e6,
-                    "time_scale": res["emulation"]["time_scale"],
+                    "measured_ms": summ.median_real_ms,
+                    "predicted_ms": res.predicted.real_ms,
+                    "error": summ.error,
+                    "verified": summ.verified,
+                    "op_overhead_us": res.calibration.op_overhead_s * 1e6,
+                    "time_scale": res.emulation.time_scale,
                 }
             )
             r = rows[-1]

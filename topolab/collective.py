@@ -44,7 +44,11 @@ from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan
 from planner.collectives.trees import DEFAULT_SEGMENT_BYTES
 
 from .collective_results import (
+    ALLTOALL,
     UNITS,
+    AlltoallResults,
+    CollectiveEmulation,
+    CollectiveResults,
     SizeResult,
     SweepEstimate,
     format_nccl_tests,
@@ -63,7 +67,6 @@ from .options import (
     require_root,
 )
 
-COLLECTIVE_FORMAT = "topolab.collective/1"
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
@@ -131,9 +134,6 @@ def sizes_of(args: argparse.Namespace) -> list[int]:
     hi = parse_size(args.maxbytes or args.minbytes, "-e/--maxbytes")
     option = f"-b {args.minbytes or args.maxbytes} -e {args.maxbytes or args.minbytes}"
     return geometric_sizes(lo, hi, 2 if args.stepfactor is None else args.stepfactor, option)
-
-
-ALLTOALL = "alltoall"  # measured by topolab.routing_phase, alone: it is no AllReduce
 
 
 def parse_algorithms(text: str) -> list[str]:
@@ -374,12 +374,13 @@ def run_collective(args: argparse.Namespace) -> int:
         run_dir=args.run_dir,
         machines=machines,
     )
-    nccl = doc["header"] + "\n" + format_nccl_tests(results)
+    nccl = doc.header + "\n" + format_nccl_tests(results)
+    text = json.dumps(doc.to_dict(), indent=2)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out_dir / "results.json").write_text(text + "\n")
     (out_dir / "nccl-tests.txt").write_text(nccl + "\n")
-    (out_dir / "table.txt").write_text(doc["header"] + "\n" + format_table(results) + "\n")
-    print(json.dumps(doc, indent=2) if args.json else nccl)
+    (out_dir / "table.txt").write_text(doc.header + "\n" + format_table(results) + "\n")
+    print(text if args.json else nccl)
     print(f"results in {out_dir}/ (results.json, nccl-tests.txt, table.txt)", file=sys.stderr)
     return 0 if all(r.verified for r in results) else 1
 
@@ -389,7 +390,7 @@ def run_alltoall(args: argparse.Namespace) -> int:
     per routing variant, predicted, bounded by the LP and measured (topolab.routing_phase)."""
     from planner import build_plan, load_scenario
 
-    from .routing_phase import format_results, measure_phase, phase_traffic, scale_factor
+    from .routing_phase import format_results, measure_phase, phase_bytes, phase_traffic, scale_factor
 
     routings = parse_routings(args.routing)
     if args.minbytes or args.maxbytes or args.stepfactor:
@@ -407,29 +408,30 @@ def run_alltoall(args: argparse.Namespace) -> int:
     emulation = dict(asdict(scenario.emulation), link_mbps=link_mbps, lock_wait_s=args.wait)
     if args.run_dir:
         emulation["run_dir"] = args.run_dir
+    nbytes = phase_bytes(traffic, factor)
     print(
-        f"{scenario.name}: all-to-all of {len(traffic)} pairs, {sum(traffic.values()) * factor / 1e6:.1f} MB "
+        f"{scenario.name}: all-to-all of {len(traffic)} pairs, {nbytes / 1e6:.1f} MB "
         f"(x{factor:.3g} the workload's phase), routings {', '.join(routings)}",
         file=sys.stderr,
     )
     results = measure_phase(
         plan, traffic, routings, emulation, factor=factor, repeat=args.repeat, timeout_s=args.timeout
     )
-    doc = {
-        "scenario": scenario.name,
-        "algorithm": ALLTOALL,
-        "pairs": len(traffic),
-        "bytes": sum(traffic.values()) * factor,
-        "factor": factor,
-        "link_mbps": link_mbps,
-        "time_scale": time_scale(plan.link_gbps, link_mbps),
-        "results": [r.to_dict() for r in results],
-    }
+    doc = AlltoallResults(
+        scenario=scenario.name,
+        pairs=len(traffic),
+        bytes=nbytes,
+        factor=factor,
+        link_mbps=link_mbps,
+        time_scale=time_scale(plan.link_gbps, link_mbps),
+        results=results,
+    )
     table = format_results(results, f"{scenario.name}: all-to-all phase, emulated seconds")
+    text = json.dumps(doc.to_dict(), indent=2)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out_dir / "results.json").write_text(text + "\n")
     (out_dir / "table.txt").write_text(table + "\n")
-    print(json.dumps(doc, indent=2) if args.json else table)
+    print(text if args.json else table)
     print(f"results in {out_dir}/ (results.json, table.txt)", file=sys.stderr)
     return 0 if all(r.verified for r in results) else 1
 
@@ -466,10 +468,10 @@ def run_on_emulator(
     log: Callable[[str], None] | None = None,
     run_dir: str | None = None,
     machines: tuple[str, ...] | None = None,
-) -> tuple[dict[str, Any], list[SizeResult]]:
+) -> tuple[CollectiveResults, list[SizeResult]]:
     """Build the plan's emulated network once (over ``machines`` when given, else the
-    scenario's) and `measure` on it; returns (JSON document, results). Used by the command
-    and by benchmarks/collective_compare.py."""
+    scenario's) and `measure` on it; returns (the results document, its results). Used by
+    the command and by benchmarks/collective_compare.py."""
     from contract.physics import tcp_goodput_fraction
 
     from .machines import open_network
@@ -501,39 +503,38 @@ def run_on_emulator(
         )
         frac = tcp_goodput_fraction(net.mtu)
         egress = slowest_egress_bps(plan, net.link_rate_bps)
-        emulation = {
-            "link_mbps": net.link_mbps,
-            "mtu": net.mtu,
-            "time_scale": net.time_scale,
-            "tcp_max_fraction": frac,
-            "egress_bps": egress,
-            "egress_goodput_bps": egress * frac,
-            "netem": net.netem,
-        }
+        emulation = CollectiveEmulation(
+            link_mbps=net.link_mbps,
+            mtu=net.mtu,
+            time_scale=net.time_scale,
+            tcp_max_fraction=frac,
+            egress_bps=egress,
+            egress_goodput_bps=egress * frac,
+            netem=net.netem,
+        )
     header = (
         f"# {getattr(scenario, 'name', '')}: {plan.topology}, {plan.servers} servers x "
-        f"{plan.degree} links, {emulation['link_mbps']:g} Mbit/s per link emulated "
-        f"(time scale x{emulation['time_scale']:g}), MTU {emulation['mtu']}\n"
-        f"# ideal = 2(n-1)S/(n*D), D = {emulation['egress_goodput_bps'] / 1e6:.1f} Mbit/s "
-        f"egress goodput of the slowest server (TCP maximum {emulation['tcp_max_fraction']:.4f} of "
+        f"{plan.degree} links, {emulation.link_mbps:g} Mbit/s per link emulated "
+        f"(time scale x{emulation.time_scale:g}), MTU {emulation.mtu}\n"
+        f"# ideal = 2(n-1)S/(n*D), D = {emulation.egress_goodput_bps / 1e6:.1f} Mbit/s "
+        f"egress goodput of the slowest server (TCP maximum {emulation.tcp_max_fraction:.4f} of "
         f"the shaped rate); median of {repeat}; real = time / time scale;\n"
         f"# results.json also gives packing_bound_s = S/tau (spanning-tree packing of the cables' rates)\n"
         f"# nccl-tests columns: time (us), algbw and busbw (GB/s) of the planned cluster (emulated / time scale)\n"
         f"# cpu = cores the {plan.servers} workers kept busy (their user + system time; "
         f"softirq work may be charged elsewhere), of {os.cpu_count()}"
     )
-    doc = {
-        "format": COLLECTIVE_FORMAT,
-        "scenario": getattr(scenario, "name", ""),
-        "topology": plan.topology,
-        "servers": plan.servers,
-        "degree": plan.degree,
-        "emulation": emulation,
-        "repeat": repeat,
-        "chunk_bytes": chunk_bytes,
-        "segment_bytes": segment_bytes or "auto",
-        "elapsed_s": time.time() - t0,
-        "header": header,
-        "results": [r.to_dict() for r in results],
-    }
+    doc = CollectiveResults(
+        scenario=getattr(scenario, "name", ""),
+        topology=plan.topology,
+        servers=plan.servers,
+        degree=plan.degree,
+        emulation=emulation,
+        repeat=repeat,
+        chunk_bytes=chunk_bytes,
+        segment_bytes=segment_bytes,
+        elapsed_s=time.time() - t0,
+        header=header,
+        results=results,
+    )
     return doc, results

@@ -1,16 +1,28 @@
 """Results of `topolab collective` and how they are printed: one `SizeResult` per algorithm
-and size, nccl-tests' all_reduce_perf table ("# Avg bus bandwidth" footer included), our
-wider table, and the time-left estimate of a sweep. Kept apart from the command (parsing,
-the emulated measurement) so each stays readable.
+and size, gathered in a `CollectiveResults` document (results.json, format
+`COLLECTIVE_FORMAT`); one `PhaseResult` per routing of an all-to-all phase, in an
+`AlltoallResults` document (format `ALLTOALL_FORMAT`); nccl-tests' all_reduce_perf table
+("# Avg bus bandwidth" footer included), our wider table, and the time-left estimate of a
+sweep. Each document's ``from_dict`` checks its format (`topolab.results.check_format`: an
+unknown or newer one is a one-line `UsageError`). Kept apart from the command (parsing, the
+emulated measurement) so each stays readable; just over 300 lines, the two documents and the
+two tables of the same rows.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from .results import check_format
+
+COLLECTIVE_FORMAT = "topolab.collective/1"
+ALLTOALL_FORMAT = "topolab.alltoall/1"
+ALLTOALL = "alltoall"  # measured by topolab.routing_phase, alone: it is no AllReduce
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -74,18 +86,156 @@ class SizeResult:
         )
         return d
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SizeResult:
+        """A row of ``to_dict`` (its derived figures are recomputed, not read)."""
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+@dataclass
+class CollectiveEmulation:
+    """The network a collective sweep ran on, and the bound its ideal times use."""
+
+    link_mbps: float
+    mtu: int
+    time_scale: float
+    tcp_max_fraction: float  # goodput / shaped rate at the MTU
+    egress_bps: float  # the slowest server's shaped egress
+    egress_goodput_bps: float
+    netem: bool
+
+
+@dataclass
+class CollectiveResults:
+    """results.json of `topolab collective` (AllReduce algorithms and sizes)."""
+
+    scenario: str
+    topology: str
+    servers: int
+    degree: int
+    emulation: CollectiveEmulation
+    repeat: int
+    chunk_bytes: int
+    segment_bytes: int | None  # None: chosen per size ("auto" in the JSON)
+    elapsed_s: float
+    header: str  # the comment lines above the tables
+    results: list[SizeResult]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": COLLECTIVE_FORMAT,
+            "scenario": self.scenario,
+            "topology": self.topology,
+            "servers": self.servers,
+            "degree": self.degree,
+            "emulation": asdict(self.emulation),
+            "repeat": self.repeat,
+            "chunk_bytes": self.chunk_bytes,
+            "segment_bytes": "auto" if self.segment_bytes is None else self.segment_bytes,
+            "elapsed_s": self.elapsed_s,
+            "header": self.header,
+            "results": [r.to_dict() for r in self.results],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "results.json") -> CollectiveResults:
+        check_format(d, COLLECTIVE_FORMAT, source)
+        segment = d["segment_bytes"]
+        return cls(
+            scenario=d["scenario"],
+            topology=d["topology"],
+            servers=int(d["servers"]),
+            degree=int(d["degree"]),
+            emulation=CollectiveEmulation(**d["emulation"]),
+            repeat=int(d["repeat"]),
+            chunk_bytes=int(d["chunk_bytes"]),
+            segment_bytes=None if segment == "auto" else int(segment),
+            elapsed_s=float(d["elapsed_s"]),
+            header=d["header"],
+            results=[SizeResult.from_dict(r) for r in d["results"]],
+        )
+
+
+@dataclass
+class PhaseResult:
+    """One routing variant of an all-to-all phase: predicted, LP bound and measured
+    (emulated seconds)."""
+
+    variant: str
+    predicted_s: float
+    bound_s: float  # the LP's phase time at TCP goodput (single: the best fixed-path rates)
+    times_s: list[float] = field(default_factory=list)
+    verified: bool = True
+    errors: list[str] = field(default_factory=list)
+    pairs_split: int = 0
+    planes: int = 0
+
+    @property
+    def median_s(self) -> float:
+        ordered = sorted(self.times_s)
+        return ordered[len(ordered) // 2] if ordered else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(asdict(self), median_s=self.median_s)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PhaseResult:
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+@dataclass
+class AlltoallResults:
+    """results.json of `topolab collective --algorithm alltoall`: one phase, its routings."""
+
+    scenario: str
+    pairs: int
+    bytes: int  # the phase's bytes as the workers move them (every pair, whole items)
+    factor: float  # what the workload's phase was multiplied by
+    link_mbps: float
+    time_scale: float
+    results: list[PhaseResult]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": ALLTOALL_FORMAT,
+            "scenario": self.scenario,
+            "algorithm": ALLTOALL,
+            "pairs": self.pairs,
+            "bytes": self.bytes,
+            "factor": self.factor,
+            "link_mbps": self.link_mbps,
+            "time_scale": self.time_scale,
+            "results": [r.to_dict() for r in self.results],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "results.json") -> AlltoallResults:
+        check_format(d, ALLTOALL_FORMAT, source)
+        return cls(
+            scenario=d["scenario"],
+            pairs=int(d["pairs"]),
+            bytes=int(d["bytes"]),
+            factor=float(d["factor"]),
+            link_mbps=float(d["link_mbps"]),
+            time_scale=float(d["time_scale"]),
+            results=[PhaseResult.from_dict(r) for r in d["results"]],
+        )
+
 
 class SweepEstimate:
     """Time left of a sweep: the seconds spent so far per byte moved times the bytes still
-    to move (an iteration's time grows with its size), plus a fixed cost per iteration
-    taken from the first one."""
+    to move (an iteration's time grows with its size). ``clock`` gives seconds (default:
+    `time.perf_counter`)."""
 
-    def __init__(self, sizes: Sequence[int], iterations_per_size: int) -> None:
-        self.remaining_bytes = float(sum(sizes) * iterations_per_size)
+    def __init__(
+        self, sizes: Sequence[int], iterations_per_size: int, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.remaining_bytes = sum(sizes) * iterations_per_size
         self.remaining_steps = len(sizes) * iterations_per_size
         self.total_steps = self.remaining_steps
-        self.done_bytes = 0.0
-        self.t0 = time.perf_counter()
+        self.done_bytes = 0
+        self.clock = clock
+        self.t0 = clock()
 
     def step(self, nbytes: int) -> None:
         self.remaining_bytes -= nbytes
@@ -93,7 +243,7 @@ class SweepEstimate:
         self.done_bytes += nbytes
 
     def seconds_left(self) -> float:
-        elapsed = time.perf_counter() - self.t0
+        elapsed = self.clock() - self.t0
         if not self.done_bytes:
             return float("nan")
         return elapsed / self.done_bytes * self.remaining_bytes

@@ -25,6 +25,7 @@ from planner import ScenarioError, load_scenario
 from planner.scenario import HIERARCHICAL_KEYS, TOPOLOGIES, Scenario, with_overrides
 
 from .options import check_output_dir, require_root
+from .results import LinkBytes, RunResults
 from .run import add_job_arguments, ensure_network_free, execute
 
 
@@ -63,19 +64,20 @@ def bandwidth_of(plan: dict[str, Any]) -> str:
     return f"{plan['degree']} x {plan['link_gbps']:g} Gbps"
 
 
-def traffic_facts(results: dict[str, Any]) -> dict[str, Any]:
+def traffic_facts(results: RunResults) -> dict[str, Any]:
     """Relayed share and bottleneck link of one run's predicted per-link bytes."""
-    links = results["predicted"]["link_bytes"]
-    relayed = sum(r["bytes"] for r in results["predicted"].get("relayed_link_bytes", []))
-    total = sum(r["bytes"] for r in links) or 1.0
-    top = max(links, key=lambda r: r["bytes"], default={"src": -1, "dst": -1, "bytes": 0.0})
-    plan = results["plan"]
-    name = lambda v: "switch" if v >= plan["servers"] else f"h{v}"  # noqa: E731
+    predicted = results.predicted
+    links = predicted.link_bytes if predicted else []
+    relayed = sum(r.bytes for r in predicted.relayed_link_bytes) if predicted else 0
+    total = sum(r.bytes for r in links) or 1
+    top = max(links, key=lambda r: r.bytes, default=LinkBytes(-1, -1, 0))
+    servers = results.plan["servers"]
+    name = lambda v: "switch" if v >= servers else f"h{v}"  # noqa: E731
     return {
         "relayed_share": relayed / total,
         "link_bytes_total": total,
-        "bottleneck": f"{name(top['src'])}->{name(top['dst'])}",
-        "bottleneck_mb": top["bytes"] / 1e6,
+        "bottleneck": f"{name(top.src)}->{name(top.dst)}",
+        "bottleneck_mb": top.bytes / 1e6,
     }
 
 
@@ -131,14 +133,15 @@ def run_compare(args: argparse.Namespace) -> int:
     for k, s in scenarios.items():
         print(f"== {k}", flush=True)
         res = execute(s, out / k, args.iterations, args.payload_scale, lock_wait_s=args.wait)
+        summary = res.summarize()
         rows.append(
             {
                 "topology": k,
-                "bandwidth": bandwidth_of(res["plan"]),
-                "measured_ms": res["summary"]["median_real_ms"],
-                "predicted_ms": res["predicted"]["real_ms"],
-                "error": res["summary"]["error"],
-                "verified": res["summary"]["verified"],
+                "bandwidth": bandwidth_of(res.plan),
+                "measured_ms": summary.median_real_ms,
+                "predicted_ms": res.predicted.real_ms if res.predicted else None,
+                "error": summary.error,
+                "verified": summary.verified,
                 **traffic_facts(res),
             }
         )

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +33,8 @@ from contract.errors import RunError, UsageError
 from contract.plan import Plan
 from planner.reroute import cable_index, ranks_using, rerouted_plan
 from planner.scenario import Fault
+
+from .results import Iteration, RunResults
 
 _FLAG = re.compile(r"^h?(\d+)-h?(\d+)@(\d+)$")
 
@@ -121,10 +122,10 @@ class FaultInjector:
         while self.pending and self.pending[0].fault.iteration == timed_index:
             self._apply(self.pending.pop(0))
 
-    def annotate(self, record: dict[str, Any]) -> None:
+    def annotate(self, record: Iteration) -> None:
         """The prediction the iteration ran under, and how many faults preceded it."""
-        record["predicted_real_ms"] = self.predicted.get("real_ms")
-        record["faults_before"] = len(self.applied)
+        record.predicted_real_ms = self.predicted.get("real_ms")
+        record.faults_before = len(self.applied)
 
     def _apply(self, pf: PlannedFault) -> None:
         assert self._net is not None and self._predict is not None
@@ -171,32 +172,13 @@ class FaultInjector:
         )
 
 
-def phases(iterations: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per phase (timed iterations between faults): median measured and predicted time."""
-    out = []
-    for k in sorted({it.get("faults_before", 0) for it in iterations}):
-        its = [it for it in iterations if it.get("faults_before", 0) == k and not it.get("warmup")]
-        if not its:
-            continue
-        out.append(
-            {
-                "faults_before": k,
-                "iterations": [it["index"] for it in its],
-                "measured_real_ms": statistics.median(it["measured_real_ms"] for it in its),
-                "predicted_real_ms": its[0].get("predicted_real_ms"),
-            }
-        )
-    if len(out) > 1 and out[0]["predicted_real_ms"]:
-        first = out[0]
-        for ph in out[1:]:
-            ph["measured_slowdown"] = ph["measured_real_ms"] / first["measured_real_ms"]
-            ph["predicted_slowdown"] = ph["predicted_real_ms"] / first["predicted_real_ms"]
-    return out
+def _fmt_ms(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms:.3f}"
 
 
-def report_section(results: dict[str, Any]) -> str:
+def report_section(results: RunResults) -> str:
     """The report's "Faults" section (markdown), '' without faults."""
-    faults = results.get("faults") or []
+    faults = results.faults or []
     if not faults:
         return ""
     lines = ["", "## Faults", ""]
@@ -209,11 +191,11 @@ def report_section(results: dict[str, Any]) -> str:
         "| iterations | faults before | measured ms (median) | predicted ms | slowdown measured | predicted |",
     ]
     lines.append("|---|---|---|---|---|---|")
-    for ph in results.get("fault_phases", []):
-        sm, sp = ph.get("measured_slowdown"), ph.get("predicted_slowdown")
+    for ph in results.fault_phases():
+        sm, sp = ph.measured_slowdown, ph.predicted_slowdown
         lines.append(
-            f"| {ph['iterations'][0]}..{ph['iterations'][-1]} | {ph['faults_before']} | "
-            f"{ph['measured_real_ms']:.3f} | {ph['predicted_real_ms']:.3f} | "
+            f"| {ph.iterations[0]}..{ph.iterations[-1]} | {ph.faults_before} | "
+            f"{ph.measured_real_ms:.3f} | {_fmt_ms(ph.predicted_real_ms)} | "
             f"{f'{sm:.3f}x' if sm else '-'} | {f'{sp:.3f}x' if sp else '-'} |"
         )
     return "\n".join(lines) + "\n"
@@ -227,13 +209,3 @@ def injector_for(
         return None
     pairs = sorted({(e["src"], e["dst"]) for e in schedule.edge_bytes()})
     return FaultInjector(resolve(faults, plan, iterations), plan, pairs, log)
-
-
-def add_to_results(results: dict[str, Any], report_path: Any) -> None:
-    """Per-phase figures into ``results``; the "Faults" section appended to the report."""
-    if results.get("faults") is None:
-        return
-    results["fault_phases"] = phases(results["iterations"])
-    if report_path is not None and str(report_path).endswith(".md"):
-        with open(report_path, "a") as f:
-            f.write(report_section(results))

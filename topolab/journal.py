@@ -1,8 +1,10 @@
-"""A run's iterations on disk as they are measured: ``iterations.jsonl`` beside results.json.
+"""A run's results folder on disk: results.json and, beside it, ``iterations.jsonl``, the
+iterations as they are measured.
 
 One JSON object a line, flushed and fsynced after each, so a run killed by SIGKILL (which
 no handler sees) still leaves every iteration it finished. `read_journal` skips a last line
-cut short by the kill.
+cut short by the kill; `read_results` reads a folder back (format checked, the journal's
+iterations added, a run that never finished marked incomplete).
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import json
 import os
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+
+from contract.errors import UsageError
+
+from .results import RESULTS_FORMAT, Iteration, RunResults, check_format, recover
 
 RESULTS_FILE = "results.json"
 ITERATIONS_FILE = "iterations.jsonl"
@@ -24,8 +29,8 @@ class IterationJournal:
         self.path = Path(path)
         self._file = self.path.open("w", encoding="utf-8")
 
-    def append(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record) + "\n")
+    def append(self, record: Iteration) -> None:
+        self._file.write(json.dumps(record.to_dict()) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
 
@@ -39,7 +44,7 @@ class IterationJournal:
         self.close()
 
 
-def read_journal(path: Path) -> list[dict[str, Any]]:
+def read_journal(path: Path) -> list[Iteration]:
     """The complete records of ``path`` (none if it is missing)."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
@@ -48,7 +53,38 @@ def read_journal(path: Path) -> list[dict[str, Any]]:
     records = []
     for line in lines:
         try:
-            records.append(json.loads(line))
+            records.append(Iteration.from_dict(json.loads(line)))
         except ValueError:  # the line a kill cut short
             break
     return records
+
+
+def write_results_file(results: RunResults, out_dir: Path) -> Path:
+    """results.json in ``out_dir`` (created if missing); returns its path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / RESULTS_FILE
+    path.write_text(json.dumps(results.to_dict(), indent=1))
+    return path
+
+
+def read_results(folder: Path, name: str | None = None) -> RunResults:
+    """The results in ``folder`` with the iterations its journal adds. What is not a results
+    folder of this topolab is a one-line `UsageError` naming ``name`` (the argument the
+    folder came from; default: the folder), or the file and its format."""
+    label = name or str(folder)
+    path = Path(folder) / RESULTS_FILE
+    if not path.is_file():
+        raise UsageError(f"{label}: no {RESULTS_FILE} in it (not a results folder of topolab run)")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise UsageError(f"{label}: {RESULTS_FILE} is not valid JSON: {err}") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{label}: {RESULTS_FILE} is not a topolab run's results")
+    check_format(doc, RESULTS_FORMAT, str(path))
+    try:
+        results = RunResults.from_dict(doc)
+        journal = read_journal(Path(folder) / ITERATIONS_FILE)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise UsageError(f"{path}: not a topolab run's results ({type(err).__name__}: {err})") from None
+    return recover(results, journal)

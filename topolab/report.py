@@ -1,4 +1,5 @@
-"""Turn a run's results.json into report.md and plots a person would rather look at.
+"""Turn a run's results (`topolab.results.RunResults`, results.json) into report.md and plots
+a person would rather look at.
 
 Plots (PNG, matplotlib's Agg backend, no display needed):
 - ``topology.png``: servers on a circle, every cable drawn; the width and colour of each cable
@@ -8,41 +9,38 @@ Plots (PNG, matplotlib's Agg backend, no display needed):
   communication) and the predicted time side by side, in the real cluster's milliseconds;
 - ``link_bytes.png``: heat maps of bytes per directed link (source row, destination column),
   predicted from the schedule and, next to it, measured where the run recorded it
-  (``results["measured"]["link_bytes"]``, the same rows as the prediction's).
+  (``results.measured.link_bytes``, the same rows as the prediction's).
 
 Titles are wrapped and the figures saved with a tight bounding box, so no title is cut off.
-A prediction error above the tolerance (``results["tolerance"]``, default
-`PREDICTION_TOLERANCE`) is called out at the top of report.md and flagged in the summary
+A prediction error above the run's tolerance (the scenario's ``run.tolerance``, recorded in
+the results) is called out at the top of report.md and flagged in the summary
 (``error_over_tolerance``).
 
 `topolab report DIR` renders them again from a results folder, also from one a killed run
-left behind (results.json with status "running" and its iterations.jsonl), marked incomplete.
+left behind (results.json with status "running" and its iterations.jsonl), marked incomplete;
+a results.json of an unknown or newer format is one line naming it (exit 2).
 
 The "AllReduce" section lists the algorithm every group size of buckets ran and why
-(``results["schedule"]["allreduce"]``), e.g. the forest on cables of different rates.
+(``results.schedule.allreduce``), e.g. the forest on cables of different rates; a run with
+faults gets a "Faults" section (`topolab.faults.report_section`).
 
-One module slightly over 300 lines: the three plots and the markdown read the same summary
-of the results (`summarize`), and splitting them would only pass that summary around.
+One module slightly over 300 lines: the three plots and the markdown read the same results
+and their summary (`RunResults.summarize`), and splitting them would only pass those around.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from contract.errors import UsageError
-
-from .journal import ITERATIONS_FILE, RESULTS_FILE, read_journal
+from .journal import read_results
 from .options import check_output_dir
 from .plan_cmd import rate_text
+from .results import LinkBytes, RunResults, Summary
 
-# |predicted - measured| / measured above this is called out: the README's accuracy target
-# (median error under 10%) applied to one run.
-PREDICTION_TOLERANCE = 0.10
 TITLE_WRAP_CHARS = 60  # a title line wider than this is wrapped (figures are ~7 inches wide)
 
 
@@ -68,51 +66,13 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     folder = Path(args.results_dir)
-    if not (folder / RESULTS_FILE).is_file():
-        raise UsageError(f"DIR {args.results_dir!r}: no {RESULTS_FILE} in it (not a results folder of topolab run)")
+    label = f"DIR {args.results_dir!r}"
+    results = read_results(folder, label)
     check_output_dir(folder, "DIR")
-    try:
-        results = json.loads((folder / RESULTS_FILE).read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise UsageError(f"DIR {args.results_dir!r}: {RESULTS_FILE} is not valid JSON: {err}") from None
-    if not isinstance(results, dict) or "plan" not in results or "scenario" not in results:
-        raise UsageError(f"DIR {args.results_dir!r}: {RESULTS_FILE} is not a topolab run's results")
-    results = recover(results, read_journal(folder / ITERATIONS_FILE))
     report = write_report(results, folder)
-    its = results["summary"]["iterations"]
-    print(f"report: {report} ({results['status']}, {its} iteration{'s' if its != 1 else ''})")
+    its = results.summarize().iterations
+    print(f"report: {report} ({results.status}, {its} iteration{'s' if its != 1 else ''})")
     return 0
-
-
-def recover(results: dict[str, Any], journal: list[dict[str, Any]]) -> dict[str, Any]:
-    """``results`` with the iterations of its journal; a run that never finished is marked
-    incomplete (its process was killed before it could write its status)."""
-    results = dict(results)
-    if len(journal) > len(results.get("iterations", [])):
-        results["iterations"] = journal
-    if results.get("status") == "running":
-        results["status"] = "incomplete"
-        results["error"] = (
-            f"the run stopped without finishing (killed?); {len(results['iterations'])} iteration(s) were on disk"
-        )
-    results["summary"] = summarize(results)
-    return results
-
-
-def summarize(results: dict[str, Any]) -> dict[str, Any]:
-    """Median measured time, prediction error and verification over the recorded iterations."""
-    its = [it for it in results["iterations"] if it.get("measured_s") is not None]
-    out: dict[str, Any] = {"iterations": len(its), "verified": bool(its) and all(it["verified"] for it in its)}
-    if its:
-        med = statistics.median(it["measured_s"] for it in its)
-        out["median_measured_s"] = med
-        out["median_real_ms"] = med / results["emulation"]["time_scale"] * 1e3
-        pred = results.get("predicted", {}).get("emulated_s")
-        if pred is not None:
-            out["error"] = abs(pred - med) / med
-            out["tolerance"] = results.get("tolerance", PREDICTION_TOLERANCE)
-            out["error_over_tolerance"] = out["error"] > out["tolerance"]
-    return out
 
 
 def _positions(servers: int, switches: int) -> dict[int, tuple[float, float]]:
@@ -122,13 +82,15 @@ def _positions(servers: int, switches: int) -> dict[int, tuple[float, float]]:
     return pos
 
 
-def plot_topology(plan: dict, link_bytes: list[dict], relayed_bytes: dict[tuple[int, int], float], path: Path) -> None:
+def plot_topology(
+    plan: dict, link_bytes: Sequence[LinkBytes], relayed_bytes: dict[tuple[int, int], float], path: Path
+) -> None:
     servers, switches = plan["servers"], plan.get("switches", 0)
     pos = _positions(servers, switches)
     carried: dict[tuple[int, int], float] = {}
     for row in link_bytes:
-        key = (min(row["src"], row["dst"]), max(row["src"], row["dst"]))
-        carried[key] = carried.get(key, 0.0) + row["bytes"]
+        key = (min(row.src, row.dst), max(row.src, row.dst))
+        carried[key] = carried.get(key, 0.0) + row.bytes
     relayed: dict[tuple[int, int], float] = {}
     for (a, b), v in relayed_bytes.items():
         key = (min(a, b), max(a, b))
@@ -173,16 +135,16 @@ def plot_topology(plan: dict, link_bytes: list[dict], relayed_bytes: dict[tuple[
     plt.close(fig)
 
 
-def plot_iterations(results: dict, path: Path) -> None:
-    its = [it for it in results["iterations"] if it.get("measured_real_ms") is not None]
-    pred = results.get("predicted", {}).get("real_ms")
+def plot_iterations(results: RunResults, path: Path) -> None:
+    its = results.iterations
+    pred = results.predicted.real_ms if results.predicted else None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.4))
     half = 0.38  # bar width: measured left of the iteration's tick, predicted right
     if its:
-        idx = [it["index"] for it in its]
-        compute = [it.get("compute_real_ms", 0.0) for it in its]
-        comm = [max(0.0, it["measured_real_ms"] - c) for it, c in zip(its, compute)]
+        idx = [it.index for it in its]
+        compute = [it.compute_real_ms for it in its]
+        comm = [max(0.0, it.measured_real_ms - c) for it, c in zip(its, compute)]
         left = [i - half / 2 for i in idx]
         ax.bar(left, compute, half, color="#8fbf8f", label="measured: compute")
         ax.bar(left, comm, half, bottom=compute, color="#7fa7d9", label="measured: exposed communication")
@@ -197,15 +159,15 @@ def plot_iterations(results: dict, path: Path) -> None:
                 label=f"predicted {pred:.3f} ms",
             )
         for i, it, c, m in zip(idx, its, compute, comm):
-            if not it.get("verified", False):
+            if not it.verified:
                 ax.annotate("✗ verify", (i - half / 2, c + m), ha="center", color="red")
         ax.set_xticks(idx)
     elif pred is not None:
         ax.axhline(pred, color="black", ls="--", lw=1.5, label=f"predicted {pred:.3f} ms (nothing measured)")
     ax.set_xlabel("iteration")
     ax.set_ylabel("time (real cluster ms)")
-    error = results.get("summary", {}).get("error")
-    title = f"{results['scenario']['name']}: measured vs predicted iteration time"
+    error = results.summarize().error
+    title = f"{results.scenario['name']}: measured vs predicted iteration time"
     if error is not None:
         title += f" (error {error:.1%})"
     ax.set_title(wrapped(title))
@@ -215,19 +177,19 @@ def plot_iterations(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def _link_matrix(nodes: int, link_bytes: list[dict]):
+def _link_matrix(nodes: int, link_bytes: Sequence[LinkBytes]):
     import numpy as np
 
     matrix = np.full((nodes, nodes), np.nan)
     for row in link_bytes:
-        matrix[row["src"], row["dst"]] = row["bytes"] / 1e6
+        matrix[row.src, row.dst] = row.bytes / 1e6
     return matrix
 
 
 def plot_link_bytes(
     plan: dict,
-    predicted: list[dict],
-    measured: list[dict] | None,
+    predicted: Sequence[LinkBytes],
+    measured: Sequence[LinkBytes] | None,
     path: Path,
     title: str = "bytes per directed link per iteration",
 ) -> None:
@@ -266,22 +228,21 @@ def _fmt(x: Any, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
-def _tolerance_callout(summary: dict) -> list[str]:
+def _tolerance_callout(summary: Summary) -> list[str]:
     """A warning block when the prediction missed by more than the tolerance, else nothing."""
-    if not summary.get("error_over_tolerance"):
+    if not summary.error_over_tolerance or summary.error is None or summary.tolerance is None:
         return []
     return [
-        f"> **Prediction error {summary['error']:.1%} is above the tolerance {summary['tolerance']:.0%}.** "
+        f"> **Prediction error {summary.error:.1%} is above the tolerance {summary.tolerance:.0%}.** "
         "The measured iterations are not what the planner's model of this schedule predicts: check the "
         "calibration (worker cost per op), CPU load on this machine, and the emulation notes below.",
         "",
     ]
 
 
-def _allreduce_lines(schedule: dict) -> list[str]:
-    """Which AllReduce each group size ran and why (``schedule["allreduce"]``: the iteration
-    schedule's ``params["allreduce"]``, `planner.iteration.allreduce_algorithm`)."""
-    used = schedule.get("allreduce")
+def _allreduce_lines(used: dict[str, dict[str, Any]]) -> list[str]:
+    """Which AllReduce each group size ran and why (``results.schedule.allreduce``: the
+    iteration schedule's ``params["allreduce"]``, `planner.iteration.allreduce_algorithm`)."""
     if not used:
         return []
     lines = ["## AllReduce", "", "| groups | algorithm | why |", "|---|---|---|"]
@@ -289,13 +250,15 @@ def _allreduce_lines(schedule: dict) -> list[str]:
     return lines + [""]
 
 
-def render_markdown(results: dict) -> str:
-    sc, plan, emu, summ = results["scenario"], results["plan"], results["emulation"], results["summary"]
-    pred = results.get("predicted", {})
+def render_markdown(results: RunResults) -> str:
+    from .faults import report_section
+
+    sc, plan, emu, summ = results.scenario, results.plan, results.emulation, results.summarize()
+    pred, sched = results.predicted, results.schedule
     lines = [
         f"# topolab run: {sc['name']}",
         "",
-        f"Status: **{results['status']}**" + (f" ({results['error']})" if results.get("error") else ""),
+        f"Status: **{results.status}**" + (f" ({results.error})" if results.error else ""),
         "",
         *_tolerance_callout(summ),
         "## Plan",
@@ -313,38 +276,37 @@ def render_markdown(results: dict) -> str:
         "",
         "## Emulation",
         "",
-        f"- each {emu['plan_link_gbps']:g} Gbps link emulated at {emu['link_mbps']:g} Mbit/s: time scale x{emu['time_scale']:g} "
+        f"- each {emu.plan_link_gbps:g} Gbps link emulated at {emu.link_mbps:g} Mbit/s: time scale x{emu.time_scale:g} "
         "(every time below in real-cluster units is the emulated time divided by it)",
-        f"- MTU {emu['mtu']}, latency "
+        f"- MTU {emu.mtu}, latency "
         + (
             "emulated with netem"
-            if emu.get("netem")
+            if emu.netem
             else "NOT emulated (this kernel has no netem); modelled as alpha per hop in the prediction"
         ),
-        f"- payload scale {results['schedule']['payload_scale']:g}, {results['schedule']['ops']} ops per iteration,"
-        f" {results['schedule']['allreduce_buckets']} AllReduce bucket(s)",
+        f"- payload scale {sched.payload_scale:g}, {sched.ops} ops per iteration,"
+        f" {sched.allreduce_buckets} AllReduce bucket(s)",
         "",
-        *_allreduce_lines(results["schedule"]),
+        *_allreduce_lines(sched.allreduce),
         "## Result",
         "",
         "| | emulated s | real cluster ms |",
         "|---|---:|---:|",
-        f"| measured (median of {summ['iterations']}) | {_fmt(summ.get('median_measured_s'), 4)} | {_fmt(summ.get('median_real_ms'), 3)} |",
-        f"| predicted (flow-level model of the same schedule) | {_fmt(pred.get('emulated_s'), 4)} | {_fmt(pred.get('real_ms'), 3)} |",
+        f"| measured (median of {summ.iterations}) | {_fmt(summ.median_measured_s, 4)} | {_fmt(summ.median_real_ms, 3)} |",
+        f"| predicted (flow-level model of the same schedule) | {_fmt(pred.emulated_s if pred else None, 4)} | {_fmt(pred.real_ms if pred else None, 3)} |",
         "",
-        f"Prediction error |predicted - measured| / measured: **{_fmt(100 * summ['error'] if summ.get('error') is not None else None, 1)}%**",
+        f"Prediction error |predicted - measured| / measured: **{_fmt(100 * summ.error if summ.error is not None else None, 1)}%**",
         "",
-        f"Verification: **{'every AllReduce and transfer verified on every rank in every iteration' if summ.get('verified') else 'FAILED'}**",
+        f"Verification: **{'every AllReduce and transfer verified on every rank in every iteration' if summ.verified else 'FAILED'}**",
         "",
         "| iteration | measured real ms | compute ms | exposed comm ms | verified |",
         "|---:|---:|---:|---:|---|",
     ]
-    for it in results["iterations"]:
-        m = it.get("measured_real_ms")
-        c = it.get("compute_real_ms")
+    for it in results.iterations:
+        m, c = it.measured_real_ms, it.compute_real_ms
         lines.append(
-            f"| {it['index']} | {_fmt(m, 3)} | {_fmt(c, 3)} | {_fmt(None if m is None or c is None else max(0.0, m - c), 3)} | "
-            f"{'yes' if it.get('verified') else 'NO: ' + '; '.join(it.get('errors', [])[:2])} |"
+            f"| {it.index} | {_fmt(m, 3)} | {_fmt(c, 3)} | {_fmt(max(0.0, m - c), 3)} | "
+            f"{'yes' if it.verified else 'NO: ' + '; '.join(it.errors[:2])} |"
         )
     lines += [
         "",
@@ -357,36 +319,36 @@ def render_markdown(results: dict) -> str:
         "![link bytes](link_bytes.png)",
         "",
     ]
-    measured_links = results.get("measured", {}).get("link_bytes")
-    predicted_links = results.get("predicted", {}).get("link_bytes")
+    measured_links = results.measured.link_bytes if results.measured else []
+    predicted_links = pred.link_bytes if pred else []
     if measured_links and predicted_links:
-        total_measured = sum(row["bytes"] for row in measured_links)
-        total_predicted = sum(row["bytes"] for row in predicted_links)
+        total_measured = sum(row.bytes for row in measured_links)
+        total_predicted = sum(row.bytes for row in predicted_links)
         lines += [
             f"Bytes on the cables per timed iteration: measured {total_measured / 1e6:.2f} MB (wire bytes, "
             f"headers included), predicted {total_predicted / 1e6:.2f} MB of payload "
             f"({total_measured / total_predicted:.3f}x).",
             "",
         ]
-    if results.get("notes"):
-        lines += ["## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
-    return "\n".join(lines)
+    if results.notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in results.notes] + [""]
+    return "\n".join(lines) + report_section(results)
 
 
-def write_report(results: dict, out_dir: Path) -> Path:
+def write_report(results: RunResults, out_dir: Path) -> Path:
     """Write report.md and the plots next to results.json; returns the report's path."""
     out_dir = Path(out_dir)
-    plan = results["plan"]
-    link_bytes = results.get("predicted", {}).get("link_bytes", [])
-    relayed = {(r["src"], r["dst"]): r["bytes"] for r in results.get("predicted", {}).get("relayed_link_bytes", [])}
+    plan = results.plan
+    link_bytes = results.predicted.link_bytes if results.predicted else []
+    relayed = {(r.src, r.dst): r.bytes for r in results.predicted.relayed_link_bytes} if results.predicted else {}
     plot_topology(plan, link_bytes, relayed, out_dir / "topology.png")
     plot_iterations(results, out_dir / "iterations.png")
     plot_link_bytes(
         plan,
         link_bytes,
-        results.get("measured", {}).get("link_bytes"),
+        results.measured.link_bytes if results.measured else None,
         out_dir / "link_bytes.png",
-        f"{results['scenario']['name']}: bytes per directed link per iteration, predicted and measured",
+        f"{results.scenario['name']}: bytes per directed link per iteration, predicted and measured",
     )
     report = out_dir / "report.md"
     report.write_text(render_markdown(results))

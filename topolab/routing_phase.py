@@ -26,7 +26,6 @@ import dataclasses
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from contract.errors import UsageError
@@ -44,6 +43,7 @@ from planner.collectives.p2p import add_p2p_transfers, all_to_all
 from planner.predict import plan_network, predict
 from planner.zoo import get_model
 
+from .collective_results import PhaseResult
 from .prediction import SOFTWARE_HOP_S
 
 VARIANTS: dict[str, tuple[int, bool]] = {  # name -> (paths per pair, 0 = no allocation; classes)
@@ -56,28 +56,6 @@ ROUTINGS = ("single", "planned")  # what `topolab collective --routing` offers
 PHASE_SECONDS = 1.0  # emulated length of the single-path phase the bytes are scaled to
 ITEM = 4  # float32: transfers are whole items
 Traffic = dict[tuple[int, int], float]
-
-
-@dataclass
-class PhaseResult:
-    """One variant of one phase: predicted, LP bound and measured (emulated seconds)."""
-
-    variant: str
-    predicted_s: float
-    bound_s: float  # the LP's phase time at TCP goodput (single: the best fixed-path rates)
-    times_s: list[float] = field(default_factory=list)
-    verified: bool = True
-    errors: list[str] = field(default_factory=list)
-    pairs_split: int = 0
-    planes: int = 0
-
-    @property
-    def median_s(self) -> float:
-        ordered = sorted(self.times_s)
-        return ordered[len(ordered) // 2] if ordered else math.nan
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(dataclasses.asdict(self), median_s=self.median_s)
 
 
 def phase_traffic(plan: Plan, scenario: Any, nbytes_per_pair: int | None = None) -> Traffic:
@@ -101,12 +79,22 @@ def variant_plan(plan: Plan, traffic: Traffic, variant: str) -> tuple[Plan, Band
     return dataclasses.replace(plan, allocation=result.allocation), result
 
 
-def phase_schedule(plan: Plan, traffic: Traffic, factor: float) -> Schedule:
-    """Every pair's bytes (times ``factor``, whole items) as verified transfers, split over the
-    pair's planes when ``plan`` carries an allocation."""
-    transfers = [
+def phase_transfers(traffic: Traffic, factor: float) -> list[tuple[int, int, int]]:
+    """Every pair's bytes times ``factor``, in whole items: (src, dst, bytes), pairs in order."""
+    return [
         (s, d, max(ITEM, int(v * factor) // ITEM * ITEM)) for (s, d), v in sorted(traffic.items()) if v > 0 and s != d
     ]
+
+
+def phase_bytes(traffic: Traffic, factor: float) -> int:
+    """The bytes the phase's workers move (`phase_transfers`, summed)."""
+    return sum(n for _s, _d, n in phase_transfers(traffic, factor))
+
+
+def phase_schedule(plan: Plan, traffic: Traffic, factor: float) -> Schedule:
+    """Every pair's bytes (`phase_transfers`) as verified transfers, split over the pair's
+    planes when ``plan`` carries an allocation."""
+    transfers = phase_transfers(traffic, factor)
     b = ScheduleBuilder(plan.servers, "phase")
     add_p2p_transfers(b, transfers, "a2a", 0, "a2a", network=plan.network if plan.allocation else None)
     b.params.update(factor=factor, pairs=len(transfers))

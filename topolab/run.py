@@ -1,50 +1,56 @@
 """`topolab run`: plan a scenario, emulate it, run training iterations, report.
 
-The main job of the product. Steps, each visible on stderr:
+The main job of the product. `execute` runs its stages in order, each visible on stderr:
 
-1. plan the scenario (planner.build_plan) and turn one training iteration into a schedule
-   (planner.iteration): compute waits dilated by the time scale, model-parallel transfers,
-   bucketed gradient AllReduce overlapping the backward pass;
-2. predict the iteration with the flow-level model of exactly that schedule (planner.predict);
-3. build the emulated network (emulator.EmulatedNetwork: namespaces, HTB-shaped veths, static
-   routes, host forwarding), start one worker per server inside its namespace
-   (workers.Coordinator), run warm-up and timed iterations; every worker verifies every
-   AllReduce and transfer of every iteration;
+1. `prepare_run` (no root): plan the scenario (planner.build_plan) and turn one training
+   iteration into a schedule (planner.iteration): compute waits dilated by the time scale,
+   model-parallel transfers, bucketed gradient AllReduce overlapping the backward pass; start
+   the results document (`topolab.results.RunResults`);
+2. in the same stage, predict the iteration with the flow-level model of exactly that
+   schedule (planner.predict);
+3. build the emulated network (`open_network`: namespaces, HTB-shaped veths, static routes,
+   host forwarding; on one machine or several) and record its facts (`network_facts`);
+   measure the workers' cost per op and predict again with it (`calibrate`); start one
+   worker per server inside its namespace (workers.Coordinator) and run warm-up and timed
+   iterations, every worker verifying every AllReduce and transfer of every iteration
+   (`iterate`);
 4. tear everything down (also on Ctrl-C / SIGTERM / errors) and write results.json,
-   report.md and the plots, partial results included when interrupted.
+   report.md and the plots, partial results included when interrupted (`record`).
 
 Results survive even a SIGKILL: once the network is up, results.json is written with status
 "running", and every iteration is appended to ``iterations.jsonl`` (one JSON object a line,
-flushed and fsynced) as soon as it is measured; `topolab report DIR` renders such a folder,
+flushed and fsynced) before its progress line; `topolab report DIR` renders such a folder,
 marked incomplete.
 
 Times are kept in emulated seconds and converted to the real cluster's milliseconds by the
 time-scale factor (real link rate / emulated link rate).
 
-Over 300 lines because the run's stages (prepare, emulate, calibrate, iterate, record) share
-the one results document that a kill must leave consistent on disk; they stay together.
+Over 300 lines: the command's flags and results folder, and the run's stages, which share one
+`RunState` (the results document a kill must leave consistent on disk).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from contract.errors import RunError, UsageError
+from contract.plan import Plan
+from contract.schedule import Schedule
 from planner import Scenario, load_scenario
+from planner.iteration import IterationOptions
 from planner.zoo import get_model
 
 from .calibrate import measure_op_overhead, zero_payload_twin
-from .faults import add_fault_arguments, add_to_results, faults_of, injector_for
-from .journal import ITERATIONS_FILE, RESULTS_FILE, IterationJournal
+from .faults import FaultInjector, add_fault_arguments, faults_of, injector_for
+from .journal import ITERATIONS_FILE, RESULTS_FILE, IterationJournal, write_results_file
 from .options import (
     MAX_ITERATIONS,
     MAX_PAYLOAD_SCALE,
@@ -57,9 +63,18 @@ from .options import (
 )
 from .prediction import compute_seconds, plan_dict, predict_run, prepare
 from .progress import Progress
-from .report import summarize, write_report
-
-RESULTS_FORMAT = "topolab.results/1"
+from .report import write_report
+from .results import (
+    Calibration,
+    EmulationFacts,
+    Environment,
+    Iteration,
+    Measured,
+    Prediction,
+    RunResults,
+    ScheduleSummary,
+    link_rows,
+)
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,15 +122,198 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def write_results(results: dict[str, Any], out_dir: Path, report: bool = True) -> Path:
+def write_results(results: RunResults, out_dir: Path, report: bool = True) -> Path:
     """results.json (with its summary), then report.md and the plots unless ``report`` is off."""
-    results["summary"] = summarize(results)
-    add_to_results(results, None)  # the per-phase figures of a run with faults
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=1))
-    path = write_report(results, out_dir) if report else None
-    add_to_results(results, path)  # and its "Faults" section in the report
-    return path or out_dir / RESULTS_FILE
+    path = write_results_file(results, out_dir)
+    return write_report(results, out_dir) if report else path
+
+
+@dataclass
+class RunState:
+    """What the stages of one run share: the plan and its schedule, the results document
+    they fill in, where it goes and whom to tell."""
+
+    scenario: Scenario
+    plan: Plan
+    schedule: Schedule
+    opts: IterationOptions
+    emulated: dict[str, Any]  # what the prediction is made at (topolab.prediction.prepare)
+    iterations: int
+    injector: FaultInjector | None
+    results: RunResults
+    out_dir: Path
+    log: Callable[[str], None]
+
+
+def prepare_run(
+    s: Scenario,
+    out_dir: Path,
+    iterations: int | None,
+    payload_scale: float | None,
+    faults: list | None,
+    log: Callable[[str], None],
+) -> RunState:
+    """Stages 1 and 2, no root needed: plan, schedule and prediction, and the results
+    document they start (status "running"). Bad faults are a `UsageError`, nothing built."""
+    from emulator import netem_present
+
+    iterations = s.run.iterations if iterations is None else iterations
+    plan, schedule, opts, emulated = prepare(s, payload_scale)
+    injector = injector_for(faults or [], plan, schedule, iterations, log)  # bad faults: exit 2, nothing built
+    want_netem = s.emulation.netem == "on" or (s.emulation.netem == "auto" and netem_present())
+    log(
+        f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
+        f"{schedule.op_count()} ops; time scale x{emulated['time_scale']:g}"
+    )
+    results = RunResults(
+        scenario=asdict(s),
+        plan=plan_dict(plan),
+        emulation=EmulationFacts.from_dict(emulated),
+        schedule=ScheduleSummary.of(schedule, opts.payload_scale),
+        environment=Environment.capture(s.source),
+        tolerance=s.run.tolerance,
+        started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        notes=list(plan.notes),
+    )
+    results.predicted = Prediction.from_dict(predict_run(plan, schedule, emulated, want_netem))
+    log(
+        f"[2/4] predicted {results.predicted.real_ms:.3f} ms per iteration "
+        f"({results.predicted.emulated_s:.3f} s emulated)"
+    )
+    return RunState(s, plan, schedule, opts, emulated, iterations, injector, results, out_dir, log)
+
+
+@dataclass
+class Workers:
+    """Where a network's workers run: one address per server, how to start a process in
+    a server's namespace, each server's plane addresses and the control relay."""
+
+    hosts: list[str]
+    spawn: Callable[[int, list[str]], subprocess.Popen]
+    plane_sources: list[Any]
+    control_relay: Callable | None
+
+    @classmethod
+    def on(cls, net: Any, servers: int) -> Workers:
+        return cls(
+            hosts=[net.host_address(i) for i in range(servers)],
+            spawn=lambda rank, argv: net.popen(rank, argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL),
+            plane_sources=[net.plane_addresses(i) for i in range(servers)],
+            control_relay=net.relay_control,
+        )
+
+
+def network_facts(run: RunState, net: Any) -> Workers:
+    """Stage 3 begins: the network's facts into the results, written with status "running"
+    (what a SIGKILL leaves)."""
+    results, plan = run.results, run.plan
+    results.emulation.add_network(net.facts, net.netem)
+    if not net.netem:
+        results.notes.append(
+            "link latency not emulated (no netem in this kernel): the prediction models it as a per-hop software cost"
+        )
+    write_results(results, run.out_dir, report=False)
+    run.log(
+        f"[3/4] emulated network up in {net.facts.get('build_s', 0):.2f} s "
+        f"({len(plan.links)} cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}); starting workers"
+    )
+    return Workers.on(net, plan.servers)
+
+
+def calibrate(run: RunState, net: Any, workers: Workers) -> None:
+    """The workers' cost per op from the zero-payload twin; the prediction made again with
+    it; the faults armed with that prediction."""
+    s, plan, schedule, emulated, results = run.scenario, run.plan, run.schedule, run.emulated, run.results
+    twin = zero_payload_twin(plan, get_model(s.workload.model), run.opts)
+    cal = measure_op_overhead(
+        twin,
+        workers.hosts,
+        workers.spawn,
+        plan.path,
+        timeout_s=s.run.timeout_s,
+        plane_sources=workers.plane_sources,
+        plane_path=plan.network.plane_path if plan.allocation else None,
+        control_relay=workers.control_relay,
+    )
+    results.calibration = Calibration.from_dict(cal)
+    predicted = predict_run(plan, schedule, emulated, net.netem, cal["op_overhead_s"])
+    results.predicted = Prediction.from_dict(predicted)
+    if run.injector:
+        repredict = lambda p: predict_run(p, schedule, emulated, net.netem, cal["op_overhead_s"])  # noqa: E731
+        run.injector.start(net, repredict, predicted)
+        results.faults = run.injector.applied
+    write_results(results, run.out_dir, report=False)
+    run.log(
+        f"      measured worker cost {cal['op_overhead_s'] * 1e6:.0f} us per op (zero-payload twin: "
+        f"{cal['twin_seconds'] * 1e3:.1f} ms); prediction now {results.predicted.real_ms:.3f} ms"
+    )
+
+
+def iterate(run: RunState, net: Any, workers: Workers) -> None:
+    """Warm-up and timed iterations, each verified by every worker and journalled before its
+    progress line; then the cables' bytes per timed iteration. A failed verification is a
+    `RunError` after its iteration is recorded."""
+    from emulator.counters import difference
+    from workers.coordinator import Coordinator
+
+    s, results, injector = run.scenario, run.results, run.injector
+    warmup = s.run.warmup
+    time_scale = results.emulation.time_scale
+    compute_real_ms = max(compute_seconds(run.schedule)) / time_scale * 1e3
+    with (
+        Coordinator(
+            run.schedule.to_dict(),
+            workers.hosts,
+            spawn=workers.spawn,
+            timeout_s=s.run.timeout_s,
+            plane_sources=workers.plane_sources,
+            control_relay=workers.control_relay,
+        ) as coord,
+        IterationJournal(run.out_dir / ITERATIONS_FILE) as journal,
+    ):
+        bar = Progress(warmup + run.iterations, "iterations")
+        counters_before = net.cable_tx_bytes() if not warmup else {}
+        for i in range(warmup + run.iterations):
+            warm = i < warmup
+            if i == warmup and warmup:
+                counters_before = net.cable_tx_bytes()  # the timed iterations' bytes only
+            if injector and not warm:
+                injector.before(i - warmup)  # faults due now: cable down, reroute
+            res = coord.run_iteration(i)
+            line = f"{'warm-up' if warm else 'timed'} {res.time_s:.3f} s {'verified' if res.ok else 'VERIFY FAILED'}"
+            if warm and res.ok:
+                bar.step(line)
+                continue
+            record = Iteration(
+                index=i - warmup,
+                warmup=warm,
+                measured_s=res.time_s,
+                measured_real_ms=res.time_s / time_scale * 1e3,
+                compute_real_ms=compute_real_ms,
+                verified=res.ok,
+                errors=res.mismatches[:10],
+            )
+            if injector:
+                injector.annotate(record)
+            results.iterations.append(record)
+            journal.append(record)  # on disk before the progress line: a kill now keeps it
+            bar.step(line)
+            if not res.ok:
+                raise RunError(f"iteration {i} failed verification: {res.mismatches[:1]}")
+        bar.done()
+        timed = sum(1 for it in results.iterations if not it.warmup)
+        results.measured = Measured(link_rows(difference(net.cable_tx_bytes(), counters_before, timed)))
+
+
+def record(run: RunState, on_result: Callable[[RunResults], None] | None) -> None:
+    """Stage 4: results.json as the run ended (complete, interrupted or failed), the one
+    line of a complete run, then the report and its plots."""
+    results = run.results
+    write_results(results, run.out_dir, report=False)
+    if results.status == "complete" and on_result:
+        on_result(results)  # the result first; the plots take a few seconds
+    report = write_results(results, run.out_dir)
+    run.log(f"[4/4] results in {run.out_dir}/{RESULTS_FILE}, report in {report}")
 
 
 def execute(
@@ -127,179 +325,58 @@ def execute(
     lock_wait_s: float = 0.0,
     run_dir: str | None = None,
     faults: list | None = None,
-    on_result: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
+    on_result: Callable[[RunResults], None] | None = None,
+) -> RunResults:
     """Run a scenario end to end; once the network is up, always writes results (also partial
     ones) to ``out_dir``. A network another run holds is a `UsageError` and writes nothing.
     ``on_result`` sees the results of a complete run before the report and plots are drawn."""
-    from emulator import EmulationBusyError, netem_present
-    from emulator.counters import difference
-    from workers.coordinator import Coordinator
+    from emulator import EmulationBusyError
 
     from .machines import open_network
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    iterations = s.run.iterations if iterations is None else iterations
-    plan, schedule, opts, emulated = prepare(s, payload_scale)
-    injector = injector_for(faults or [], plan, schedule, iterations, log)  # bad faults: exit 2, nothing built
-    want_netem = s.emulation.netem == "on" or (s.emulation.netem == "auto" and netem_present())
-    log(
-        f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
-        f"{schedule.op_count()} ops; time scale x{emulated['time_scale']:g}"
-    )
-    results: dict[str, Any] = {
-        "format": RESULTS_FORMAT,
-        "status": "running",
-        "scenario": asdict(s),
-        "plan": plan_dict(plan),
-        "emulation": dict(emulated),
-        "iterations": [],
-        "notes": list(plan.notes),
-        "schedule": {
-            "ops": schedule.op_count(),
-            "streams_per_rank": len(schedule.programs[0]),
-            "allreduce_buckets": schedule.params.get("buckets", 0),
-            "payload_scale": opts.payload_scale,
-            "bytes_sent_per_rank": schedule.bytes_sent(),
-            "allreduce": schedule.params.get("allreduce", {}),
-        },
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "environment": environment(s),
-        "tolerance": s.run.tolerance,
-    }
-    results["predicted"] = predict_run(plan, schedule, emulated, want_netem)
-    log(
-        f"[2/4] predicted {results['predicted']['real_ms']:.3f} ms per iteration "
-        f"({results['predicted']['emulated_s']:.3f} s emulated)"
-    )
-    compute = compute_seconds(schedule)
+    run = prepare_run(s, out_dir, iterations, payload_scale, faults, log)
+    plan, results = run.plan, run.results
     network_up = False
     try:
         config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
         if run_dir:
             config["run_dir"] = run_dir
-        if s.emulation.machines and injector:
+        if s.emulation.machines and run.injector:
             raise UsageError("[[faults]] / --cable-down: not supported over several machines yet")
         with open_network(plan, config, log=log) as net:
             network_up = True
-            results["emulation"].update({k: v for k, v in net.facts.items() if k not in results["emulation"]})
-            results["emulation"]["netem"] = net.netem
-            if not net.netem:
-                results["notes"].append(
-                    "link latency not emulated (no netem in this kernel): "
-                    "the prediction models it as a per-hop software cost"
-                )
-            write_results(results, out_dir, report=False)  # status "running": what a SIGKILL leaves
-            log(
-                f"[3/4] emulated network up in {net.facts.get('build_s', 0):.2f} s "
-                f"({len(plan.links)} cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}); starting workers"
-            )
-            hosts = [net.host_address(i) for i in range(plan.servers)]
-            spawn = lambda rank, argv: net.popen(rank, argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)  # noqa: E731
-            twin = zero_payload_twin(plan, get_model(s.workload.model), opts)
-            plane_sources = [net.plane_addresses(i) for i in range(plan.servers)]
-            cal = measure_op_overhead(
-                twin,
-                hosts,
-                spawn,
-                plan.path,
-                timeout_s=s.run.timeout_s,
-                plane_sources=plane_sources,
-                plane_path=plan.network.plane_path if plan.allocation else None,
-                control_relay=net.relay_control,
-            )
-            results["calibration"] = cal
-            results["predicted"] = predict_run(plan, schedule, emulated, net.netem, cal["op_overhead_s"])
-            if injector:
-                repredict = lambda p: predict_run(p, schedule, emulated, net.netem, cal["op_overhead_s"])  # noqa: E731
-                injector.start(net, repredict, results["predicted"])
-                results["faults"] = injector.applied
-            write_results(results, out_dir, report=False)
-            log(
-                f"      measured worker cost {cal['op_overhead_s'] * 1e6:.0f} us per op (zero-payload twin: "
-                f"{cal['twin_seconds'] * 1e3:.1f} ms); prediction now {results['predicted']['real_ms']:.3f} ms"
-            )
-            with (
-                Coordinator(
-                    schedule.to_dict(),
-                    hosts,
-                    spawn=spawn,
-                    timeout_s=s.run.timeout_s,
-                    plane_sources=plane_sources,
-                    control_relay=net.relay_control,
-                ) as coord,
-                IterationJournal(out_dir / ITERATIONS_FILE) as journal,
-            ):
-                bar = Progress(s.run.warmup + iterations, "iterations")
-                counters_before = net.cable_tx_bytes() if not s.run.warmup else {}
-                for i in range(s.run.warmup + iterations):
-                    warm = i < s.run.warmup
-                    if i == s.run.warmup and s.run.warmup:
-                        counters_before = net.cable_tx_bytes()  # the timed iterations' bytes only
-                    if injector and not warm:
-                        injector.before(i - s.run.warmup)  # faults due now: cable down, reroute
-                    res = coord.run_iteration(i)
-                    progress = (
-                        f"{'warm-up' if warm else 'timed'} {res.time_s:.3f} s "
-                        f"{'verified' if res.ok else 'VERIFY FAILED'}"
-                    )
-                    if warm and res.ok:
-                        bar.step(progress)
-                        continue
-                    record = {
-                        "index": i - s.run.warmup,
-                        "warmup": warm,
-                        "measured_s": res.time_s,
-                        "measured_real_ms": res.time_s / emulated["time_scale"] * 1e3,
-                        "compute_real_ms": max(compute) / emulated["time_scale"] * 1e3,
-                        "verified": res.ok,
-                        "errors": res.mismatches[:10],
-                    }
-                    if injector:
-                        injector.annotate(record)
-                    results["iterations"].append(record)
-                    journal.append(record)  # on disk before the progress line: a kill now keeps it
-                    bar.step(progress)
-                    if not res.ok:
-                        raise RunError(f"iteration {i} failed verification: {res.mismatches[:1]}")
-                bar.done()
-                timed = sum(1 for it in results["iterations"] if not it["warmup"])
-                results["measured"] = {
-                    "link_bytes": difference(net.cable_tx_bytes(), counters_before, timed),
-                    "link_bytes_note": "wire bytes (payload and headers) per timed iteration, from tx counters",
-                }
-        results["emulation"]["teardown_s"] = net.facts.get("teardown_s")
-        results["status"] = "complete"
+            workers = network_facts(run, net)
+            calibrate(run, net, workers)
+            iterate(run, net, workers)
+        results.emulation.teardown_s = net.facts.get("teardown_s")
+        results.status = "complete"
     except EmulationBusyError as err:
         if network_up:
             raise
         raise UsageError(str(err)) from None
     except KeyboardInterrupt:
-        results["status"] = "interrupted"
-        results["error"] = "interrupted by the user or SIGTERM; partial results"
+        results.status = "interrupted"
+        results.error = "interrupted by the user or SIGTERM; partial results"
         raise
     except Exception as err:
-        results["status"] = "failed"
-        results["error"] = f"{type(err).__name__}: {err}"
+        results.status = "failed"
+        results.error = f"{type(err).__name__}: {err}"
         raise
     finally:
         if network_up:
-            write_results(results, out_dir, report=False)
-            if results["status"] == "complete" and on_result:
-                on_result(results)  # the result first; the plots take a few seconds
-            report = write_results(results, out_dir)
-            log(f"[4/4] results in {out_dir}/{RESULTS_FILE}, report in {report}")
+            record(run, on_result)
     return results
 
 
-def result_line(name: str, results: dict[str, Any]) -> str:
+def result_line(name: str, results: RunResults) -> str:
     """The one line a run ends with: measured, predicted, error, verification."""
-    summ = summarize(results)
+    summ, nan = results.summarize(), float("nan")
     return (
-        f"{name}: measured {summ.get('median_real_ms', float('nan')):.3f} ms per iteration "
-        f"(median of {summ['iterations']}), predicted {results['predicted']['real_ms']:.3f} ms, "
-        f"error {100 * summ.get('error', float('nan')):.1f}%, "
-        f"verification {'passed' if summ['verified'] else 'FAILED'}"
+        f"{name}: measured {nan if summ.median_real_ms is None else summ.median_real_ms:.3f} ms per iteration "
+        f"(median of {summ.iterations}), predicted {results.predicted.real_ms if results.predicted else nan:.3f} ms, "
+        f"error {100 * (nan if summ.error is None else summ.error):.1f}%, "
+        f"verification {'passed' if summ.verified else 'FAILED'}"
     )
 
 
@@ -372,14 +449,14 @@ def run_run(args: argparse.Namespace) -> int:
         faults=faults,
         on_result=lambda res: print(result_line(s.name, res), flush=True),
     )
-    summ = results["summary"]
+    summ = results.summarize()
     print(f"report: {out / 'report.md'}")
-    if not summ["verified"]:
+    if not summ.verified:
         return 1
-    if summ.get("error_over_tolerance"):
+    if summ.error_over_tolerance and summ.error is not None:
         print(
-            f"topolab: prediction error {100 * summ['error']:.1f}% is above the scenario's tolerance "
-            f"{100 * summ['tolerance']:.0f}% (run.tolerance): see the report",
+            f"topolab: prediction error {100 * summ.error:.1f}% is above the scenario's tolerance "
+            f"{100 * results.tolerance:.0f}% (run.tolerance): see the report",
             file=sys.stderr,
         )
         return EXIT_OVER_TOLERANCE
@@ -387,39 +464,3 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 EXIT_OVER_TOLERANCE = 3  # ran and verified, but the prediction missed by more than run.tolerance
-
-
-def environment(s: Scenario) -> dict[str, Any]:
-    """What a reader needs to reproduce the run: the code's commit, the kernel, the CPUs, and a
-    hash of the scenario file as it was read."""
-    import hashlib
-    import platform
-    import subprocess
-
-    repo = Path(__file__).resolve().parents[1]
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "", ""
-    try:
-        scenario_sha256 = hashlib.sha256(Path(s.source).read_bytes()).hexdigest()
-    except OSError:
-        scenario_sha256 = ""
-    from topolab import __version__
-
-    return {
-        "topolab": __version__,
-        "commit": (commit + ("+changes" if dirty else "")) or "unknown (not a git checkout)",
-        "kernel": platform.release(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "scenario_sha256": scenario_sha256,
-    }

@@ -19,6 +19,7 @@ from contract.physics import time_scale
 from planner import build_plan, load_scenario
 from planner.collectives.from_plan import allreduce_for_plan
 from planner.predict import plan_network, predict
+from topolab.collective_results import COLLECTIVE_FORMAT
 from topolab.lab import student_error
 
 TITLE = "Predicted vs measured: sweep the message size, plot both"
@@ -42,7 +43,7 @@ def planner_real_ms(nbytes: int) -> float:
 def made_up_collective_doc() -> dict:
     """What `topolab collective --json` writes, with times the checker knows."""
     rows = [{"algorithm": ALGORITHM, "bytes": s, "time_real_ms": 0.001 * s / (1 << 20) + 0.05} for s in MEASURED_SIZES]
-    return {"format": "topolab.collective/1", "scenario": "topoopt-12", "results": rows}
+    return {"format": COLLECTIVE_FORMAT, "scenario": "topoopt-12", "results": rows}
 
 
 def check(student, emulate: bool) -> list[str]:

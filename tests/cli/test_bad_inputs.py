@@ -1,5 +1,6 @@
 """Every bad input is one line on stderr naming the field or flag, exit code 2, no traceback,
-and an answer within seconds (nothing is planned, searched or emulated first).
+and an answer, not a hang (nothing is planned, searched or emulated first: a search of 10**9
+steps would not end).
 
 Most cases call `topolab.cli.main` in-process (fast); a few run the real command. Scenario
 files are written to tmp_path; ``{s}`` in a command line stands for a valid scenario file,
@@ -19,7 +20,9 @@ import pytest
 from planner.scenario import BOUNDS
 from topolab.cli import main
 
-ANSWER_WITHIN_S = 10.0
+# A hang guard, an order of magnitude above the answers: the slowest measured 4.6 s (`sweep`,
+# a new process importing the cost model before it reads its flags), in-process ones under 2.5 s.
+ANSWER_WITHIN_S = 40.0
 REPO = Path(__file__).resolve().parents[2]
 VALID = "[cluster]\nservers = 12\ndegree = 4\n"
 
@@ -342,7 +345,7 @@ def test_bad_input_as_a_real_command(tmp_path, label, text, argv, fragment):
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=ANSWER_WITHIN_S * 3,
+        timeout=ANSWER_WITHIN_S + 10,
     )
     _assert_one_line_exit_2(proc.returncode, proc.stderr, time.monotonic() - t0, fragment)
     assert proc.stdout == ""
@@ -377,6 +380,6 @@ def test_a_real_unprivileged_user_is_told_root_is_needed():
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=ANSWER_WITHIN_S * 3,
+        timeout=ANSWER_WITHIN_S + 10,
     )
     _assert_one_line_exit_2(proc.returncode, proc.stderr, 0.0, "needs root")

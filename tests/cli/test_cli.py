@@ -14,7 +14,8 @@ from contract.errors import RunError, UsageError
 from tests.fixtures.sample_results import smoke_results
 from topolab import __version__, plan_cmd
 from topolab.cli import COMMANDS, main
-from topolab.report import recover
+from topolab.journal import write_results_file
+from topolab.results import Iteration, recover
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,23 +81,25 @@ def test_an_unexpected_bug_still_shows_its_traceback(monkeypatch):
 
 
 def test_recover_marks_a_killed_run_incomplete():
-    results = {"status": "running", "iterations": [], "emulation": {"time_scale": 250.0}, "predicted": {}}
-    journal = [{"index": i, "measured_s": 0.5 + i / 10, "verified": True} for i in range(3)]
+    results = smoke_results("running", [], predicted_ms=2.0)
+    journal = smoke_results("running", [2.0, 2.4, 2.8], predicted_ms=2.0).iterations
     out = recover(results, journal)
-    assert out["status"] == "incomplete" and "3 iteration(s)" in out["error"]
-    assert out["summary"]["iterations"] == 3 and out["summary"]["median_measured_s"] == pytest.approx(0.6)
-    finished = recover({**results, "status": "complete", "iterations": journal}, journal)
-    assert finished["status"] == "complete" and "error" not in finished
+    assert out.status == "incomplete" and out.error and "3 iteration(s)" in out.error
+    summary = out.summarize()
+    assert summary.iterations == 3 and summary.median_real_ms == pytest.approx(2.4)
+    finished = recover(smoke_results("complete", [2.0, 2.4, 2.8], predicted_ms=2.0), journal)
+    assert finished.status == "complete" and "error" not in finished.to_dict()
 
 
 def test_report_renders_a_results_folder(tmp_path, capsys):
-    results = smoke_results("running", [], {"emulated_s": 0.5, "real_ms": 2.0})
-    (tmp_path / "results.json").write_text(json.dumps(results))
+    write_results_file(smoke_results("running", [], predicted_ms=2.0), tmp_path)
     lines = [
-        {"index": i, "measured_s": 0.5, "measured_real_ms": 2.0, "compute_real_ms": 1.0, "verified": True}
+        Iteration(index=i, warmup=False, measured_s=0.5, measured_real_ms=2.0, compute_real_ms=1.0, verified=True)
         for i in range(2)
     ]
-    (tmp_path / "iterations.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"index": 2, "meas')
+    (tmp_path / "iterations.jsonl").write_text(
+        "".join(json.dumps(x.to_dict()) + "\n" for x in lines) + '{"index": 2, "meas'
+    )
     assert main(["report", str(tmp_path)]) == 0
     assert "incomplete, 2 iterations" in capsys.readouterr().out
     text = (tmp_path / "report.md").read_text()

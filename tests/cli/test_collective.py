@@ -111,15 +111,32 @@ def test_output_parses_as_nccl_tests_in_the_planned_clusters_units():
     assert "Out of bounds values : 1 FAILED" in text
 
 
+class FakeClock:
+    """Seconds that pass only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_time_left_grows_with_the_bytes_still_to_move():
-    eta = SweepEstimate([1 << 20, 8 << 20], iterations_per_size=2)
+    clock = FakeClock()
+    eta = SweepEstimate([1 << 20, 8 << 20], iterations_per_size=2, clock=clock)
     assert eta.line() == "0/4"
+    clock.now += 1.0  # 1 s for the first 1M: 17M still to move, 17 s
     eta.step(1 << 20)
-    first = eta.seconds_left()
-    assert first > 0 and "1/4 done, about" in eta.line()
+    assert eta.seconds_left() == pytest.approx(17.0)
+    assert eta.line() == "1/4 done, about 17 s left"
+    clock.now += 1.0
     eta.step(1 << 20)
+    clock.now += 8.0  # 10 s for 10M: 8M left, 8 s
     eta.step(8 << 20)
-    assert eta.seconds_left() < first / 8  # 8M of 18M left after the first 1M, then 8M of 8M done
+    assert eta.seconds_left() == pytest.approx(8.0)
+    clock.now += 8.0
+    eta.step(8 << 20)
+    assert eta.seconds_left() == 0.0 and eta.line() == "4/4 done, about 0 s left"
 
 
 def test_results_go_to_a_new_folder_never_over_an_old_one(tmp_path, monkeypatch):

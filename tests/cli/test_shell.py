@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,9 @@ SESSION = [
     "iperf h0 h1",
     "exit",
 ]
-SESSION_BOUND_S = 30
+# A piped session ends by itself (~4 s measured, the iperf included); the timeout only stops
+# a hang, an order of magnitude later.
+SESSION_TIMEOUT_S = 40
 IPERF_TOLERANCE = 0.10
 
 
@@ -31,25 +32,22 @@ def _root_links() -> set[str]:
     return {line.split()[0].split("@")[0] for line in out.splitlines() if line.strip()}
 
 
-def _shell(tmp_path: Path, lines: list[str]) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.monotonic()
-    proc = subprocess.run(
+def _shell(tmp_path: Path, lines: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "-m", "topolab", "shell", "scenarios/topoopt-12.toml", "--run-dir", str(tmp_path)],
         cwd=REPO,
         input="\n".join(lines) + "\n",
         text=True,
         capture_output=True,
-        timeout=SESSION_BOUND_S + 10,
+        timeout=SESSION_TIMEOUT_S,
     )
-    return proc, time.monotonic() - t0
 
 
 def test_piped_session_downs_and_restores_a_cable_and_measures_it(tmp_path):
     before = _root_links()
-    proc, elapsed = _shell(tmp_path, SESSION)
+    proc = _shell(tmp_path, SESSION)
     out = proc.stdout
     assert proc.returncode == 0, proc.stderr[-1500:]
-    assert elapsed < SESSION_BOUND_S
     assert "h0 lo:  h0-eth0:h1-eth0" in out  # net shows the h0-h1 cable
     assert "h0-eth0<->h1-eth0 (OK OK) 100 Mbit/s" in out  # links
     down, up = out.split("cable h0-h1 down", 1)[1].split("cable h0-h1 up", 1)
@@ -65,7 +63,7 @@ def test_piped_session_downs_and_restores_a_cable_and_measures_it(tmp_path):
 
 def test_end_of_input_tears_down_and_bad_commands_are_one_line(tmp_path):
     before = _root_links()
-    proc, _elapsed = _shell(tmp_path, ["link h0 h3 down", "iperf h0", "route h99", "nodes"])  # no exit: EOF
+    proc = _shell(tmp_path, ["link h0 h3 down", "iperf h0", "route h99", "nodes"])  # no exit: EOF
     assert proc.returncode == 0
     assert "*** link h0 h3 down: no cable between h0 and h3" in proc.stdout
     assert "*** usage: iperf hA hB" in proc.stdout and "*** no node 'h99'" in proc.stdout

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.root
 
 MACHINES = 3
 ROUNDS = 3
+START_TIMEOUT_S = 30.0  # a worker that fails to start is named from its exit long before this
 
 
 @pytest.fixture
@@ -87,7 +88,8 @@ def test_multi_machine_topoopt12_collective_is_verified(standins: StandIns, monk
 
 def test_multi_machine_worker_failure_names_rank_and_cause(standins: StandIns, monkeypatch) -> None:
     # a worker that cannot start on its machine (here: no such Python there) is named, with
-    # what it wrote on that machine's stderr, within the start bound
+    # what it wrote on that machine's stderr, from its exit (1.5 s measured), not by the
+    # start timeout
     from workers.coordinator import Coordinator, WorkerFailure
 
     monkeypatch.setattr(tempfile, "tempdir", str(standins.driver_dir))
@@ -105,11 +107,11 @@ def test_multi_machine_worker_failure_names_rank_and_cause(standins: StandIns, m
                 spawn=lambda rank, argv: net.popen(rank, argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL),
                 python="/nonexistent/python3",
                 control_relay=net.relay_control,
-                start_timeout_s=8,
+                start_timeout_s=START_TIMEOUT_S,
             ):
                 pass
         message = str(failure.value)
-        assert time.monotonic() - t0 < 10, message
+        assert time.monotonic() - t0 < START_TIMEOUT_S, message
         assert message.startswith("worker rank ") and "exited with code" in message, message
         assert "exited with code 0" not in message, message  # its own exit status, through ssh
         assert "/nonexistent/python3" in message, message  # its stderr, from its machine
