@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from emulator import EmulatedNetwork
 from emulator.cluster import ClusterNetwork
-from emulator.cluster_standins import StandIns
 from planner import build_plan, load_scenario
 from planner.partition import partition_network
+from tests.fixtures.standins import StandIns
 from topolab.collective import measure
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -34,7 +34,7 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_clean(args) -> int:
-    from emulator.cluster_ssh import clean_control_dirs
+    from emulator.cluster.ssh import clean_control_dirs
     from emulator.state import clean_dead_runs
 
     from .options import require_root
@@ -76,8 +76,8 @@ def _clean_machines(args, log):
     from pathlib import Path
 
     from contract.errors import UsageError
-    from emulator.cluster_ssh import Machine, SshOptions, check_machines
-    from emulator.cluster_state import clean_machines
+    from emulator.cluster.ssh import Machine, SshOptions, check_machines
+    from emulator.cluster.state import clean_machines
 
     names = [name.strip() for name in args.machines.split(",") if name.strip()]
     if not names:

@@ -71,7 +71,7 @@ def _check_multi_machine(plan: Plan, config) -> None:
 @contextmanager
 def _cluster_network(plan: Plan, config, log: Callable[[str], None]) -> Iterator:
     from emulator.cluster import ClusterNetwork
-    from emulator.cluster_ssh import Machine, SshOptions
+    from emulator.cluster.ssh import Machine, SshOptions
     from planner.partition import partition_network
 
     machines = [Machine(address, address) for address in config.machines]

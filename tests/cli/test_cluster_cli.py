@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.cluster_standins import StandIns
+from tests.fixtures.standins import StandIns
 
 pytestmark = pytest.mark.root
 

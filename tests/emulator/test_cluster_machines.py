@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from contract.errors import RunError
-from emulator.cluster_ssh import check_machines
-from emulator.cluster_standins import StandIns, processes_in
+from emulator.cluster.ssh import check_machines
+from tests.fixtures.standins import StandIns, processes_in
 
 pytestmark = pytest.mark.root
 

@@ -68,13 +68,13 @@ from contract.errors import RunError
 from contract.network import Network
 from contract.physics import tcp_goodput_fraction, time_scale
 
-from . import shaping
-from .addressing import Port, identity, node_name, ports_of
-from .cable import emulated_rate_bps
-from .cluster_ssh import Machine, SshOptions, check_machines
-from .cluster_state import control_socket, kill_script, record_script, state_file
-from .hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
-from .nsutil import process_id
+from .. import shaping
+from ..addressing import Port, identity, node_name, ports_of
+from ..cable import emulated_rate_bps
+from ..hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
+from ..nsutil import process_id
+from .ssh import Machine, SshOptions, check_machines
+from .state import control_socket, kill_script, record_script, state_file
 
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 bytes
 VXLAN_PORT = 4789  # IANA's VXLAN port
