@@ -1,6 +1,6 @@
 """The multi-ring AllReduce of topoopt-12 over three stand-in machines against one machine.
 
-Stand-in machines (`emulator.cluster_standins`: each its own network, PID and mount namespace
+Stand-in machines (`tests.fixtures.standins`: each its own network, PID and mount namespace
 with its own sshd, joined by an underlay in a namespace of ours) carry the network the
 partitioner splits over them (`planner.partition`, `emulator.cluster.ClusterNetwork`); the
 one-machine network (`emulator.EmulatedNetwork`) gets the same MTU as the tunnels impose

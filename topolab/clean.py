@@ -8,9 +8,9 @@ the run's namespaces; the kernel then frees the namespaces and their veth cables
 whose owner is alive are left alone. Never uses killall, pkill or `mn -c`.
 
 A multi-machine run also leaves, if killed, its ssh control directory
-(``$TMPDIR/tlcl-<pid>-<start time>-*``, `emulator.cluster_ssh.clean_control_dirs`): removed
+(``$TMPDIR/tlcl-<pid>-<start time>-*``, `emulator.cluster.ssh.clean_control_dirs`): removed
 here when that process is gone; with ``--machines``, what it left on those machines too
-(`emulator.cluster_state.clean_machines`).
+(`emulator.cluster.state.clean_machines`).
 """
 
 from __future__ import annotations

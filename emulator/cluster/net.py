@@ -7,7 +7,7 @@ Debian 12's mininet 2.3.0): every node is a `ClusterHost`, the Cluster Edition's
 and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we add, and why:
 
 - **ssh**: the Cluster Edition's ``sudo -E -u user ssh`` is replaced by our multiplexed,
-  time-bounded ssh (`emulator.cluster_ssh`), one master connection per machine.
+  time-bounded ssh (`emulator.cluster.ssh`), one master connection per machine.
 - **VXLAN, not GRE**: a cable whose ends are on different machines is a VXLAN tunnel (the
   Cluster Edition's ``RemoteGRELink`` needs gretap, which this kernel lacks). One VNI per cable
   (``VNI_BASE + k`` for plan cable ``k``), UDP port 4789, unicast to the peer machine; the
@@ -35,7 +35,7 @@ and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we a
   and get their spec on stdin (`workers.coordinator`): no file is shared between machines;
   only the checkout and its venv must sit at the same path on each (docs/cluster.md).
 
-Each machine's script first records the run's host shells there (`emulator.cluster_state`),
+Each machine's script first records the run's host shells there (`emulator.cluster.state`),
 so that ``topolab clean --machines`` can end what a killed run left. Teardown ends, on every
 machine, every process in each of our hosts' namespaces (by namespace: only our processes
 live there; the shells are matched by PID and start time), then removes that record; the kernel frees each
@@ -43,7 +43,7 @@ namespace with its last process and deletes its veth and VXLAN ends with it. Not
 cleaned by a broad name, and Mininet's ``cleanup`` (``mn -c`` on every machine) is never used.
 
 ``ClusterNetwork`` also offers what callers read from an `EmulatedNetwork` (``facts``,
-``nodes``, ``netem``, ``plane_addresses``...), so the commands take either; building,
+``nodes``, ``netem``, ``plane_addresses``...: `emulator.interface.RunningNetwork`), so the commands take either; building,
 reading back and tearing down over machines belong together, which takes the module past
 300 lines.
 """

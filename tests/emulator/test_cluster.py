@@ -1,4 +1,4 @@
-"""A network over stand-in machines on Mininet Cluster Edition (emulator/cluster.py): every host
+"""A network over stand-in machines on Mininet Cluster Edition (emulator/cluster/net.py): every host
 reaches every other over veths and VXLAN tunnels, a tunnelled cable holds its HTB rate, and
 nothing is left on any machine afterwards."""
 

@@ -1,4 +1,4 @@
-"""Stand-in machines (emulator/cluster_standins.py) and the ssh to them (emulator/cluster_ssh.py):
+"""Stand-in machines (tests/fixtures/standins.py) and the ssh to them (emulator/cluster/ssh.py):
 isolated like real machines, reached only over the underlay, and gone without a trace."""
 
 from __future__ import annotations

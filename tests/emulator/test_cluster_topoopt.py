@@ -1,5 +1,5 @@
 """topoopt-12 over three stand-in machines: placed by planner/partition.py, built on Mininet
-Cluster Edition (emulator/cluster.py), checked with the same path and goodput checks
+Cluster Edition (emulator/cluster/net.py), checked with the same path and goodput checks
 `topolab verify` uses on one machine (emulator/checks.py)."""
 
 from __future__ import annotations
