@@ -20,23 +20,44 @@ from .addressing import Port
 
 @runtime_checkable
 class RunningNetwork(Protocol):
-    """A built network: its plan, its rates and MTU, and how to run processes in its hosts."""
+    """A built network: its plan, its rates and MTU, and how to run processes in its hosts.
+    Everything is read-only to a command; node numbers are positional."""
 
-    network: Network
-    """The `contract.network.Network` it builds."""
-    facts: dict[str, Any]
-    """What was built and how long it took (``time_scale``, ``mtu``, ``rates_mbps``, ``build_s``,
-    ``teardown_s`` once torn down, ...); recorded in results as they are."""
-    netem: bool
-    """Whether the links carry the plan's latency (netem); False: none at all."""
-    delay_us: float
-    """The dilated latency each link adds (0 without netem)."""
-    link_mbps: float
-    """The emulated rate of a link of the reference rate."""
-    ports: list[list[Port]]
-    """Per node, its cable ends (interface names and addresses)."""
-    hosts: Sequence[Any]
-    """Per node, its Mininet host (``cmd`` runs a shell command in it)."""
+    @property
+    def network(self) -> Network:
+        """The `contract.network.Network` it builds."""
+        ...
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        """What was built and how long it took (``time_scale``, ``mtu``, ``rates_mbps``,
+        ``build_s``, ``teardown_s`` once torn down, ...); recorded in results as they are."""
+        ...
+
+    @property
+    def netem(self) -> bool:
+        """Whether the links carry the plan's latency (netem); False: none at all."""
+        ...
+
+    @property
+    def delay_us(self) -> float:
+        """The dilated latency each link adds (0 without netem)."""
+        ...
+
+    @property
+    def link_mbps(self) -> float:
+        """The emulated rate of a link of the reference rate."""
+        ...
+
+    @property
+    def ports(self) -> Sequence[Sequence[Port]]:
+        """Per node, its cable ends (interface names and addresses)."""
+        ...
+
+    @property
+    def hosts(self) -> Sequence[Any]:
+        """Per node, its Mininet host (``cmd`` runs a shell command in it)."""
+        ...
 
     @property
     def servers(self) -> int: ...
@@ -59,21 +80,21 @@ class RunningNetwork(Protocol):
         """The shaped rate of every cable, in the order of ``network.links``."""
         ...
 
-    def host_address(self, i: int) -> str:
+    def host_address(self, i: int, /) -> str:
         """Identity address of node ``i``, reachable from every host."""
         ...
 
-    def host_name(self, i: int) -> str: ...
+    def host_name(self, i: int, /) -> str: ...
 
-    def popen(self, i: int, argv: Sequence[str], **kw: Any) -> subprocess.Popen:
+    def popen(self, i: int, argv: list[str], **kw: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` in node ``i``'s network namespace, on its machine."""
         ...
 
-    def plane_addresses(self, i: int) -> dict[int, str]:
+    def plane_addresses(self, i: int, /) -> dict[int, str]:
         """``{plane: source address}`` of every allocation plane node ``i`` sends on."""
         ...
 
-    def relay_control(self, i: int, path: str) -> str | None:
+    def relay_control(self, i: int, path: str, /) -> str | None:
         """Where node ``i``'s workers reach the Unix socket ``path`` of this process (None:
         at ``path`` itself, the host shares this machine's files)."""
         ...

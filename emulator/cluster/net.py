@@ -328,12 +328,12 @@ class ClusterNetwork:
             self._relays[(m, path)] = remote
         return self._relays[(m, path)]
 
-    def popen(self, node: int, argv: list[str], **kwargs) -> subprocess.Popen:
-        """Start ``argv`` in ``node``'s namespace on its machine (the host's ``popen``), its
+    def popen(self, i: int, argv: list[str], **kw) -> subprocess.Popen:
+        """Start ``argv`` in node ``i``'s namespace on its machine (the host's ``popen``), its
         exit status coming back through ssh: ``mnexec -a`` without Mininet's ``-d``, which
         forks when it leads its process group (as it does under sshd) and exits 0 at once."""
-        kwargs.setdefault("mncmd", ["mnexec", "-a", str(self.hosts[node].pid)])
-        return self.hosts[node].popen(argv, **kwargs)
+        kw.setdefault("mncmd", ["mnexec", "-a", str(self.hosts[i].pid)])
+        return self.hosts[i].popen(argv, **kw)
 
     def host_address(self, node: int) -> str:
         return identity(node)
