@@ -1,6 +1,6 @@
 """The multi-ring AllReduce of topoopt-12 over three stand-in machines against one machine.
 
-Stand-in machines (`emulator.cluster_standins`: each its own network, PID and mount namespace
+Stand-in machines (`tests.fixtures.standins`: each its own network, PID and mount namespace
 with its own sshd, joined by an underlay in a namespace of ours) carry the network the
 partitioner splits over them (`planner.partition`, `emulator.cluster.ClusterNetwork`); the
 one-machine network (`emulator.EmulatedNetwork`) gets the same MTU as the tunnels impose
@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from emulator import EmulatedNetwork
 from emulator.cluster import ClusterNetwork
-from emulator.cluster_standins import StandIns
 from planner import build_plan, load_scenario
 from planner.partition import partition_network
+from tests.fixtures.standins import StandIns
 from topolab.collective import measure
 
 ROOT = Path(__file__).resolve().parent.parent

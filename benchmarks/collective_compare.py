@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner import build_plan, load_scenario
 from topolab.collective import format_size, format_table, parse_algorithms, parse_sizes, run_on_emulator
+from topolab.network import NetworkFlags
 
 OUT = Path(__file__).resolve().parent / "results"
 
@@ -87,7 +88,13 @@ def main() -> int:
         rows, best = [], None
         for rate in rates:
             _, results = run_on_emulator(
-                scenario, plan, algorithms[:1], sizes[-1:], repeat=args.repeat, link_mbps=rate, lock_wait_s=args.wait
+                scenario,
+                plan,
+                algorithms[:1],
+                sizes[-1:],
+                repeat=args.repeat,
+                link_mbps=rate,
+                flags=NetworkFlags(wait_s=args.wait),
             )
             r = results[0]
             rows.append({"link_mbps": rate, **r.to_dict()})
@@ -126,7 +133,9 @@ def main() -> int:
         print(f"wrote {out}")
         return 0
 
-    collective, results = run_on_emulator(scenario, plan, algorithms, sizes, repeat=args.repeat, lock_wait_s=args.wait)
+    collective, results = run_on_emulator(
+        scenario, plan, algorithms, sizes, repeat=args.repeat, flags=NetworkFlags(wait_s=args.wait)
+    )
     print(collective.header)
     print(format_table(results))
     doc = collective.to_dict()

@@ -40,6 +40,7 @@ from planner.collectives.hierarchical import hierarchical_allreduce_for_plan
 from planner.hierarchical import hierarchical_plan
 from planner.predict import plan_network, predict
 from topolab.alloc import SweepCase, format_sweep, plot, sweep
+from topolab.network import NetworkFlags, network_config
 
 OUT = Path(__file__).resolve().parent / "results"
 DIMS, BLOCKS = [4, 3], ["fc", "ring"]
@@ -90,7 +91,7 @@ def main() -> int:
         return 2
     t0 = time.time()
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    rows = sweep(CASE, args.measure, args.repeat, args.wait, log)
+    rows = sweep(CASE, args.measure, args.repeat, network_config(None, NetworkFlags(wait_s=args.wait)), log)
     three_d = three_d_case()
     by_name = {r["name"]: r for r in rows}
     libra, equal = by_name["libra"], by_name["equal"]

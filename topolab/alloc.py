@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.errors import UsageError
 from contract.physics import tcp_goodput_fraction
@@ -38,7 +38,11 @@ from planner.hierarchical import hierarchical_plan
 from planner.predict import plan_network, predict
 
 from .collective import parse_size
-from .options import bounded_float, bounded_int, check_output_dir, require_root
+from .network import add_network_arguments, network_config, network_flags, open_network
+from .options import bounded_int, check_output_dir
+
+if TYPE_CHECKING:
+    from emulator import EmulationConfig
 
 DEFAULT_SWEEP_BYTES = 64 << 20  # nccl-tests' usual large message; seconds per AllReduce emulated
 SWEEP_SHARES = (0.5, 0.6, 0.7, 0.75, 0.85, 0.9, 0.95)  # dimension 0's share; LIBRA's is added
@@ -111,26 +115,22 @@ def measure_row(
     case: SweepCase,
     row: dict,
     repeat: int,
-    wait_s: float,
+    config: EmulationConfig | None,
     log: Log,
     timeout_s: float = 120.0,
-    run_dir: str | None = None,
 ) -> dict:
-    """Build the row's network on the emulator and time its AllReduce (one warm-up, then
+    """Build the row's network on the emulator (``config``, the command's: on this machine or
+    over its machines, at the case's budget and MTU) and time its AllReduce (one warm-up, then
     ``repeat`` timed runs, each verified by the workers)."""
-    from emulator import EmulatedNetwork
-
     from .schedule_run import run_schedule_on
 
     plan, schedule = _plan_and_schedule(case, row)
-    config = {"link_mbps": case.budget_mbps, "mtu": case.mtu, "lock_wait_s": wait_s}
-    if run_dir:
-        config["run_dir"] = run_dir
+    config = network_config(config, link_mbps=case.budget_mbps, mtu=case.mtu)
 
     def each(i: int, res: Any) -> None:
         log(f"  {row['name']}: {'warm-up' if i == 0 else i} {res.time_s:.3f} s {'verified' if res.ok else 'FAILED'}")
 
-    with EmulatedNetwork(plan, config, log=log) as net:
+    with open_network(plan, config, log=log) as net:
         run = run_schedule_on(net, schedule.to_dict(), repeat=repeat, timeout_s=timeout_s, each=each)
     times, cpu, verified = run.times_s, run.cpu_s, run.verified
     t = statistics.median(times)
@@ -164,15 +164,14 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def sweep(
-    case: SweepCase, measure: bool, repeat: int, wait_s: float, log: Log, run_dir: str | None = None
-) -> list[dict]:
-    """`config_rows` with each row's prediction and, if ``measure``, its measurement."""
+def sweep(case: SweepCase, measure: bool, repeat: int, config: EmulationConfig | None, log: Log) -> list[dict]:
+    """`config_rows` with each row's prediction and, if ``measure``, its measurement on the
+    network ``config`` describes (`measure_row`)."""
     rows = config_rows(case)
     for r in rows:
         r["predicted_s"] = predict_row(case, r)
         if measure:
-            r.update(measure_row(case, r, repeat, wait_s, log, run_dir=run_dir))
+            r.update(measure_row(case, r, repeat, config, log))
     return rows
 
 
@@ -250,11 +249,8 @@ def add_alloc_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--bytes", default="64M", help="with --sweep: AllReduce size (K/M/G suffixes; default 64M)")
     parser.add_argument("--repeat", type=bounded_int(1, 1000), default=2, help="timed runs per split after a warm-up")
-    parser.add_argument("--wait", type=bounded_float(0.0, 86400.0, low_inclusive=True), default=0.0, metavar="SECONDS")
     parser.add_argument("--out", default=None, metavar="DIR", help="where alloc.json and alloc.png go (--sweep)")
-    parser.add_argument(
-        "--run-dir", default=None, metavar="DIR", help="run lock and state files (default: /run/topolab)"
-    )
+    add_network_arguments(parser, when="with --measure: ")
 
 
 def run_alloc(args: argparse.Namespace) -> int:
@@ -266,6 +262,8 @@ def run_alloc(args: argparse.Namespace) -> int:
         raise UsageError(f'{s.source}: topology.kind: alloc needs "hierarchical", got {s.topology.kind!r}')
     if args.measure and not args.sweep:
         raise UsageError("--measure: only with --sweep")
+    if args.machines is not None and not args.measure:
+        raise UsageError("--machines: only with --sweep --measure (nothing else builds a network)")
     if not args.sweep:
         splits = iteration_splits(s)
         print(json.dumps(splits, indent=2) if args.json else format_splits(s, splits))
@@ -274,13 +272,10 @@ def run_alloc(args: argparse.Namespace) -> int:
     if nbytes > MAX_SWEEP_BYTES:
         raise UsageError(f"--bytes {args.bytes}: at most {MAX_SWEEP_BYTES >> 20}M")
     out = check_output_dir(args.out or f"results/alloc-{s.name}", "--out")
-    if args.measure:
-        require_root("alloc --measure")
-        if args.run_dir is not None:
-            check_output_dir(args.run_dir, "--run-dir")
+    config = network_config(s.emulation, network_flags(args, "alloc --measure")) if args.measure else None
     case = SweepCase.of(s, nbytes)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    rows = sweep(case, args.measure, args.repeat, args.wait, log, args.run_dir)
+    rows = sweep(case, args.measure, args.repeat, config, log)
     doc = {"scenario": s.name, "case": asdict(case), "rows": rows, "measured": args.measure, "cpus": os.cpu_count()}
     out.mkdir(parents=True, exist_ok=True)
     (out / "alloc.json").write_text(json.dumps(doc, indent=2))

@@ -8,9 +8,9 @@ the run's namespaces; the kernel then frees the namespaces and their veth cables
 whose owner is alive are left alone. Never uses killall, pkill or `mn -c`.
 
 A multi-machine run also leaves, if killed, its ssh control directory
-(``$TMPDIR/tlcl-<pid>-<start time>-*``, `emulator.cluster_ssh.clean_control_dirs`): removed
+(``$TMPDIR/tlcl-<pid>-<start time>-*``, `emulator.cluster.ssh.clean_control_dirs`): removed
 here when that process is gone; with ``--machines``, what it left on those machines too
-(`emulator.cluster_state.clean_machines`).
+(`emulator.cluster.state.clean_machines`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_clean(args) -> int:
-    from emulator.cluster_ssh import clean_control_dirs
+    from emulator.cluster.ssh import clean_control_dirs
     from emulator.state import clean_dead_runs
 
     from .options import require_root
@@ -76,8 +76,8 @@ def _clean_machines(args, log):
     from pathlib import Path
 
     from contract.errors import UsageError
-    from emulator.cluster_ssh import Machine, SshOptions, check_machines
-    from emulator.cluster_state import clean_machines
+    from emulator.cluster.ssh import Machine, SshOptions, check_machines
+    from emulator.cluster.state import clean_machines
 
     names = [name.strip() for name in args.machines.split(",") if name.strip()]
     if not names:

@@ -33,7 +33,6 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -55,16 +54,14 @@ from .collective_results import (
     format_size,
     format_table,
 )
-from .machines import machines_from_flag
+from .network import NetworkFlags, add_network_arguments, network_config, network_flags, open_network
 from .options import (
     MAX_LINK_MBPS,
     MAX_TIMEOUT_S,
-    MAX_WAIT_S,
     MIN_LINK_MBPS,
     bounded_float,
     bounded_int,
     check_output_dir,
-    require_root,
 )
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -316,27 +313,13 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
         help="a worker fails when a peer sends nothing for this long (default: 30)",
     )
     parser.add_argument(
-        "--wait",
-        type=bounded_float(0.0, MAX_WAIT_S, low_inclusive=True),
-        default=0.0,
-        metavar="SECONDS",
-        help="wait this long for another emulation run to finish (default: 0)",
-    )
-    parser.add_argument(
         "--out",
         metavar="DIR",
         help="new folder for results.json and the tables (default: results/collective-<scenario>-<time>); "
         "an existing folder is refused unless --force",
     )
     parser.add_argument("--force", action="store_true", help="write into --out even if it exists (files replaced)")
-    parser.add_argument(
-        "--run-dir", default=None, metavar="DIR", help="where the run lock and state file live (default: /run/topolab)"
-    )
-    parser.add_argument(
-        "--machines",
-        metavar="HOST,...",
-        help="emulate over these machines (Mininet Cluster Edition; overrides [emulation] machines, docs/cluster.md)",
-    )
+    add_network_arguments(parser)
 
 
 def run_collective(args: argparse.Namespace) -> int:
@@ -354,11 +337,8 @@ def run_collective(args: argparse.Namespace) -> int:
     if segment is not None and segment > MAX_BUFFER_BYTES:
         raise CollectiveInputError(f"--segment {args.segment}: at most {format_size(MAX_BUFFER_BYTES)}")
     scenario = load_scenario(args.scenario)
-    machines = None if args.machines is None else machines_from_flag(args.machines)
     out_dir = results_folder(args.out, getattr(scenario, "name", "scenario"), args.force)
-    require_root("collective")  # before --run-dir: /run is root's
-    if args.run_dir is not None:
-        check_output_dir(args.run_dir, "--run-dir")
+    flags = network_flags(args, "collective")
     plan = build_plan(scenario)
     doc, results = run_on_emulator(
         scenario,
@@ -370,9 +350,7 @@ def run_collective(args: argparse.Namespace) -> int:
         segment_bytes=segment,
         timeout_s=args.timeout,
         link_mbps=args.link_mbps,
-        lock_wait_s=args.wait,
-        run_dir=args.run_dir,
-        machines=machines,
+        flags=flags,
     )
     nccl = doc.header + "\n" + format_nccl_tests(results)
     text = json.dumps(doc.to_dict(), indent=2)
@@ -390,7 +368,8 @@ def run_alltoall(args: argparse.Namespace) -> int:
     per routing variant, predicted, bounded by the LP and measured (topolab.routing_phase)."""
     from planner import build_plan, load_scenario
 
-    from .routing_phase import format_results, measure_phase, phase_bytes, phase_traffic, scale_factor
+    from .network import refuse_machines
+    from .routing_phase import VARIANTS, format_results, measure_phase, phase_bytes, phase_traffic, scale_factor
 
     routings = parse_routings(args.routing)
     if args.minbytes or args.maxbytes or args.stepfactor:
@@ -398,16 +377,20 @@ def run_alltoall(args: argparse.Namespace) -> int:
     per_pair = parse_size(args.bytes) if args.bytes else None
     scenario = load_scenario(args.scenario)
     out_dir = results_folder(args.out, getattr(scenario, "name", "scenario"), args.force)
-    require_root("collective")
-    if args.run_dir is not None:
-        check_output_dir(args.run_dir, "--run-dir")
+    flags = network_flags(args, "collective")
+    link_mbps = args.link_mbps or scenario.emulation.link_mbps
+    emulation = network_config(scenario.emulation, flags, link_mbps=link_mbps)
+    planes = [r for r in routings if VARIANTS[r][0]]  # the routings that build allocation planes
+    if planes:
+        refuse_machines(
+            emulation,
+            flags,
+            f"--routing {','.join(planes)} routes over per-destination planes, which are not built across "
+            "machines; use --routing single",
+        )
     plan = build_plan(scenario)
     traffic = phase_traffic(plan, scenario, per_pair)
-    link_mbps = args.link_mbps or scenario.emulation.link_mbps
     factor = 1.0 if per_pair else scale_factor(plan, traffic, link_mbps)
-    emulation = dict(asdict(scenario.emulation), link_mbps=link_mbps, lock_wait_s=args.wait)
-    if args.run_dir:
-        emulation["run_dir"] = args.run_dir
     nbytes = phase_bytes(traffic, factor)
     print(
         f"{scenario.name}: all-to-all of {len(traffic)} pairs, {nbytes / 1e6:.1f} MB "
@@ -464,26 +447,18 @@ def run_on_emulator(
     segment_bytes: int | None = None,
     timeout_s: float = 30.0,
     link_mbps: float | None = None,
-    lock_wait_s: float = 0.0,
+    flags: NetworkFlags | None = None,
     log: Callable[[str], None] | None = None,
-    run_dir: str | None = None,
-    machines: tuple[str, ...] | None = None,
 ) -> tuple[CollectiveResults, list[SizeResult]]:
-    """Build the plan's emulated network once (over ``machines`` when given, else the
-    scenario's) and `measure` on it; returns (the results document, its results). Used by
-    the command and by benchmarks/collective_compare.py."""
+    """Build the plan's emulated network once (as the scenario's ``[emulation]`` and the
+    command's ``flags`` say: over ``--machines`` when given) and `measure` on it; returns
+    (the results document, its results). Used by the command and by
+    benchmarks/collective_compare.py."""
     from contract.physics import tcp_goodput_fraction
 
-    from .machines import open_network
-
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    config = dict(asdict(scenario.emulation), lock_wait_s=lock_wait_s)
-    if link_mbps is not None:
-        config["link_mbps"] = link_mbps
-    if run_dir:
-        config["run_dir"] = run_dir
-    if machines is not None:
-        config["machines"] = machines
+    changes = {} if link_mbps is None else {"link_mbps": link_mbps}
+    config = network_config(scenario.emulation, flags or NetworkFlags(), **changes)
     t0 = time.time()
     with open_network(plan, config, log=log) as net:
         log(

@@ -11,20 +11,31 @@ the same total bandwidth per server as its d direct-connect interfaces, the prot
 A hierarchical scenario is compared at the same budget per server: the other topologies get
 ``[cluster] degree`` links of ``budget_gbps / degree`` each (emulated at ``budget_mbps /
 degree``), and the hierarchical keys are dropped for them (`scenario_for`).
+
+Every arm runs on one time axis (`time_axis`): the time scale of the fastest arm (the one
+whose planned rate stands highest above its emulated rate: the switch's 100 Gbps port against
+TopoOpt's 25 Gbps links), each arm's ``link_mbps`` standing for the ``reference_gbps`` that
+gives it that scale (docs/emulation.md section 2). So the workers' per-operation cost, real
+time on this machine, weighs the same in every arm's planned milliseconds. The table, the
+bar plot's title and compare.json say the axis; each arm's results.json records its
+``time_scale`` and ``reference_gbps``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
-from planner import ScenarioError, load_scenario
+from contract.physics import time_scale
+from planner import ScenarioError, build_plan, load_scenario
 from planner.scenario import HIERARCHICAL_KEYS, TOPOLOGIES, Scenario, with_overrides
 
-from .options import check_output_dir, require_root
+from .network import add_network_arguments, network_flags
+from .options import check_output_dir
 from .results import LinkBytes, RunResults
 from .run import add_job_arguments, ensure_network_free, execute
 
@@ -38,6 +49,36 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", metavar="DIR", help="output folder (default: results/compare-<scenario name>)")
     add_job_arguments(parser)
+    add_network_arguments(parser)
+
+
+@dataclass(frozen=True)
+class TimeAxis:
+    """The one time scale every arm runs at, and the rate each arm's ``link_mbps`` stands for."""
+
+    time_scale: float  # emulated seconds per planned second, in every arm
+    fastest: str  # the arm whose own scale it is
+    reference_gbps: dict[str, float]  # per arm: what its link_mbps stands for at that scale
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"time_scale": self.time_scale, "fastest": self.fastest, "reference_gbps": dict(self.reference_gbps)}
+
+    def line(self) -> str:
+        refs = ", ".join(f"{kind} {gbps:g} Gbps" for kind, gbps in self.reference_gbps.items())
+        return (
+            f"time axis: every arm at time scale x{self.time_scale:g} (the {self.fastest} arm's); "
+            f"link_mbps stands for {refs}"
+        )
+
+
+def time_axis(rates: dict[str, tuple[float, float]]) -> TimeAxis:
+    """One time scale for arms ``{kind: (plan link_gbps, emulated link_mbps)}``: the largest
+    of their own scales, so no arm's links run faster than its ``link_mbps``; each arm's
+    ``reference_gbps`` is its link_gbps scaled up to that scale."""
+    own = {kind: time_scale(gbps, mbps) for kind, (gbps, mbps) in rates.items()}
+    fastest = max(own, key=lambda kind: own[kind])
+    scale = own[fastest]
+    return TimeAxis(scale, fastest, {kind: gbps * scale / own[kind] for kind, (gbps, _mbps) in rates.items()})
 
 
 def scenario_for(base: Scenario, kind: str) -> Scenario:
@@ -81,16 +122,19 @@ def traffic_facts(results: RunResults) -> dict[str, Any]:
     }
 
 
-def render_table(rows: list[dict[str, Any]]) -> str:
+def render_table(rows: list[dict[str, Any]], axis: TimeAxis) -> str:
+    """The comparison as a Markdown table, under the line that says its time axis."""
     lines = [
-        "| topology | per-server bandwidth | measured ms | predicted ms | error | relayed bytes | busiest link (MB/iter) | verified |",
-        "|---|---|---:|---:|---:|---:|---|---|",
+        axis.line(),
+        "",
+        "| topology | per-server bandwidth | time scale | measured ms | predicted ms | error | relayed bytes | busiest link (MB/iter) | verified |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['topology']} | {r['bandwidth']} | {r['measured_ms']:.3f} | {r['predicted_ms']:.3f} | "
-            f"{100 * r['error']:.1f}% | {100 * r['relayed_share']:.0f}% | {r['bottleneck']} ({r['bottleneck_mb']:.1f}) | "
-            f"{'yes' if r['verified'] else 'NO'} |"
+            f"| {r['topology']} | {r['bandwidth']} | x{r['time_scale']:g} | {r['measured_ms']:.3f} | "
+            f"{r['predicted_ms']:.3f} | {100 * r['error']:.1f}% | {100 * r['relayed_share']:.0f}% | "
+            f"{r['bottleneck']} ({r['bottleneck_mb']:.1f}) | {'yes' if r['verified'] else 'NO'} |"
         )
     return "\n".join(lines)
 
@@ -127,17 +171,33 @@ def run_compare(args: argparse.Namespace) -> int:
         except ScenarioError as err:
             raise UsageError(f"--topologies {k}: {err}") from None
     out = check_output_dir(Path("results") / f"compare-{base.name}" if args.out is None else args.out, "--out")
-    require_root("compare")
-    ensure_network_free(None, args.wait)
+    flags = network_flags(args, "compare")
+    if flags.machines is not None:
+        scenarios = {
+            k: replace(s, emulation=replace(s.emulation, machines=flags.machines)) for k, s in scenarios.items()
+        }
+    ensure_network_free(args.run_dir, args.wait)
+    axis = time_axis({k: (build_plan(s).link_gbps, s.emulation.link_mbps) for k, s in scenarios.items()})
+    print(axis.line(), flush=True)
     rows = []
     for k, s in scenarios.items():
         print(f"== {k}", flush=True)
-        res = execute(s, out / k, args.iterations, args.payload_scale, lock_wait_s=args.wait)
+        res = execute(
+            s,
+            out / k,
+            args.iterations,
+            args.payload_scale,
+            lock_wait_s=args.wait,
+            run_dir=args.run_dir,
+            reference_gbps=axis.reference_gbps[k],
+        )
         summary = res.summarize()
         rows.append(
             {
                 "topology": k,
                 "bandwidth": bandwidth_of(res.plan),
+                "time_scale": res.emulation.time_scale,
+                "reference_gbps": res.emulation.network.get("reference_gbps"),
                 "measured_ms": summary.median_real_ms,
                 "predicted_ms": res.predicted.real_ms if res.predicted else None,
                 "error": summary.error,
@@ -145,10 +205,11 @@ def run_compare(args: argparse.Namespace) -> int:
                 **traffic_facts(res),
             }
         )
-    table = render_table(rows)
-    title = f"{base.workload.model} on {base.cluster.servers} servers"
+    table = render_table(rows, axis)
+    title = f"{base.workload.model} on {base.cluster.servers} servers, time scale x{axis.time_scale:g}"
     plot_compare(rows, title, out / "compare.png")
-    (out / "compare.json").write_text(json.dumps({"scenario": str(args.scenario), "rows": rows}, indent=1))
+    doc = {"scenario": str(args.scenario), "axis": axis.to_dict(), "rows": rows}
+    (out / "compare.json").write_text(json.dumps(doc, indent=1))
     (out / "compare.md").write_text(f"# {title}: topologies compared\n\n{table}\n\n![compare](compare.png)\n")
     print(table)
     print(f"report: {out / 'compare.md'}")

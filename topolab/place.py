@@ -1,7 +1,7 @@
 """`topolab place`: place a scenario's operator groups on its servers, optionally run it.
 
     topolab place SCENARIO [--no-fusion] [--json] [--servers N] [--time-limit S] [--memory-gb GB] [--multipath]
-                           [--run [--iterations N] [--payload-scale F] [--wait S] [--run-dir DIR]]
+                           [--run [--iterations N] [--payload-scale F] [--machines HOST,...] [--wait S] [--run-dir DIR]]
 
 Inter-operator parallelism (docs/search.md, "Device placement of operator groups"): the scenario's model is fused
 (planner.fusion; ``--no-fusion`` searches the operator graph itself), its groups are placed
@@ -31,7 +31,10 @@ per ordered server pair per iteration) gets the max-concurrent-flow allocation o
 carries it (per-destination HTB classes and one routing plane per path, docs/emulation.md
 section 6), the schedule splits each transfer over its pair's planes, and the flow model and
 the cost model (at the allocation's pair rates) predict the same allocation; the
-single-path runs then use the plan's routes without any allocation.
+single-path runs then use the plan's routes without any allocation. The network comes from
+`topolab.network` as every command's does: over ``--machines`` (or ``[emulation] machines``)
+the single-path runs are built across those machines; ``--multipath`` is refused there in
+one line, its planes are not built across machines.
 
 Over 300 lines: the two modes (search, emulator run on single paths and with the multipath
 allocation) fill one results document that the text rendering and --json both print, and
@@ -46,14 +49,18 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from contract.errors import RunError, UsageError
 
-from .options import MAX_ITERATIONS, MAX_PAYLOAD_SCALE, MAX_WAIT_S, MIN_PAYLOAD_SCALE, bounded_float, bounded_int
+from .network import add_network_arguments, network_config, network_flags, open_network, refuse_machines
+from .options import MAX_ITERATIONS, MAX_PAYLOAD_SCALE, MIN_PAYLOAD_SCALE, bounded_float, bounded_int
+
+if TYPE_CHECKING:
+    from emulator import EmulationConfig
 
 DEFAULT_MEMORY_GB = 80.0  # one A100 80 GB
 MAX_MEMORY_GB = 1e6  # a petabyte per server: beyond any machine
@@ -112,14 +119,7 @@ def add_place_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="F",
         help="with --run: multiply every transfer size (default: [run] payload_scale)",
     )
-    parser.add_argument(
-        "--wait",
-        type=bounded_float(0.0, MAX_WAIT_S, low_inclusive=True),
-        default=0.0,
-        metavar="SECONDS",
-        help="with --run: wait up to SECONDS for another topolab network to finish (default: fail at once)",
-    )
-    parser.add_argument("--run-dir", metavar="DIR", help="with --run: where the run lock lives (default: /run/topolab)")
+    add_network_arguments(parser, when="with --run: ")
 
 
 def _scenario(args: argparse.Namespace) -> Any:
@@ -292,24 +292,23 @@ def _measure_on(
     runs: dict[str, tuple[Any, np.ndarray]],
     iterations: int,
     payload_scale: float,
-    config: dict[str, Any],
+    config: EmulationConfig,
     log: Log,
 ) -> dict[str, Any]:
-    """Build ``plan``'s emulated network (with its allocation, if any) and run every
-    placement of ``runs`` (label -> placement, cost-model pair rates) on it."""
-    from contract.physics import time_scale
-    from emulator import EmulatedNetwork
+    """Build ``plan``'s emulated network (with its allocation, if any; over ``config.machines``
+    when it has none) and run every placement of ``runs`` (label -> placement, cost-model pair
+    rates) on it, dilated and predicted at the time scale and MTU of the network built."""
     from planner.placement import makespan, placement_schedule
 
     from .prediction import predict_run
     from .schedule_run import run_schedule_on
 
-    scale = time_scale(plan.link_gbps, s.emulation.link_mbps)
     scaled = _scaled_tasks(tasks, payload_scale)
-    emulated = {"time_scale": scale, "link_mbps": s.emulation.link_mbps, "mtu": s.emulation.mtu}
     network = plan.network if plan.allocation else None
     out: dict[str, Any] = {}
-    with EmulatedNetwork(plan, config, log=log) as net:
+    with open_network(plan, config, log=log) as net:
+        scale = net.time_scale
+        emulated = {"time_scale": scale, "link_mbps": net.link_mbps, "mtu": net.mtu}
         for label, (p, rates) in runs.items():
             schedule = placement_schedule(
                 tasks, p, plan.servers, time_scale=scale, payload_scale=payload_scale, network=network
@@ -348,8 +347,7 @@ def run_placements(
     found: Any,
     iterations: int,
     payload_scale: float,
-    lock_wait_s: float = 0.0,
-    run_dir: str | None = None,
+    config: EmulationConfig | None = None,
     log: Log | None = None,
     multipath: bool = False,
 ) -> dict[str, Any]:
@@ -358,7 +356,8 @@ def run_placements(
     measures a schedule; measured per-iteration times next to the cost model at the plan's
     pair rates and the flow-level prediction of the same schedule (real ms). ``multipath``:
     those on single paths (the plan without allocation), then the placement again on a
-    network enforcing the allocation of its traffic ("placement + allocation")."""
+    network enforcing the allocation of its traffic ("placement + allocation"). ``config``: the
+    network's (`topolab.network.network_config`; None: the scenario's ``[emulation]``)."""
     from contract.physics import time_scale
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -369,9 +368,7 @@ def run_placements(
     for label, other in (("placement only", plain), ("baseline", baseline)):
         if other is not None and all(other.assignment != p.assignment for p in runs.values()):
             runs[label if other is plain else f"baseline {other.method}"] = other
-    config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
-    if run_dir:
-        config["run_dir"] = run_dir
+    config = network_config(s.emulation) if config is None else config
     scale = time_scale(plan.link_gbps, s.emulation.link_mbps)
     out: dict[str, Any] = {"time_scale": scale, "payload_scale": payload_scale, "iterations": iterations}
     single = replace(plan, allocation=()) if multipath else plan
@@ -442,12 +439,19 @@ def format_text(doc: dict[str, Any]) -> str:
 
 def run_place(args: argparse.Namespace) -> int:
     s = _scenario(args)
+    config = None
     if args.run:
-        from .options import check_output_dir, require_root
-
-        require_root("place --run")
-        if args.run_dir is not None:
-            check_output_dir(args.run_dir, "--run-dir")
+        flags = network_flags(args, "place --run")
+        config = network_config(s.emulation, flags)
+        if args.multipath:
+            refuse_machines(
+                config,
+                flags,
+                "place --run --multipath enforces the allocation with per-destination planes, which are not "
+                "built across machines; leave out --multipath",
+            )
+    elif args.machines is not None:
+        raise UsageError("--machines: only with --run (the search builds no network)")
     from planner.placement import PlacementError
 
     try:
@@ -456,9 +460,7 @@ def run_place(args: argparse.Namespace) -> int:
         raise UsageError(f"--memory-gb {args.memory_gb:g}: {err}") from None
     if args.run:
         payload = s.run.payload_scale if args.payload_scale is None else args.payload_scale
-        doc["run"] = run_placements(
-            s, found, args.iterations, payload, args.wait, args.run_dir, multipath=args.multipath
-        )
+        doc["run"] = run_placements(s, found, args.iterations, payload, config, multipath=args.multipath)
     print(json.dumps(doc, indent=1) if args.json else format_text(doc))
     if args.run and not all(r["verified"] for r in doc["run"]["runs"].values()):
         raise RunError("a transfer of the placement failed its copy check on the emulator")

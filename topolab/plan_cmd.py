@@ -34,7 +34,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the plan as JSON instead of a summary")
     parser.add_argument("--out", metavar="FILE", help="also write the plan JSON to FILE")
     parser.add_argument(
-        "--machines", type=int, metavar="M", help="also partition the servers over M machines and print the cut"
+        "--partition",
+        type=int,
+        metavar="M",
+        help="also partition the servers over M machines (as a run over M --machines would) and print the cut",
     )
 
 
@@ -137,16 +140,16 @@ def remarks(plan: Plan) -> list[str]:
 
 
 def describe_partition(plan: Plan, machines: int) -> str:
-    """The cut of the servers over ``machines`` (`topolab plan --machines M`)."""
+    """The cut of the servers over ``machines`` (`topolab plan --partition M`)."""
     from contract.errors import UsageError
     from planner.partition import partition_network
 
     if not 1 <= machines <= plan.network.nodes:
-        raise UsageError(f"--machines must be between 1 and {plan.network.nodes}, not {machines}")
+        raise UsageError(f"--partition must be between 1 and {plan.network.nodes}, not {machines}")
     p = partition_network(plan.network, machines)
     loads = ", ".join(f"{load:g}" for load in p.loads)
     return (
-        f"machines        {machines} ({p.method}): {p.cut_cables} of {p.cables} cables cross ({p.cut_fraction:.1%}), "
+        f"partition       {machines} machines ({p.method}): {p.cut_cables} of {p.cables} cables cross ({p.cut_fraction:.1%}), "
         f"load per machine {loads} (cable ends; imbalance {p.imbalance:.3f})"
     )
 
@@ -202,8 +205,8 @@ def run_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(text + "\n")
     else:
         print(describe(plan))
-        if args.machines is not None:
-            print(describe_partition(plan, args.machines))
+        if args.partition is not None:
+            print(describe_partition(plan, args.partition))
         if out is not None:
             print(f"plan written to {args.out}")
     return 0

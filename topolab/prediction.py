@@ -44,11 +44,16 @@ def compute_seconds(schedule) -> list[float]:
     return [sum(op.seconds for op in prog.get("compute", []) if op.kind == "compute") for prog in schedule.programs]
 
 
-def prepare(s: Scenario, payload_scale: float | None = None) -> tuple[Plan, Any, Any, dict[str, Any]]:
-    """Plan, schedule and prediction of a scenario (no root needed)."""
+def prepare(
+    s: Scenario, payload_scale: float | None = None, reference_gbps: float | None = None
+) -> tuple[Plan, Any, Any, dict[str, Any]]:
+    """Plan, schedule and prediction of a scenario (no root needed). ``reference_gbps``: the
+    real rate ``link_mbps`` stands for (the emulator's ``reference_gbps``; None: the plan's
+    ``link_gbps``), which sets the time scale."""
     plan = build_plan(s)
     link_mbps = s.emulation.link_mbps
-    time_scale = physics.time_scale(plan.link_gbps, link_mbps)
+    reference = reference_gbps or plan.link_gbps
+    time_scale = physics.time_scale(reference, link_mbps)
     scale = s.run.payload_scale if payload_scale is None else payload_scale
     opts = IterationOptions(
         batch=s.workload.batch_per_server,
@@ -60,6 +65,7 @@ def prepare(s: Scenario, payload_scale: float | None = None) -> tuple[Plan, Any,
     emulated = {
         "time_scale": time_scale,
         "link_mbps": link_mbps,
+        "reference_gbps": reference,
         "plan_link_gbps": plan.link_gbps,
         "mtu": s.emulation.mtu,
         "payload_scale": scale,
@@ -73,7 +79,7 @@ def predict_run(
     alpha = SOFTWARE_HOP_S + (plan.latency_us * 1e-6 * emulated["time_scale"] if netem else 0.0)
     net = plan_network(
         plan,
-        link_bps=emulated["link_mbps"] * 1e6,
+        link_bps=plan.link_gbps * 1e9 / emulated["time_scale"],  # a plan link's emulated rate
         mtu=emulated["mtu"],
         alpha_s=alpha,
         op_overhead_s=op_overhead_s,

@@ -26,7 +26,7 @@ import dataclasses
 import math
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.errors import UsageError
 from contract.physics import tcp_goodput_fraction, time_scale
@@ -45,6 +45,9 @@ from planner.zoo import get_model
 
 from .collective_results import PhaseResult
 from .prediction import SOFTWARE_HOP_S
+
+if TYPE_CHECKING:
+    from emulator import EmulationConfig
 
 VARIANTS: dict[str, tuple[int, bool]] = {  # name -> (paths per pair, 0 = no allocation; classes)
     "single": (0, False),
@@ -116,7 +119,7 @@ def measure_phase(
     plan: Plan,
     traffic: Traffic,
     variants: Sequence[str],
-    emulation: dict[str, Any],
+    emulation: EmulationConfig,
     *,
     factor: float,
     repeat: int = 3,
@@ -124,15 +127,15 @@ def measure_phase(
     timeout_s: float = 60.0,
     log: Callable[[str], None] | None = None,
 ) -> list[PhaseResult]:
-    """Build each variant's network and run its phase ``warmup + repeat`` times."""
-    from emulator import EmulatedNetwork
-
+    """Build each variant's network (`topolab.network.open_network`: over ``emulation.machines``
+    too, where a variant has no planes) and run its phase ``warmup + repeat`` times."""
+    from .network import open_network
     from .schedule_run import run_schedule_on
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    link_mbps = float(emulation["link_mbps"])
+    link_mbps = float(emulation.link_mbps)
     scale = time_scale(plan.link_gbps, link_mbps)
-    good = tcp_goodput_fraction(int(emulation.get("mtu", 9000)))
+    good = tcp_goodput_fraction(emulation.mtu)
     out = []
     for variant in variants:
         paths, classes = VARIANTS[variant]
@@ -141,12 +144,12 @@ def measure_phase(
         lp_real = alloc.seconds if alloc is not None else single_path_seconds(plan.network, traffic)
         result = PhaseResult(
             variant,
-            predict_variant(vplan, schedule, classes, link_mbps * 1e6, int(emulation.get("mtu", 9000))),
+            predict_variant(vplan, schedule, classes, link_mbps * 1e6, emulation.mtu),
             lp_real * factor * scale / good,
             pairs_split=sum(len(p.paths) > 1 for p in vplan.allocation),
             planes=vplan.network.planes,
         )
-        config = dict(emulation, destination_classes=classes)
+        config = dataclasses.replace(emulation, destination_classes=classes)
 
         def each(i: int, res: Any, result: PhaseResult = result) -> None:
             log(
@@ -155,7 +158,7 @@ def measure_phase(
                 f"{'verified' if res.ok else 'VERIFY FAILED'}"
             )
 
-        with EmulatedNetwork(vplan, config, log=log) as net:
+        with open_network(vplan, config, log=log) as net:
             run = run_schedule_on(net, schedule.to_dict(), repeat=repeat, warmup=warmup, timeout_s=timeout_s, each=each)
         result.times_s, result.verified, result.errors = run.times_s, run.verified, run.mismatches
         out.append(result)

@@ -51,15 +51,21 @@ from planner.zoo import get_model
 from .calibrate import measure_op_overhead, zero_payload_twin
 from .faults import FaultInjector, add_fault_arguments, faults_of, injector_for
 from .journal import ITERATIONS_FILE, RESULTS_FILE, IterationJournal, write_results_file
+from .network import (
+    NetworkFlags,
+    add_network_arguments,
+    network_config,
+    network_flags,
+    open_network,
+    refuse_machines,
+)
 from .options import (
     MAX_ITERATIONS,
     MAX_PAYLOAD_SCALE,
-    MAX_WAIT_S,
     MIN_PAYLOAD_SCALE,
     bounded_float,
     bounded_int,
     check_output_dir,
-    require_root,
 )
 from .prediction import compute_seconds, plan_dict, predict_run, prepare
 from .progress import Progress
@@ -76,6 +82,10 @@ from .results import (
     link_rows,
 )
 
+FAULTS_OVER_MACHINES = (
+    "[[faults]] / --cable-down: not supported over several machines yet (no live cable changes there)"
+)
+
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -89,18 +99,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_job_arguments(parser)
     add_fault_arguments(parser)
-    parser.add_argument(
-        "--run-dir", default=None, metavar="DIR", help="where the run lock and state file live (default: /run/topolab)"
-    )
-    parser.add_argument(
-        "--machines",
-        metavar="HOST,...",
-        help="emulate over these machines (Mininet Cluster Edition; overrides [emulation] machines, docs/cluster.md)",
-    )
+    add_network_arguments(parser)
 
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options `run` and `compare` share."""
+    """Options `run` and `compare` share (and `add_network_arguments`' of every network command)."""
     parser.add_argument(
         "--iterations",
         type=bounded_int(1, MAX_ITERATIONS),
@@ -112,13 +115,6 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         type=bounded_float(MIN_PAYLOAD_SCALE, MAX_PAYLOAD_SCALE, low_inclusive=True),
         metavar="F",
         help=f"multiply every transfer size, {MIN_PAYLOAD_SCALE:g}..{MAX_PAYLOAD_SCALE:g} (default: [run] payload_scale)",
-    )
-    parser.add_argument(
-        "--wait",
-        type=bounded_float(0.0, MAX_WAIT_S, low_inclusive=True),
-        default=0.0,
-        metavar="SECONDS",
-        help="wait up to SECONDS for another topolab network to finish (default: fail at once)",
     )
 
 
@@ -152,13 +148,14 @@ def prepare_run(
     payload_scale: float | None,
     faults: list | None,
     log: Callable[[str], None],
+    reference_gbps: float | None = None,
 ) -> RunState:
     """Stages 1 and 2, no root needed: plan, schedule and prediction, and the results
     document they start (status "running"). Bad faults are a `UsageError`, nothing built."""
     from emulator import netem_present
 
     iterations = s.run.iterations if iterations is None else iterations
-    plan, schedule, opts, emulated = prepare(s, payload_scale)
+    plan, schedule, opts, emulated = prepare(s, payload_scale, reference_gbps)
     injector = injector_for(faults or [], plan, schedule, iterations, log)  # bad faults: exit 2, nothing built
     want_netem = s.emulation.netem == "on" or (s.emulation.netem == "auto" and netem_present())
     log(
@@ -326,24 +323,25 @@ def execute(
     run_dir: str | None = None,
     faults: list | None = None,
     on_result: Callable[[RunResults], None] | None = None,
+    reference_gbps: float | None = None,
 ) -> RunResults:
     """Run a scenario end to end; once the network is up, always writes results (also partial
     ones) to ``out_dir``. A network another run holds is a `UsageError` and writes nothing.
-    ``on_result`` sees the results of a complete run before the report and plots are drawn."""
+    ``on_result`` sees the results of a complete run before the report and plots are drawn.
+    ``reference_gbps``: the real rate ``[emulation] link_mbps`` stands for (None: the plan's
+    ``link_gbps``); `topolab compare` puts its arms on one time scale with it."""
     from emulator import EmulationBusyError
 
-    from .machines import open_network
-
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    run = prepare_run(s, out_dir, iterations, payload_scale, faults, log)
+    run = prepare_run(s, out_dir, iterations, payload_scale, faults, log, reference_gbps)
     plan, results = run.plan, run.results
+    config = network_config(
+        s.emulation, NetworkFlags(run_dir=run_dir, wait_s=lock_wait_s), reference_gbps=reference_gbps
+    )
+    if run.injector:
+        refuse_machines(config, None, FAULTS_OVER_MACHINES)
     network_up = False
     try:
-        config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
-        if run_dir:
-            config["run_dir"] = run_dir
-        if s.emulation.machines and run.injector:
-            raise UsageError("[[faults]] / --cable-down: not supported over several machines yet")
         with open_network(plan, config, log=log) as net:
             network_up = True
             workers = network_facts(run, net)
@@ -425,20 +423,18 @@ def ensure_network_free(run_dir: str | None, lock_wait_s: float) -> None:
 
 def run_run(args: argparse.Namespace) -> int:
     s = load_scenario(args.scenario)
-    if args.machines is not None:
-        from .machines import machines_from_flag
-
-        s = replace(s, emulation=replace(s.emulation, machines=machines_from_flag(args.machines)))
     out = check_output_dir(default_out(s) if args.out is None else args.out, "--out")
-    require_root("run")  # before --run-dir: /run is root's
-    if args.run_dir is not None:
-        check_output_dir(args.run_dir, "--run-dir")
+    flags = network_flags(args, "run")
+    if flags.machines is not None:  # the scenario recorded in results.json is the one that ran
+        s = replace(s, emulation=replace(s.emulation, machines=flags.machines))
+    faults = faults_of(s.faults, args.cable_down, args.no_reroute)
+    if faults:  # execute says it too; here it can name --machines when that was given
+        refuse_machines(network_config(s.emulation, flags), flags, FAULTS_OVER_MACHINES)
     ensure_network_free(args.run_dir, args.wait)
     if args.out is None:
         kept = keep_previous(out)
         if kept is not None:
             print(f"topolab: the previous results in {out} are now in {kept}", file=sys.stderr)
-    faults = faults_of(s.faults, args.cable_down, args.no_reroute)
     results = execute(
         s,
         out,

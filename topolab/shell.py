@@ -25,8 +25,9 @@ import time
 
 from mininet.cli import CLI
 
+from .network import add_network_arguments, refuse_machines
 from .options import MAX_LINK_MBPS, MIN_LINK_MBPS, bounded_float
-from .verify import _plan_and_config, add_network_arguments
+from .verify import _plan_and_config
 
 IPERF_SECONDS = 2
 """Length of an ``iperf`` measurement: long enough for HTB's rate to dominate slow start."""
@@ -239,8 +240,13 @@ class TopolabCLI(CLI):
 def run_shell(args) -> int:
     from emulator import EmulatedNetwork
 
-    args.links, args.reference_gbps = "all", None
-    scenario, plan, config = _plan_and_config(args, "shell")
+    scenario, plan, config, flags = _plan_and_config(args, "shell")
+    refuse_machines(
+        config,
+        flags,
+        "topolab shell runs on this machine only: Mininet's CLI and its live cable changes are not built "
+        "across machines",
+    )
     with EmulatedNetwork(plan, config) as net:
         f = net.facts
         print(

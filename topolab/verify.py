@@ -17,14 +17,8 @@ from dataclasses import asdict
 
 from contract.errors import UsageError
 
-from .options import (
-    MAX_LINK_MBPS,
-    MAX_WAIT_S,
-    MIN_LINK_MBPS,
-    bounded_float,
-    check_output_dir,
-    require_root,
-)
+from .network import add_network_arguments, network_config, network_flags, open_network
+from .options import MAX_LINK_MBPS, MIN_LINK_MBPS, bounded_float
 
 MAX_REFERENCE_GBPS = 1600.0  # the scenario's maximum link_gbps (docs/scenarios.md)
 MAX_MEASURE_S = 600.0  # iperf3 time per batch; all cables are measured in several batches
@@ -56,11 +50,6 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-goodput", action="store_true", help="skip the goodput measurement")
     parser.add_argument(
-        "--machines",
-        metavar="HOST,...",
-        help="build the network over these machines (ssh addresses; overrides [emulation] machines, docs/cluster.md)",
-    )
-    parser.add_argument(
         "--seconds",
         type=bounded_float(0.0, MAX_MEASURE_S),
         default=3.0,
@@ -82,57 +71,28 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     add_network_arguments(parser)
 
 
-def add_network_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options every command that builds a network shares (verify, shell)."""
-    parser.add_argument(
-        "--wait",
-        type=bounded_float(0.0, MAX_WAIT_S, low_inclusive=True),
-        default=0.0,
-        metavar="S",
-        help="if another topolab network is up, wait up to S seconds for it (default: fail at once)",
-    )
-    parser.add_argument(
-        "--run-dir",
-        default="/run/topolab",
-        help="where the run lock and state files live (default /run/topolab; `topolab clean` must be given the same)",
-    )
-
-
-def _plan_and_config(args, command: str):
-    """Scenario, plan and emulation config of a network command; checks its inputs and root."""
-    from emulator import EmulationConfig
+def _plan_and_config(args, command: str, **changes):
+    """Scenario, plan and emulation config of a network command (``--link-mbps`` and the
+    command's ``changes`` applied); checks its inputs and root first."""
     from planner import build_plan, load_scenario
 
-    if args.links != "all" and not (args.links.isdigit() and int(args.links) > 0):
-        raise UsageError(f"--links {args.links!r}: use 'all' or a positive number")
-    machines = None
-    if getattr(args, "machines", None) is not None:
-        from .machines import machines_from_flag
-
-        machines = machines_from_flag(args.machines)
+    flags = network_flags(args, command)
     scenario = load_scenario(args.scenario)
-    require_root(command)  # before --run-dir: /run is root's
-    check_output_dir(args.run_dir, "--run-dir")
-    plan = build_plan(scenario)
-    config = EmulationConfig.from_any(scenario.emulation)
-    if getattr(args, "link_mbps", None) is not None:
-        config = EmulationConfig.from_any({**config.__dict__, "link_mbps": args.link_mbps})
-    config = EmulationConfig.from_any({**config.__dict__, "lock_wait_s": args.wait, "run_dir": args.run_dir})
-    # The same network `topolab run` builds: link_mbps stands for plan.link_gbps (for the switch
-    # baseline the planner sets that to the port rate). `--reference-gbps` pins another rate.
-    if getattr(args, "reference_gbps", None):
-        config = EmulationConfig.from_any({**config.__dict__, "reference_gbps": args.reference_gbps})
-    if machines is not None:
-        config = EmulationConfig.from_any({**config.__dict__, "machines": machines})
-    return scenario, plan, config
+    if args.link_mbps is not None:
+        changes["link_mbps"] = args.link_mbps
+    config = network_config(scenario.emulation, flags, **changes)
+    return scenario, build_plan(scenario), config, flags
 
 
 def run_verify(args) -> int:
     from emulator.checks import check_goodput, check_paths, check_plane_paths, sample_links
 
-    from .machines import open_network
-
-    scenario, plan, config = _plan_and_config(args, "verify")
+    if args.links != "all" and not (args.links.isdigit() and int(args.links) > 0):
+        raise UsageError(f"--links {args.links!r}: use 'all' or a positive number")
+    # The same network `topolab run` builds: link_mbps stands for plan.link_gbps (for the switch
+    # baseline the planner sets that to the port rate). `--reference-gbps` pins another rate.
+    pinned = {"reference_gbps": args.reference_gbps} if args.reference_gbps else {}
+    scenario, plan, config, _flags = _plan_and_config(args, "verify", **pinned)
 
     def progress(msg):
         return print(f"verify: {msg}", file=sys.stderr, flush=True)

@@ -10,6 +10,7 @@ import pytest
 from planner import load_scenario
 from topolab.alloc import SWEEP_SHARES, SweepCase, config_rows, format_splits, measure_row
 from topolab.cli import main
+from topolab.network import NetworkFlags, network_config
 
 SCENARIO = "scenarios/hierarchical-12.toml"
 
@@ -65,6 +66,7 @@ def test_one_split_measured_on_the_emulator_verifies(tmp_path):
     case = SweepCase((2, 2), ("ring", "ring"), 100.0, 400.0, 2 << 20)
     row = config_rows(case)[0]
     assert row["libra"]
-    out = measure_row(case, row, repeat=1, wait_s=0.0, log=lambda _msg: None, run_dir=str(tmp_path))
+    config = network_config(None, NetworkFlags(run_dir=str(tmp_path)))
+    out = measure_row(case, row, repeat=1, config=config, log=lambda _msg: None)
     assert out["verified"]
     assert out["measured_s"] >= 0.95 * row["model_s"]  # shaped links cap it at the model

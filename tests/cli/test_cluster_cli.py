@@ -1,6 +1,8 @@
-"""`topolab verify --machines` as a user runs it: topoopt-12 over three stand-in machines
-(emulator/cluster_standins.py), from inside their underlay, reached with the scenario's
-``ssh_identity`` and ``ssh_known_hosts``; and its one-line errors for bad machine input."""
+"""The commands over several machines as a user runs them: `topolab verify`, `run`,
+`collective --algorithm alltoall`, `place --run` and `alloc --measure`'s measurement over three
+stand-in machines (tests/fixtures/standins.py), from inside their underlay, reached with the
+scenario's ``ssh_identity`` and ``ssh_known_hosts``; and the one-line errors for bad machine
+input. (What refuses several machines is refused before any ssh: tests/cli/test_network_options.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.cluster_standins import StandIns
+from tests.fixtures.standins import StandIns
 
 pytestmark = pytest.mark.root
 
@@ -124,6 +126,115 @@ def test_cluster_cli_run_over_three_machines_shares_no_file(standins: StandIns, 
     assert results["summary"]["verified"] is True
     assert results["emulation"]["machines"] == addresses.split(",") and results["emulation"]["tunnels"] == 12
     assert "verification passed" in done.stdout
+    assert [_machine_state(standins, i) for i in range(3)] == before
+
+
+def _over_standins(standins: StandIns, tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
+    """``topolab ARGV --machines <the stand-ins>`` run inside their underlay, its temporary files
+    where the stand-ins cannot see them; checked to have logged the partition and to have left
+    nothing on any machine."""
+    assert standins.ssh is not None
+    before = [_machine_state(standins, i) for i in range(3)]
+    addresses = ",".join(m.address for m in standins.machines)
+    done = _topolab(
+        *argv, "--machines", addresses, "--run-dir", str(tmp_path / "run"),
+        prefix=tuple(standins.in_underlay()), env={"TMPDIR": str(standins.driver_dir)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "3 machines" in done.stderr and "cables cross" in done.stderr  # built over the machines
+    assert [_machine_state(standins, i) for i in range(3)] == before
+    return done
+
+
+def _ssh_keys(standins: StandIns) -> str:
+    assert standins.ssh is not None
+    return f'ssh_identity = "{standins.ssh.identity}"\nssh_known_hosts = "{standins.ssh.known_hosts}"\n'
+
+
+def test_cluster_cli_alltoall_over_three_machines(standins: StandIns, tmp_path: Path) -> None:
+    # the single-path routing needs no planes: it runs over the machines (the planned ones
+    # are refused in one line)
+    assert standins.ssh is not None
+    scenario = _scenario_with(
+        tmp_path, ssh_identity=str(standins.ssh.identity), ssh_known_hosts=str(standins.ssh.known_hosts)
+    )
+    out = tmp_path / "out"
+    done = _over_standins(
+        standins, tmp_path, "collective", str(scenario), "--algorithm", "alltoall", "--routing", "single",
+        "--repeat", "1", "--out", str(out),
+    )  # fmt: skip
+    doc = json.loads((out / "results.json").read_text())
+    (single,) = doc["results"]
+    assert single["variant"] == "single" and single["verified"] is True and len(single["times_s"]) == 1
+    assert "single" in done.stdout
+
+
+CANDLE_12 = """\
+[cluster]
+servers = 12
+degree = 4
+link_gbps = 25
+
+[workload]
+model = "candle"
+batch_per_server = 128
+
+[parallelism]
+strategy = "data"
+
+[emulation]
+link_mbps = 100
+{keys}
+[run]
+timeout_s = 60
+"""
+
+
+def test_cluster_cli_place_run_over_three_machines(standins: StandIns, tmp_path: Path) -> None:
+    scenario = tmp_path / "candle-12.toml"
+    scenario.write_text(CANDLE_12.format(keys=_ssh_keys(standins)))
+    done = _over_standins(
+        standins, tmp_path, "place", str(scenario), "--run", "--iterations", "1", "--time-limit", "5", "--json"
+    )
+    runs = json.loads(done.stdout)["run"]["runs"]
+    assert runs and all(r["verified"] for r in runs.values())
+    baseline = next(r for label, r in runs.items() if label.startswith("baseline"))
+    assert baseline["transfers_checked"] >= 2  # activations forward, gradients back, across servers
+
+
+ALLOC_MEASURE = """\
+import json, sys
+from emulator import EmulationConfig
+from topolab.alloc import SweepCase, config_rows, measure_row
+from topolab.network import NetworkFlags, network_config
+
+case = SweepCase((4, 3), ("fc", "ring"), 100.0, 400.0, 2 << 20)
+row = config_rows(case)[0]
+scenario = EmulationConfig(ssh_identity=sys.argv[2], ssh_known_hosts=sys.argv[3])
+config = network_config(scenario, NetworkFlags(machines=tuple(sys.argv[1].split(",")), run_dir=sys.argv[4]))
+log = []
+out = measure_row(case, row, repeat=1, config=config, log=log.append)
+print(json.dumps({"verified": out["verified"], "measured_s": out["measured_s"], "model_s": row["model_s"], "log": log}))
+"""
+
+
+def test_cluster_alloc_measure_over_three_machines(standins: StandIns, tmp_path: Path) -> None:
+    # `topolab alloc --sweep --measure --machines` measures every split this way (ten networks
+    # in a row: too long for one test); here LIBRA's split of hierarchical-12's 4 x 3 fc x ring
+    assert standins.ssh is not None
+    before = [_machine_state(standins, i) for i in range(3)]
+    addresses = ",".join(m.address for m in standins.machines)
+    done = subprocess.run(
+        [*standins.in_underlay(), sys.executable, "-c", ALLOC_MEASURE, addresses, str(standins.ssh.identity),
+         str(standins.ssh.known_hosts), str(tmp_path / "run")],
+        capture_output=True, text=True, cwd=REPO, timeout=CLI_TIMEOUT_S,
+        env={**os.environ, "TMPDIR": str(standins.driver_dir)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert out["verified"] is True
+    assert any(line.startswith("3 machines") for line in out["log"]), out["log"]
+    assert out["measured_s"] >= 0.95 * out["model_s"]  # shaped links cap it at the model, as on one machine
     assert [_machine_state(standins, i) for i in range(3)] == before
 
 

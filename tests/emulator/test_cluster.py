@@ -1,4 +1,4 @@
-"""A network over stand-in machines on Mininet Cluster Edition (emulator/cluster.py): every host
+"""A network over stand-in machines on Mininet Cluster Edition (emulator/cluster/net.py): every host
 reaches every other over veths and VXLAN tunnels, a tunnelled cable holds its HTB rate, and
 nothing is left on any machine afterwards."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from contract.network import circulant_network
 from emulator.cluster import ClusterNetwork
-from emulator.cluster_standins import StandIns
+from tests.fixtures.standins import StandIns
 
 pytestmark = pytest.mark.root
 
@@ -100,7 +100,7 @@ import json, sys, time
 from pathlib import Path
 from contract.network import circulant_network
 from emulator.cluster import ClusterNetwork
-from emulator.cluster_ssh import Machine, SshOptions
+from emulator.cluster.ssh import Machine, SshOptions
 cfg = json.loads(sys.argv[1])
 ssh = SshOptions(control_dir=Path(cfg["control"]), identity=Path(cfg["identity"]),
                  known_hosts=Path(cfg["known"]), prefix=tuple(cfg["prefix"]))
@@ -115,7 +115,7 @@ time.sleep(1000)
 
 
 def test_cluster_killed_run_is_cleaned_on_every_machine(standins: StandIns) -> None:
-    from emulator.cluster_state import clean_machines
+    from emulator.cluster.state import clean_machines
 
     assert standins.ssh is not None
     before = [_machine_state(standins, i) for i in range(3)]
@@ -146,7 +146,7 @@ def test_cluster_killed_run_is_cleaned_on_every_machine(standins: StandIns) -> N
 
 
 def test_cluster_clean_leaves_a_live_run_alone(standins: StandIns) -> None:
-    from emulator.cluster_state import clean_machines
+    from emulator.cluster.state import clean_machines
 
     with ClusterNetwork(NET, PLACEMENT, standins.machines, standins.ssh) as net:
         report = clean_machines(standins.machines, standins.ssh, log=lambda _msg: None)

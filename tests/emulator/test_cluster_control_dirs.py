@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from contract.errors import RunError
-from emulator.cluster_ssh import Machine, SshOptions, clean_control_dirs
+from emulator.cluster.ssh import Machine, SshOptions, clean_control_dirs
 from emulator.nsutil import process_id
 
 

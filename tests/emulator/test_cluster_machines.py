@@ -1,4 +1,4 @@
-"""Stand-in machines (emulator/cluster_standins.py) and the ssh to them (emulator/cluster_ssh.py):
+"""Stand-in machines (tests/fixtures/standins.py) and the ssh to them (emulator/cluster/ssh.py):
 isolated like real machines, reached only over the underlay, and gone without a trace."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from contract.errors import RunError
-from emulator.cluster_ssh import check_machines
-from emulator.cluster_standins import StandIns, processes_in
+from emulator.cluster.ssh import check_machines
+from tests.fixtures.standins import StandIns, processes_in
 
 pytestmark = pytest.mark.root
 

@@ -1,5 +1,5 @@
 """topoopt-12 over three stand-in machines: placed by planner/partition.py, built on Mininet
-Cluster Edition (emulator/cluster.py), checked with the same path and goodput checks
+Cluster Edition (emulator/cluster/net.py), checked with the same path and goodput checks
 `topolab verify` uses on one machine (emulator/checks.py)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 
 from emulator.checks import check_goodput, check_paths
 from emulator.cluster import ClusterNetwork
-from emulator.cluster_standins import StandIns
 from planner import build_plan, load_scenario
 from planner.collectives.from_plan import allreduce_for_plan
 from planner.partition import partition_network
+from tests.fixtures.standins import StandIns
 
 pytestmark = pytest.mark.root
 

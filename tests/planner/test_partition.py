@@ -68,18 +68,28 @@ def test_machines_single_machine_cuts_nothing() -> None:
     assert p.cut_cables == 0 and p.assignment == (0,) * 12
 
 
-def test_plan_machines_prints_the_cut(capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_partition_prints_the_cut(capsys: pytest.CaptureFixture[str]) -> None:
     from topolab.cli import main
 
-    assert main(["plan", "scenarios/topoopt-12.toml", "--machines", "3"]) == 0
-    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("machines")]
+    assert main(["plan", "scenarios/topoopt-12.toml", "--partition", "3"]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("partition")]
     assert len(line) == 1
-    assert "3 (pymetis)" in line[0] and "of 24 cables cross" in line[0]
+    assert "3 machines (pymetis)" in line[0] and "of 24 cables cross" in line[0]
 
 
-def test_plan_machines_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_partition_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     from topolab.cli import main
 
-    assert main(["plan", "scenarios/topoopt-12.toml", "--machines", "13"]) == 2
+    assert main(["plan", "scenarios/topoopt-12.toml", "--partition", "13"]) == 2
     err = capsys.readouterr().err
-    assert "--machines must be between 1 and 12, not 13" in err and "Traceback" not in err
+    assert "--partition must be between 1 and 12, not 13" in err and "Traceback" not in err
+
+
+def test_plan_takes_no_machines(capsys: pytest.CaptureFixture[str]) -> None:
+    # elsewhere --machines is a list of hosts: here a count would mean something else, so it is
+    # no option of plan at all
+    from topolab.cli import main
+
+    assert main(["plan", "scenarios/topoopt-12.toml", "--machines", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--machines" in err and "partition" not in err

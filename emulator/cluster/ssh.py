@@ -28,7 +28,7 @@ from pathlib import Path
 
 from contract.errors import RunError
 
-from .nsutil import process_alive, process_id
+from ..nsutil import process_alive, process_id
 
 CONNECT_TIMEOUT_S = 4  # TCP connect + key exchange on a LAN takes milliseconds
 # A whole probe (connect, run `true`, report) must finish well inside the 10 s promised for

@@ -7,7 +7,7 @@ Debian 12's mininet 2.3.0): every node is a `ClusterHost`, the Cluster Edition's
 and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we add, and why:
 
 - **ssh**: the Cluster Edition's ``sudo -E -u user ssh`` is replaced by our multiplexed,
-  time-bounded ssh (`emulator.cluster_ssh`), one master connection per machine.
+  time-bounded ssh (`emulator.cluster.ssh`), one master connection per machine.
 - **VXLAN, not GRE**: a cable whose ends are on different machines is a VXLAN tunnel (the
   Cluster Edition's ``RemoteGRELink`` needs gretap, which this kernel lacks). One VNI per cable
   (``VNI_BASE + k`` for plan cable ``k``), UDP port 4789, unicast to the peer machine; the
@@ -35,7 +35,7 @@ and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we a
   and get their spec on stdin (`workers.coordinator`): no file is shared between machines;
   only the checkout and its venv must sit at the same path on each (docs/cluster.md).
 
-Each machine's script first records the run's host shells there (`emulator.cluster_state`),
+Each machine's script first records the run's host shells there (`emulator.cluster.state`),
 so that ``topolab clean --machines`` can end what a killed run left. Teardown ends, on every
 machine, every process in each of our hosts' namespaces (by namespace: only our processes
 live there; the shells are matched by PID and start time), then removes that record; the kernel frees each
@@ -43,7 +43,7 @@ namespace with its last process and deletes its veth and VXLAN ends with it. Not
 cleaned by a broad name, and Mininet's ``cleanup`` (``mn -c`` on every machine) is never used.
 
 ``ClusterNetwork`` also offers what callers read from an `EmulatedNetwork` (``facts``,
-``nodes``, ``netem``, ``plane_addresses``...), so the commands take either; building,
+``nodes``, ``netem``, ``plane_addresses``...: `emulator.interface.RunningNetwork`), so the commands take either; building,
 reading back and tearing down over machines belong together, which takes the module past
 300 lines.
 """
@@ -68,13 +68,13 @@ from contract.errors import RunError
 from contract.network import Network
 from contract.physics import tcp_goodput_fraction, time_scale
 
-from . import shaping
-from .addressing import Port, identity, node_name, ports_of
-from .cable import emulated_rate_bps
-from .cluster_ssh import Machine, SshOptions, check_machines
-from .cluster_state import control_socket, kill_script, record_script, state_file
-from .hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
-from .nsutil import process_id
+from .. import shaping
+from ..addressing import Port, identity, node_name, ports_of
+from ..cable import emulated_rate_bps
+from ..hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
+from ..nsutil import process_id
+from .ssh import Machine, SshOptions, check_machines
+from .state import control_socket, kill_script, record_script, state_file
 
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 bytes
 VXLAN_PORT = 4789  # IANA's VXLAN port
@@ -328,12 +328,12 @@ class ClusterNetwork:
             self._relays[(m, path)] = remote
         return self._relays[(m, path)]
 
-    def popen(self, node: int, argv: list[str], **kwargs) -> subprocess.Popen:
-        """Start ``argv`` in ``node``'s namespace on its machine (the host's ``popen``), its
+    def popen(self, i: int, argv: list[str], **kw) -> subprocess.Popen:
+        """Start ``argv`` in node ``i``'s namespace on its machine (the host's ``popen``), its
         exit status coming back through ssh: ``mnexec -a`` without Mininet's ``-d``, which
         forks when it leads its process group (as it does under sshd) and exits 0 at once."""
-        kwargs.setdefault("mncmd", ["mnexec", "-a", str(self.hosts[node].pid)])
-        return self.hosts[node].popen(argv, **kwargs)
+        kw.setdefault("mncmd", ["mnexec", "-a", str(self.hosts[i].pid)])
+        return self.hosts[i].popen(argv, **kw)
 
     def host_address(self, node: int) -> str:
         return identity(node)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import nsutil
-from .cluster_ssh import Machine, SshOptions
+from .. import nsutil
+from .ssh import Machine, SshOptions
 
 STATE_DIR = "/run/topolab"
 CLEAN_TIMEOUT_S = 10.0
