@@ -38,8 +38,9 @@ from typing import Any
 
 from contract.errors import UsageError
 from contract.physics import time_scale
-from planner.collectives.forest import allreduce_bounds, plan_capacities
+from planner.collectives.forest import plan_capacities
 from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan
+from planner.collectives.tree_packing import allreduce_bounds
 from planner.collectives.trees import DEFAULT_SEGMENT_BYTES
 
 from .collective_results import (

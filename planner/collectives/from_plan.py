@@ -25,9 +25,10 @@ from contract.physics import tcp_goodput_fraction
 from contract.schedule import Schedule
 
 from .forest import DEFAULT_SEGMENT_BYTES as FOREST_SEGMENT_BYTES
-from .forest import ForestTree, TreePacking, build_forest, forest_schedule, plan_capacities
+from .forest import ForestTree, build_forest, forest_schedule, plan_capacities
 from .hierarchical import PIPELINE_CHUNKS, hierarchical_allreduce, hierarchical_allreduce_for_plan
 from .rings import coset_rings, multiring_allreduce, ring_allreduce, topoopt_rings
+from .tree_packing import TreePacking
 from .trees import DEFAULT_SEGMENT_BYTES, dbtree_allreduce, tree_allreduce
 
 ALGORITHMS = ("ring", "topoopt", "tree", "dbtree", "hierarchical", "forest")

@@ -11,21 +11,18 @@ import numpy as np
 import pytest
 
 from planner import build_plan, load_scenario, parse_scenario
-from planner.collectives.forest import (
+from planner.collectives.forest import build_forest, forest_allreduce, plan_capacities, server_parents
+from planner.collectives.from_plan import allreduce_for_plan, plan_rings
+from planner.collectives.rings import multiring_allreduce
+from planner.collectives.simulate import simulate_and_verify
+from planner.collectives.tree_packing import (
     MAX_TAU_LOSS,
     allreduce_bounds,
-    build_forest,
-    forest_allreduce,
-    plan_capacities,
     select_trees,
-    server_parents,
     shallow_or_exact_packing,
     shallow_tree_packing,
     spanning_tree_packing,
 )
-from planner.collectives.from_plan import allreduce_for_plan, plan_rings
-from planner.collectives.rings import multiring_allreduce
-from planner.collectives.simulate import simulate_and_verify
 from planner.iteration import IterationOptions, iteration_schedule
 from planner.predict import plan_network, predict
 from planner.zoo import get_model
