@@ -42,8 +42,8 @@ from .collectives.hierarchical import add_hierarchical_allreduce, pipeline_chunk
 from .collectives.p2p import add_p2p_transfers
 from .collectives.rings import add_multiring_allreduce
 from .hierarchical import layout_span
-from .strategy import Flows, OpTraffic, op_traffic, strategy_of
-from .zoo import Model
+from .strategy import Flows, OpTraffic, op_traffic, plan_workload, strategy_of
+from .zoo import get_model
 
 DDP_BUCKET_BYTES = 25 * 2**20
 ITEMSIZE = 4  # float32 buffers: every transfer is a whole number of elements
@@ -53,8 +53,9 @@ Deps = dict[int, list[int]]  # rank -> ops its next op waits for
 
 @dataclass(frozen=True)
 class IterationOptions:
-    batch: int
-    device_tflops: float
+    """How an iteration is run; what it computes and moves is the plan's (`Plan.workload`,
+    `Plan.placement`)."""
+
     time_scale: float = 1.0  # emulated seconds per real second (>= 1 slows compute down)
     payload_scale: float = 1.0  # multiply every transfer size (small buffers for smoke tests)
     bucket_bytes: int = DDP_BUCKET_BYTES
@@ -200,12 +201,14 @@ def allreduce_algorithm(plan: Plan, layout: int) -> tuple[str, str]:
     return "multi-ring", "uniform cables: the plan's rings, split equally (TopoOpt)"
 
 
-def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Schedule:
-    """The schedule of one training iteration of ``plan`` (module docstring)."""
-    n = plan.servers
-    graph, strategy = strategy_of(model, plan.placement)
+def iteration_schedule(plan: Plan, opts: IterationOptions | None = None) -> Schedule:
+    """The schedule of one training iteration of ``plan`` (module docstring): its workload
+    and placement say what is computed and moved, ``opts`` how it is run."""
+    opts = opts or IterationOptions()
+    n, job = plan.servers, plan_workload(plan)
+    graph, strategy = strategy_of(get_model(job.model), plan.placement)
     it = _IterationBuilder(plan, opts)
-    traffic = [op_traffic(graph, strategy, i, n, opts.batch, opts.device_tflops) for i in range(len(graph))]
+    traffic = [op_traffic(graph, strategy, i, n, job.batch_per_server, job.device_tflops) for i in range(len(graph))]
 
     outputs: list[Deps] = []
     for i, t in enumerate(traffic):  # forward, in topological order
@@ -236,8 +239,8 @@ def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Sche
     if "grad" not in it.b.buffers:
         it.b.buffer("grad", ITEMSIZE)
     it.b.params.update(
-        model=model.name,
-        batch=opts.batch,
+        model=job.model,
+        batch=job.batch_per_server,
         time_scale=opts.time_scale,
         payload_scale=opts.payload_scale,
         buckets=it.buckets,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .options import check_output_file
 
 if TYPE_CHECKING:
-    from planner import Plan, Scenario
+    from planner import Plan
 
 MAX_ALLOCATED_SERVERS = 32  # larger jobs: the generic LP takes tens of seconds (planner.bandwidth)
 
@@ -97,17 +97,14 @@ def describe_partition(plan: Plan, machines: int) -> str:
     )
 
 
-def bandwidth_phases(plan: Plan, s: Scenario) -> list[dict[str, Any]]:
+def bandwidth_phases(plan: Plan) -> list[dict[str, Any]]:
     """The allocation summary of the plan's embedding all-to-all and model-parallel phases."""
     from planner.bandwidth import allocate_for_plan, embedding_alltoall_traffic, iteration_mp_traffic
-    from planner.zoo import get_model
 
     if not plan.demand.mp or plan.servers > MAX_ALLOCATED_SERVERS:
         return []
     phases = {
-        "embedding all-to-all": embedding_alltoall_traffic(
-            plan, get_model(s.workload.model), s.workload.batch_per_server
-        ),
+        "embedding all-to-all": embedding_alltoall_traffic(plan),
         "model-parallel iteration": iteration_mp_traffic(plan),
     }
     out = []
@@ -137,7 +134,7 @@ def run_plan(args: argparse.Namespace) -> int:
     out = check_output_file(args.out, "--out", inputs=(args.scenario,))
     scenario = load_scenario(args.scenario)
     plan = build_plan(scenario)
-    phases = bandwidth_phases(plan, scenario)
+    phases = bandwidth_phases(plan)
     if phases:
         plan = dataclasses.replace(plan, extra={**plan.extra, "bandwidth": phases})
     text = plan.to_json() if args.json or out is not None else ""  # large plans take a while to serialize

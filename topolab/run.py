@@ -5,7 +5,8 @@ The main job of the product. Steps, each visible on stderr:
 1. plan the scenario (planner.build_plan) and turn one training iteration into a schedule
    (planner.iteration): compute waits dilated by the time scale, model-parallel transfers,
    bucketed gradient AllReduce overlapping the backward pass;
-2. predict the iteration with the flow-level model of exactly that schedule (planner.predict);
+2. predict the iteration with the flow-level model of exactly that schedule, from the plan
+   alone (planner.iteration_prediction; topolab.prediction.prepare does steps 1 and 2);
 3. build the emulated network (emulator.EmulatedNetwork: namespaces, HTB-shaped veths, static
    routes, host forwarding), start one worker per server inside its namespace
    (workers.Coordinator), run warm-up and timed iterations; every worker verifies every
@@ -40,7 +41,6 @@ from typing import Any
 
 from contract.errors import RunError, UsageError
 from planner import Scenario, load_scenario
-from planner.zoo import get_model
 
 from .calibrate import measure_op_overhead, zero_payload_twin
 from .faults import add_fault_arguments, add_to_results, faults_of, injector_for
@@ -140,9 +140,9 @@ def execute(
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     iterations = s.run.iterations if iterations is None else iterations
-    plan, schedule, opts, emulated = prepare(s, payload_scale)
-    injector = injector_for(faults or [], plan, schedule, iterations, log)  # bad faults: exit 2, nothing built
     want_netem = s.emulation.netem == "on" or (s.emulation.netem == "auto" and netem_present())
+    plan, schedule, opts, emulated, predicted = prepare(s, payload_scale, want_netem)
+    injector = injector_for(faults or [], plan, schedule, iterations, log)  # bad faults: exit 2, nothing built
     log(
         f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
         f"{schedule.op_count()} ops; time scale x{emulated['time_scale']:g}"
@@ -167,7 +167,7 @@ def execute(
         "environment": environment(s),
         "tolerance": s.run.tolerance,
     }
-    results["predicted"] = predict_run(plan, schedule, emulated, want_netem)
+    results["predicted"] = predicted
     log(
         f"[2/4] predicted {results['predicted']['real_ms']:.3f} ms per iteration "
         f"({results['predicted']['emulated_s']:.3f} s emulated)"
@@ -196,16 +196,15 @@ def execute(
             )
             hosts = [net.host_address(i) for i in range(plan.servers)]
             spawn = lambda rank, argv: net.popen(rank, argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)  # noqa: E731
-            twin = zero_payload_twin(plan, get_model(s.workload.model), opts)
+            twin, critical_ops = zero_payload_twin(plan, opts)
             plane_sources = [net.plane_addresses(i) for i in range(plan.servers)]
             cal = measure_op_overhead(
                 twin,
+                critical_ops,
                 hosts,
                 spawn,
-                plan.path,
                 timeout_s=s.run.timeout_s,
                 plane_sources=plane_sources,
-                plane_path=plan.network.plane_path if plan.allocation else None,
                 control_relay=net.relay_control,
             )
             results["calibration"] = cal

@@ -25,7 +25,6 @@ from planner.collectives.tree_packing import (
 )
 from planner.iteration import IterationOptions, iteration_schedule
 from planner.predict import plan_network, predict
-from planner.zoo import get_model
 
 SEED = 20210510
 
@@ -246,13 +245,13 @@ def test_iteration_uses_the_forest_on_heterogeneous_cables_and_says_why():
         "workload": {"model": "candle", "batch_per_server": 64},
         "parallelism": {"strategy": "data"},
     }
-    opts = IterationOptions(64, 125.0, payload_scale=1e-3)
+    opts = IterationOptions(payload_scale=1e-3)
     slow = [{"a": 0, "b": 1, "gbps": 5}, {"a": 7, "b": 8, "gbps": 5}, {"a": 4, "b": 9, "gbps": 5}]
     hetero = build_plan(parse_scenario({**scenario, "cables": slow}))
-    sched = iteration_schedule(hetero, get_model("candle"), opts)
+    sched = iteration_schedule(hetero, opts)
     used = sched.params["allreduce"]["groups of 12"]
     assert used["algorithm"] == "forest trees" and "different rates" in used["why"]
     assert any(stream.startswith("ft") for stream in sched.programs[0])
     assert simulate_and_verify(sched) == []
-    uniform = iteration_schedule(build_plan(parse_scenario(scenario)), get_model("candle"), opts)
+    uniform = iteration_schedule(build_plan(parse_scenario(scenario)), opts)
     assert uniform.params["allreduce"]["groups of 12"]["algorithm"] == "multi-ring"
