@@ -280,7 +280,7 @@ def _tolerance_callout(summary: dict) -> list[str]:
 
 def _allreduce_lines(schedule: dict) -> list[str]:
     """Which AllReduce each group size ran and why (``schedule["allreduce"]``: the iteration
-    schedule's ``params["allreduce"]``, `planner.iteration.allreduce_algorithm`)."""
+    schedule's ``params["allreduce"]``, `planner.collectives.from_plan.choose_allreduce`)."""
     used = schedule.get("allreduce")
     if not used:
         return []

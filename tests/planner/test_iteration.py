@@ -116,7 +116,7 @@ def test_cost_model_workers_and_collective_use_the_same_rings(kind):
     workers = iteration_schedule(plan, IterationOptions(payload_scale=1e-4))
     worker_rings = {s for s in workers.programs[0] if s.startswith("ar")}
     collective = allreduce_for_plan(plan, "topoopt", 4 * N * 64)
-    _, cost_model_rings, _, _ = NetworkModel(plan).ring_unit_loads(1)
+    cost_model_rings = NetworkModel(plan).allreduce_unit_loads(1).paths
     assert cost_model_rings == len(worker_rings) == len(collective.programs[0]) == len(allreduce_rings(plan))
     if kind == "expander":  # the plan's ring order, both directions (the cost model used d/2 tours)
         assert cost_model_rings == 2
