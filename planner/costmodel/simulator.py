@@ -45,8 +45,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract.plan import Plan
+from contract.plan import Plan, Workload
 
+from ..iteration import DDP_BUCKET_BYTES
 from ..opgraph import OpGraph
 from ..strategy import Flows, Strategy, op_traffic
 from .network import NetworkModel
@@ -54,10 +55,10 @@ from .network import NetworkModel
 
 @dataclass(frozen=True)
 class CostConfig:
-    batch: int = 128  # samples per server per iteration
-    device_tflops: float = 125.0
+    batch: int = Workload.batch_per_server  # samples per server per iteration
+    device_tflops: float = Workload.device_tflops
     segment_bytes: int = 1 << 20
-    bucket_bytes: int = 25 << 20
+    bucket_bytes: int = DDP_BUCKET_BYTES
 
 
 @dataclass(frozen=True)
