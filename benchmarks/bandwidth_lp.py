@@ -28,7 +28,6 @@ from planner import build_plan, load_scenario, parse_scenario
 from planner.bandwidth import allocate_for_plan, embedding_alltoall_traffic
 from planner.collectives.p2p import add_p2p_transfers, all_to_all
 from planner.predict import plan_network, predict
-from planner.zoo import get_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SCENARIOS = ("topoopt-12", "expander-12", "switch-12")
@@ -62,7 +61,7 @@ def time_alltoall_lp(n: int, kind: str) -> dict:
 def scenario_phase(name: str) -> dict:
     scenario = load_scenario(f"scenarios/{name}.toml")
     plan = build_plan(scenario)
-    traffic = embedding_alltoall_traffic(plan, get_model(scenario.workload.model), scenario.workload.batch_per_server)
+    traffic = embedding_alltoall_traffic(plan)
     result = allocate_for_plan(plan, traffic)
     planned_plan = dataclasses.replace(plan, allocation=result.allocation)
     link_bps = scenario.emulation.link_mbps * 1e6

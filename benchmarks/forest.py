@@ -36,9 +36,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner import build_plan, load_scenario
-from planner.collectives.forest import allreduce_bounds, build_forest, plan_capacities
+from planner.collectives.forest import build_forest, plan_capacities
 from planner.collectives.from_plan import allreduce_for_plan, plan_rings, ring_weights
 from planner.collectives.rings import multiring_allreduce, ring_allreduce
+from planner.collectives.tree_packing import allreduce_bounds
 from planner.predict import plan_network, predict
 
 OUT = Path(__file__).resolve().parent / "results"

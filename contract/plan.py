@@ -3,8 +3,12 @@
 A plan is the contract between the planner and the rest of topolab. The emulator builds
 hosts and cables from `links` and installs `next_hop` as static routes; the workers get
 schedules derived from `rings`; the end-to-end run compares the plan's prediction with
-what it measures. A plan round-trips through JSON exactly
-(``Plan.from_json(plan.to_json()) == plan``) so it can be stored next to results.
+what it measures. A plan is self-sufficient: with its `Workload` (the zoo model, the batch,
+the device rate) and its `Placement` it determines the training iteration, so the
+iteration's schedule and its prediction need the plan alone, no scenario
+(planner.iteration_prediction). A plan round-trips through JSON exactly
+(``Plan.from_json(plan.to_json()) == plan``) so it can be stored next to results; a plan
+written before the workload was recorded reads with ``workload = None``.
 
 Node numbering: servers are ``0 .. servers-1``. Baselines that need a switch (the ideal
 switch) add switch nodes ``servers .. servers+switches-1``; switches forward but never
@@ -106,6 +110,23 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class Workload:
+    """The training job a plan is for: everything its iteration computes, besides the strategy.
+
+    ``model`` names a model of the planner's zoo (planner.zoo: its layers with their FLOPs,
+    parameters and activations, from which planner.opgraph builds the operator graph that
+    `Placement` refers to). Every server processes ``batch_per_server`` samples per iteration
+    at ``device_tflops`` effective TFLOP/s: an operator of ``f`` FLOPs per sample computes
+    ``f x batch / (device_tflops 10^12)`` seconds forward and twice that backward
+    (`contract.physics.compute_seconds`). The scenario's ``[workload]`` section is this type,
+    defaults included."""
+
+    model: str = "dlrm"
+    batch_per_server: int = 128
+    device_tflops: float = 125.0
+
+
+@dataclass(frozen=True)
 class Summary:
     """Figures a reader checks first: hop counts and an estimate of bisection bandwidth."""
 
@@ -128,7 +149,7 @@ class Plan:
     routes: Routes
     demand: TrafficDemand
     summary: Summary
-    model: str = ""
+    workload: Workload | None = None  # None: a network without a job (its iteration is undefined)
     strategy: str = ""
     switches: int = 0
     strides: tuple[int, ...] = ()  # TopoOpt: the positive strides of the full-ring AllReduce
@@ -139,6 +160,11 @@ class Plan:
     allocation: tuple[PairAllocation, ...] = ()  # per-destination multipath (see Network)
 
     # ---- derived views -------------------------------------------------------------
+    @property
+    def model(self) -> str:
+        """The zoo model the plan is for ("" without a workload)."""
+        return self.workload.model if self.workload is not None else ""
+
     @property
     def nodes(self) -> int:
         return self.servers + self.switches
@@ -187,6 +213,7 @@ class Plan:
             "mp": [{"src": f.src, "dst": f.dst, "bytes": f.bytes} for f in self.demand.mp],
         }
         d["summary"] = asdict(self.summary)
+        d["workload"] = asdict(self.workload) if self.workload is not None else None
         d["placement"] = asdict(self.placement)
         d["strides"] = list(self.strides)
         d["rings"] = [list(r) for r in self.rings]
@@ -209,6 +236,7 @@ class Plan:
         if fmt != PLAN_FORMAT:
             raise ValueError(f"plan format {fmt!r} is not {PLAN_FORMAT!r}")
         demand = d["demand"]
+        workload = d.get("workload")  # absent from plans written before it was recorded
         return cls(
             servers=int(d["servers"]),
             degree=int(d["degree"]),
@@ -231,7 +259,11 @@ class Plan:
                 mp=tuple(MPFlow(int(f["src"]), int(f["dst"]), int(f["bytes"])) for f in demand["mp"]),
             ),
             summary=Summary(**d["summary"]),
-            model=d.get("model", ""),
+            workload=(
+                Workload(str(workload["model"]), int(workload["batch_per_server"]), float(workload["device_tflops"]))
+                if workload
+                else None
+            ),
             strategy=d.get("strategy", ""),
             switches=int(d.get("switches", 0)),
             strides=tuple(int(s) for s in d.get("strides", ())),

@@ -58,8 +58,8 @@ from scipy.sparse import coo_matrix
 from contract.network import Network, PairAllocation, PathShare
 from contract.plan import Plan
 
-from .strategy import op_traffic, strategy_of
-from .zoo import Model
+from .strategy import op_traffic, plan_workload, strategy_of
+from .zoo import get_model
 
 K_PATHS = 4  # paths per pair: a degree-4 TopoOpt server has 4 first hops
 NEGLIGIBLE_SHARE = 0.01  # a path below this share of its pair's rate is not worth a plane
@@ -269,14 +269,16 @@ def _keep_significant(
 # ---- traffic phases of a plan --------------------------------------------------------------
 
 
-def embedding_alltoall_traffic(plan: Plan, model: Model, batch: int) -> dict[tuple[int, int], float]:
+def embedding_alltoall_traffic(plan: Plan) -> dict[tuple[int, int], float]:
     """The embedding all-to-all of a plan's forward pass (bytes per ordered pair): every placed
-    table's shards send their lookups to every other server (`planner.strategy.op_traffic`)."""
-    graph, strategy = strategy_of(model, plan.placement)
+    table's shards send their lookups for the plan's batch to every other server
+    (`planner.strategy.op_traffic`)."""
+    job = plan_workload(plan)
+    graph, strategy = strategy_of(get_model(job.model), plan.placement)
     out: dict[tuple[int, int], float] = defaultdict(float)
     for i, op in enumerate(graph.ops):
         if op.is_embedding and strategy[i].owner >= 0:
-            flows = op_traffic(graph, strategy, i, plan.servers, batch, 1.0).fwd_out
+            flows = op_traffic(graph, strategy, i, plan.servers, job.batch_per_server, 1.0).fwd_out
             for s, d, v in zip(flows.src.tolist(), flows.dst.tolist(), flows.nbytes.tolist()):
                 out[(s, d)] += v
     return dict(out)

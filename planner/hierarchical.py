@@ -32,6 +32,7 @@ import numpy as np
 
 from contract.errors import UsageError
 from contract.plan import Link, Plan, Routes, TrafficDemand
+from contract.plan import Workload as Job  # the training job (allocation.Workload: its collectives)
 
 from .allocation import Collective, Workload
 from .routing import hop_counts, next_hop_table
@@ -233,7 +234,7 @@ def hierarchical_plan(
     shares: Sequence[float],
     latency_us: float = 1.0,
     demand: TrafficDemand | None = None,
-    model: str = "",
+    workload: Job | None = None,
     strategy: str = "",
 ) -> Plan:
     """The `Plan` of a hierarchical network: cables of each block per dimension at
@@ -267,7 +268,7 @@ def hierarchical_plan(
         routes=Routes(kind="table", table=tuple(tuple(int(x) for x in row) for row in nh)),
         demand=demand or TrafficDemand(allreduce=(), mp=()),
         summary=summary,
-        model=model,
+        workload=workload,
         strategy=strategy,
         switches=switches,
         notes=(

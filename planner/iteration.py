@@ -1,7 +1,9 @@
 """One training iteration of a plan as a schedule the workers execute and the model predicts.
 
-The schedule executes the plan's strategy (`Plan.placement`, regrouped into the operator
-graph it was chosen on by `planner.strategy.strategy_of`) with the traffic model the
+The schedule executes the plan's job (`Plan.workload`: the zoo model, the batch per server,
+the device rate) under its strategy (`Plan.placement`, regrouped into the operator graph it
+was chosen on by `planner.strategy.strategy_of`), so it needs the plan alone, with the
+traffic model the
 strategy's demand was computed with (`planner.strategy.op_traffic`), so every
 model-parallel byte of ``plan.demand`` is a transfer of the schedule and vice versa
 (docs/algorithms.md section 6). Per server (rank), in the schedule format of
@@ -17,12 +19,15 @@ contract.schedule:
 - gradient AllReduce in buckets (PyTorch DDP: 25 MB by default) of one layout (the full
   group, or the cosets of a tensor-parallel degree), each bucket starting as soon as the
   backward of its last operator is done, so communication overlaps the rest of the backward
-  pass. Buckets are serialized on the ring streams (``ar0``, ``ar1``, ... one per ring), as
-  DDP serializes them on its communication stream. Rings: `planner.collectives.from_plan`.
-  On a hierarchical plan every bucket is a hierarchical AllReduce over the dimensions its
-  groups span (planner.collectives.hierarchical): pipelined buckets are cut into chunks and
-  share the per-dimension streams, so consecutive buckets overlap across dimensions;
-  sequential buckets each wait for the previous one (one dimension after the other).
+  pass. Each bucket runs the plan's AllReduce for its group size, chosen by
+  `planner.collectives.from_plan.choose_allreduce`: TopoOpt's multi-ring (the weighted
+  multi-ring on cables of different rates) serialized on the ring streams (``ar0``, ``ar1``,
+  ... one per ring) as DDP serializes buckets on its communication stream, the forest's
+  trees (streams ``ft<i>up`` / ``ft<i>down``), or on a hierarchical plan a hierarchical
+  AllReduce over the dimensions its groups span (planner.collectives.hierarchical):
+  pipelined buckets are cut into chunks and share the per-dimension streams, so consecutive
+  buckets overlap across dimensions; sequential buckets each wait for the previous one (one
+  dimension after the other).
 
 Every AllReduce bucket and every transfer carries a check, so each worker verifies its
 result every iteration.
@@ -37,13 +42,13 @@ from contract.plan import Plan
 from contract.schedule import Check, Schedule, ScheduleBuilder
 
 from .collectives.forest import add_forest_allreduce
-from .collectives.from_plan import ForestChoice, choose_forest, group_rings, heterogeneous, multiring_weights
+from .collectives.from_plan import AllReduceChoice, choose_allreduce
 from .collectives.hierarchical import add_hierarchical_allreduce, pipeline_chunks
 from .collectives.p2p import add_p2p_transfers
 from .collectives.rings import add_multiring_allreduce
 from .hierarchical import layout_span
-from .strategy import Flows, OpTraffic, op_traffic, strategy_of
-from .zoo import Model
+from .strategy import Flows, OpTraffic, op_traffic, plan_workload, strategy_of
+from .zoo import get_model
 
 DDP_BUCKET_BYTES = 25 * 2**20
 ITEMSIZE = 4  # float32 buffers: every transfer is a whole number of elements
@@ -53,8 +58,9 @@ Deps = dict[int, list[int]]  # rank -> ops its next op waits for
 
 @dataclass(frozen=True)
 class IterationOptions:
-    batch: int
-    device_tflops: float
+    """How an iteration is run; what it computes and moves is the plan's (`Plan.workload`,
+    `Plan.placement`)."""
+
     time_scale: float = 1.0  # emulated seconds per real second (>= 1 slows compute down)
     payload_scale: float = 1.0  # multiply every transfer size (small buffers for smoke tests)
     bucket_bytes: int = DDP_BUCKET_BYTES
@@ -86,7 +92,7 @@ class _IterationBuilder:
         self.buckets = 0
         self.previous_bucket: Deps = {}  # sequential hierarchical buckets wait for it
         self.algorithms: dict[str, dict[str, str]] = {}  # per group size: algorithm and why
-        self.forests: dict[int, ForestChoice] = {}  # per bucket size
+        self.choices: dict[tuple[int, int], AllReduceChoice] = {}  # per (layout, bucket size)
 
     def transfers(self, flows: Flows, after: Deps) -> Deps:
         """One p2p transfer per (src, dst) pair of ``flows`` (split over the pair's planes when the
@@ -124,49 +130,35 @@ class _IterationBuilder:
 
     def allreduce(self, layout: int, nbytes_per_group: float, after: Deps) -> None:
         """One bucket: every coset group of step ``layout`` AllReduces ``nbytes_per_group``
-        (the algorithm: `allreduce_algorithm`, recorded in ``params["allreduce"]``)."""
+        with the plan's AllReduce for its group size (`planner.collectives.from_plan.
+        choose_allreduce`, recorded in ``params["allreduce"]``)."""
         n = self.n
         nbytes = scaled_bytes(nbytes_per_group, self.opts)
         self.b.buffer("grad", self.grad_offset + nbytes)
-        algorithm, why = allreduce_algorithm(self.plan, layout)
-        if algorithm == "hierarchical":
+        if (layout, nbytes) not in self.choices:  # buckets are mostly of one size: choose (pack) once
+            self.choices[(layout, nbytes)] = choose_allreduce(self.plan, nbytes, n // layout)
+        choice = self.choices[(layout, nbytes)]
+        if choice.algorithm == "hierarchical":
             self.hierarchical_allreduce(layout, nbytes, after)
-        elif algorithm == "forest":
-            if nbytes not in self.forests:  # buckets are mostly of one size: pack once
-                self.forests[nbytes] = choose_forest(self.plan, nbytes)
-            choice = self.forests[nbytes]
-            algorithm, why = ("forest trees" if choice.trees else "forest rings"), f"{why}; {choice.why}"
-            if choice.trees is None:
-                add_multiring_allreduce(
-                    self.b, choice.rings, "grad", self.grad_offset, nbytes, "ar", choice.weights, after
-                )
-            else:
-                add_forest_allreduce(
-                    self.b,
-                    choice.trees,
-                    n,
-                    "grad",
-                    path=self.plan.path,
-                    stream_prefix="ft",
-                    offset=self.grad_offset,
-                    after=after,
-                )
-        else:
-            self.ring_allreduce(layout, nbytes, after)
-        self.algorithms.setdefault(f"groups of {n // layout}", {"algorithm": algorithm, "why": why})
+        elif choice.trees is not None:
+            add_forest_allreduce(
+                self.b,
+                list(choice.trees),
+                n,
+                "grad",
+                path=self.plan.path,
+                stream_prefix="ft",
+                offset=self.grad_offset,
+                after=after,
+            )
+        else:  # every coset group's rings, split by its weights
+            for rings, weights in zip(choice.rings, choice.weights):
+                add_multiring_allreduce(self.b, rings, "grad", self.grad_offset, nbytes, "ar", weights, after)
+        self.algorithms.setdefault(f"groups of {n // layout}", {"algorithm": choice.algorithm, "why": choice.reason})
         cosets = [list(range(s, n, layout)) for s in range(layout)]
         self.checks.append(Check("allreduce", "grad", self.grad_offset, nbytes, groups=cosets))
         self.grad_offset += nbytes
         self.buckets += 1
-
-    def ring_allreduce(self, layout: int, nbytes: int, after: Deps) -> None:
-        """Every coset group's multi-ring, split by its rings' bottleneck rates when the
-        cables differ (`planner.collectives.from_plan.multiring_weights`)."""
-        for rings in group_rings(self.plan, self.n // layout):
-            members = rings[0]
-            deps = {r: after.get(r, []) for r in members}
-            weights = multiring_weights(self.plan, rings)
-            add_multiring_allreduce(self.b, rings, "grad", self.grad_offset, nbytes, "ar", weights, deps)
 
     def hierarchical_allreduce(self, layout: int, nbytes: int, after: Deps) -> None:
         dims, blocks = self.plan.extra["dims"], self.plan.extra["blocks"]
@@ -185,27 +177,14 @@ class _IterationBuilder:
         )
 
 
-def allreduce_algorithm(plan: Plan, layout: int) -> tuple[str, str]:
-    """Which AllReduce a bucket of coset step ``layout`` runs, and why: hierarchical plans
-    their per-dimension schedule; a full-group bucket on cables of different rates the
-    forest (docs/algorithms.md section 10: packed trees, or rate-weighted rings where those
-    are as fast); every other bucket TopoOpt's multi-ring (rate-weighted when the cables
-    differ, since its coset rings are not spanning trees of the whole plan)."""
-    if plan.topology == "hierarchical":
-        return "hierarchical", "hierarchical plan: reduce-scatter and all-gather per dimension"
-    if heterogeneous(plan) and layout == 1:
-        return "forest", "cables of different rates"
-    if heterogeneous(plan):
-        return "weighted multi-ring", "cables of different rates; coset groups run rings"
-    return "multi-ring", "uniform cables: the plan's rings, split equally (TopoOpt)"
-
-
-def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Schedule:
-    """The schedule of one training iteration of ``plan`` (module docstring)."""
-    n = plan.servers
-    graph, strategy = strategy_of(model, plan.placement)
+def iteration_schedule(plan: Plan, opts: IterationOptions | None = None) -> Schedule:
+    """The schedule of one training iteration of ``plan`` (module docstring): its workload
+    and placement say what is computed and moved, ``opts`` how it is run."""
+    opts = opts or IterationOptions()
+    n, job = plan.servers, plan_workload(plan)
+    graph, strategy = strategy_of(get_model(job.model), plan.placement)
     it = _IterationBuilder(plan, opts)
-    traffic = [op_traffic(graph, strategy, i, n, opts.batch, opts.device_tflops) for i in range(len(graph))]
+    traffic = [op_traffic(graph, strategy, i, n, job.batch_per_server, job.device_tflops) for i in range(len(graph))]
 
     outputs: list[Deps] = []
     for i, t in enumerate(traffic):  # forward, in topological order
@@ -236,8 +215,8 @@ def iteration_schedule(plan: Plan, model: Model, opts: IterationOptions) -> Sche
     if "grad" not in it.b.buffers:
         it.b.buffer("grad", ITEMSIZE)
     it.b.params.update(
-        model=model.name,
-        batch=opts.batch,
+        model=job.model,
+        batch=job.batch_per_server,
         time_scale=opts.time_scale,
         payload_scale=opts.payload_scale,
         buckets=it.buckets,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
+from contract.plan import Workload
 
 from .totient import STRIDE_RANGES
 from .zoo import MODELS, get_model
@@ -44,13 +45,6 @@ class Cluster:
     degree: int = 4
     link_gbps: float = 25.0
     latency_us: float = 1.0
-
-
-@dataclass(frozen=True)
-class Workload:
-    model: str = "dlrm"
-    batch_per_server: int = 128
-    device_tflops: float = 125.0
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contract.errors import UsageError
 from contract.physics import compute_seconds
-from contract.plan import AllReduceGroup, MPFlow, OperatorChoice, Placement, TrafficDemand
+from contract.plan import AllReduceGroup, MPFlow, OperatorChoice, Placement, Plan, TrafficDemand, Workload
 
 from .fusion import regroup
 from .opgraph import Operator, OpGraph, model_graph
@@ -127,6 +128,17 @@ def strategy_of(model: Model, placement: Placement) -> tuple[OpGraph, Strategy]:
     graph = regroup(base, [op.layers for op in placement.operators])
     by_layers = {op.layers: op for op in placement.operators}
     return graph, tuple(OpChoice(c.mp, c.owner, c.shards) for c in (by_layers[op.members] for op in graph.ops))
+
+
+def plan_workload(plan: Plan) -> Workload:
+    """The plan's `Workload`; a plan without one (a bare network, or a plan file written before
+    plans recorded it) is a one-line `UsageError`."""
+    if plan.workload is None:
+        raise UsageError(
+            f"the {plan.topology} plan records no workload (model, batch, device rate), so it has no "
+            "training iteration: plan it again from its scenario"
+        )
+    return plan.workload
 
 
 def layout(op: Operator, choice: OpChoice) -> tuple[str, int]:

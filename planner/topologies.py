@@ -187,7 +187,7 @@ def hierarchical_topology(s: Scenario, demand: TrafficDemand) -> Topology:
         allocation["shares"],
         s.cluster.latency_us,
         demand,
-        s.workload.model,
+        s.workload,
         s.parallelism.strategy,
     )
     plan = dataclasses.replace(plan, extra={**plan.extra, "schedule": t.schedule, "allocation": allocation})
@@ -241,7 +241,7 @@ def plan_for_demand(s: Scenario, demand: TrafficDemand, placement: Placement | N
         routes=topo.routes,
         demand=topo.demand,
         summary=summarize_topology(np.zeros((1, 1)), 1, []),
-        model=s.workload.model,
+        workload=s.workload,
         strategy=s.parallelism.strategy,
         switches=topo.switches,
         strides=topo.strides,

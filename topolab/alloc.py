@@ -195,20 +195,20 @@ def iteration_splits(s: Any) -> dict[str, dict]:
     Gbit/s per dimension, the allocator's model and the flow model's prediction (real ms)."""
     from planner.scenario import with_overrides
 
-    from .prediction import predict_run, prepare
+    from .prediction import prepare
 
     chosen = s.topology.allocation
     names = ["libra", "equal"] + ([] if isinstance(chosen, str) else ["scenario"])
     out: dict[str, dict] = {}
     for name in names:
         variant = s if name == "scenario" else with_overrides(s, topology={"allocation": name})
-        plan, schedule, _, emulated = prepare(variant)
+        plan, _, _, _, predicted = prepare(variant)
         allocation = plan.extra["allocation"]
         out[name] = {
             "shares": allocation["shares"],
             "gbps": allocation["gbps"],
             "model_ms": allocation["model_s"] * 1e3,
-            "predicted_ms": predict_run(plan, schedule, emulated, False)["real_ms"],
+            "predicted_ms": predicted["real_ms"],
         }
         out["dimension_bytes"] = allocation["dimension_bytes"]
     return out

@@ -17,49 +17,47 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from contract.errors import RunError
-from planner.iteration import IterationOptions, iteration_schedule
-from planner.predict import Network, predict
+from contract.plan import Plan
+from contract.schedule import Schedule
+from planner.iteration import IterationOptions
+from planner.iteration_prediction import predict_iteration
+
+# Links so fast that a twin's 4-byte messages take no time next to the unit op cost (finite:
+# the max-min fair sharing subtracts rates, and inf - inf is not a rate).
+UNBOUNDED_LINK_BPS = 1e30
 
 
-def zero_payload_twin(plan, model, opts: IterationOptions):
+def zero_payload_twin(plan: Plan, opts: IterationOptions) -> tuple[Schedule, float]:
+    """The zero-payload twin of ``plan``'s iteration run with ``opts``, and K: its predicted
+    time with a unit op cost on infinitely fast links (the ops on its critical path, counting
+    the serialization of each rank's ops on its processor)."""
     # every AllReduce region must still give each ring a non-empty chunk per member
     floor = 4 * plan.servers * 2 * max(1, len(plan.strides))
-    return iteration_schedule(plan, model, replace(opts, payload_scale=1e-12, time_scale=0.0, min_transfer_bytes=floor))
-
-
-def critical_op_count(schedule, path, plane_path=None) -> float:
-    """K: the twin's predicted time with a unit op cost and infinitely fast links."""
-    net = Network(
-        capacity=_InfiniteCapacity(),
-        path=path,
+    twin_opts = replace(opts, payload_scale=1e-12, time_scale=0.0, min_transfer_bytes=floor)
+    twin, unit = predict_iteration(
+        plan,
+        twin_opts,
+        link_bps=UNBOUNDED_LINK_BPS,
         alpha_s=0.0,
-        reduce_bytes_per_s=float("inf"),
         op_overhead_s=1.0,
-        plane_path=plane_path,
+        reduce_bytes_per_s=float("inf"),
     )
-    return predict(schedule, net).seconds
-
-
-class _InfiniteCapacity(dict):
-    """Every routed link infinitely fast (a huge capacity on demand)."""
-
-    def __missing__(self, key):
-        return 1e30
+    return twin, unit.seconds
 
 
 def measure_op_overhead(
-    twin,
+    twin: Schedule,
+    critical_ops: float,
     hosts: list[str],
     spawn: Callable,
-    path,
     repeats: int = 3,
     timeout_s: float = 30.0,
     plane_sources: list[dict[int, str]] | None = None,
-    plane_path=None,
     control_relay: Callable | None = None,
 ) -> dict:
-    """Run ``twin`` on the given hosts and return the per-op cost and what it came from
-    (``control_relay``: as `workers.coordinator.Coordinator` takes it)."""
+    """Run ``twin`` (with ``critical_ops`` = K, both from `zero_payload_twin`) on the given hosts
+    and return the per-op cost and what it came from (``control_relay``: as
+    `workers.coordinator.Coordinator` takes it)."""
     from workers.coordinator import Coordinator
 
     with Coordinator(
@@ -75,10 +73,9 @@ def measure_op_overhead(
     if not times:
         raise RunError("calibration: the zero-payload twin of the iteration failed verification")
     measured = statistics.median(times)
-    k = critical_op_count(twin, path, plane_path)
     return {
-        "op_overhead_s": measured / k if k > 0 else 0.0,
+        "op_overhead_s": measured / critical_ops if critical_ops > 0 else 0.0,
         "twin_seconds": measured,
-        "critical_ops": k,
+        "critical_ops": critical_ops,
         "twin_ops": twin.op_count(),
     }

@@ -38,8 +38,9 @@ from typing import Any
 
 from contract.errors import UsageError
 from contract.physics import time_scale
-from planner.collectives.forest import allreduce_bounds, plan_capacities
-from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan
+from planner.collectives.forest import plan_capacities
+from planner.collectives.from_plan import ALGORITHMS, allreduce_schedule, choose_allreduce
+from planner.collectives.tree_packing import allreduce_bounds
 from planner.collectives.trees import DEFAULT_SEGMENT_BYTES
 
 from .collective_results import (
@@ -211,10 +212,11 @@ def measure(
         for alg in algorithms:
             # the forest picks its own segments (planner.collectives.forest) unless --segment
             segment = segment_bytes or (None if alg == "forest" else auto_segment(size))
-            sched = allreduce_for_plan(plan, alg, size, segment)
-            shape = {k: sched.params[k] for k in ("shape", "why") if k in sched.params}
-            if shape:
-                log(f"  {alg} {format_size(size)}: {shape['shape']} ({shape['why']})")
+            choice = choose_allreduce(plan, size, algorithm=alg)
+            sched = allreduce_schedule(plan, choice, size, segment)
+            shape = {"shape": choice.shape, "why": choice.reason} if alg == "forest" else {}
+            if shape:  # the forest chose trees or rings: say which and why
+                log(f"  {alg} {format_size(size)}: {choice.shape} ({choice.reason})")
             ideal = ideal_allreduce_s(n, size, goodput)
             label = f"{alg} {format_size(size)}"
 

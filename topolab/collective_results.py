@@ -45,7 +45,7 @@ class SizeResult:
     time_scale: float = 1.0
     mismatches: list[str] = field(default_factory=list)
     cpu_s: list[float] = field(default_factory=list)  # workers' CPU seconds per iteration
-    # S / tau, tau the spanning-tree packing's rate (planner.collectives.forest): the bound
+    # S / tau, tau the spanning-tree packing's rate (planner.collectives.tree_packing): the bound
     # of any AllReduce on the cables' rates; ``ideal_s`` is the slowest server's egress bound
     packing_bound_s: float | None = None
     schedule: dict[str, Any] = field(default_factory=dict)  # what the forest ran and why

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .options import check_output_file
 
 if TYPE_CHECKING:
-    from planner import Plan, Scenario
+    from planner import Plan
 
 MAX_ALLOCATED_SERVERS = 32  # larger jobs: the generic LP takes tens of seconds (planner.bandwidth)
 LARGE_DIAMETER = 5  # hops; from here a relayed transfer pays a bandwidth tax worth a remark
@@ -154,18 +154,15 @@ def describe_partition(plan: Plan, machines: int) -> str:
     )
 
 
-def bandwidth_phases(plan: Plan, s: Scenario) -> list[dict[str, Any]]:
+def bandwidth_phases(plan: Plan) -> list[dict[str, Any]]:
     """The allocation summary of the plan's embedding all-to-all and model-parallel phases,
-    when the scenario asks for an allocation (``routing = "planned"``)."""
+    when the plan has an allocation (its scenario asks ``routing = "planned"``)."""
     from planner.bandwidth import allocate_for_plan, embedding_alltoall_traffic, iteration_mp_traffic
-    from planner.zoo import get_model
 
-    if s.topology.routing != "planned" or not plan.demand.mp or plan.servers > MAX_ALLOCATED_SERVERS:
+    if not plan.allocation or not plan.demand.mp or plan.servers > MAX_ALLOCATED_SERVERS:
         return []
     phases = {
-        "embedding all-to-all": embedding_alltoall_traffic(
-            plan, get_model(s.workload.model), s.workload.batch_per_server
-        ),
+        "embedding all-to-all": embedding_alltoall_traffic(plan),
         "model-parallel iteration": iteration_mp_traffic(plan),
     }
     out = []
@@ -195,7 +192,7 @@ def run_plan(args: argparse.Namespace) -> int:
     out = check_output_file(args.out, "--out", inputs=(args.scenario,))
     scenario = load_scenario(args.scenario)
     plan = build_plan(scenario)
-    phases = bandwidth_phases(plan, scenario)
+    phases = bandwidth_phases(plan)
     if phases:
         plan = dataclasses.replace(plan, extra={**plan.extra, "bandwidth": phases})
     text = plan.to_json() if args.json or out is not None else ""  # large plans take a while to serialize

@@ -1,5 +1,7 @@
 """What `topolab run` predicts before it emulates: the plan, one iteration's schedule, and
-the flow-level model's time for exactly that schedule on the emulated links.
+the flow-level model's time for exactly that schedule on the emulated links
+(`planner.iteration_prediction.predict_iteration`); `predict_run` predicts that schedule again
+once the workers' cost per op is measured.
 
 Times are emulated seconds; the real cluster's milliseconds divide them by the time scale
 (contract.physics.time_scale: real link rate / emulated link rate).
@@ -11,10 +13,11 @@ import time
 from typing import Any
 
 from contract import physics
+from contract.schedule import Schedule
 from planner import Plan, Scenario, build_plan
-from planner.iteration import IterationOptions, iteration_schedule
-from planner.predict import plan_network, predict
-from planner.zoo import get_model
+from planner.iteration import IterationOptions
+from planner.iteration_prediction import NetworkArgs, predict_iteration
+from planner.predict import Prediction, plan_network, predict
 
 # Per-hop latency of an emulated link without netem: a small-message round trip measured
 # 18 us for one hop and 31 us for three on this kernel (docs/emulation.md), i.e. about
@@ -39,60 +42,70 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
     return d
 
 
-def compute_seconds(schedule) -> list[float]:
+def compute_seconds(schedule: Schedule) -> list[float]:
     """Per rank, the compute stream's busy time (emulated seconds)."""
     return [sum(op.seconds for op in prog.get("compute", []) if op.kind == "compute") for prog in schedule.programs]
 
 
-def prepare(
-    s: Scenario, payload_scale: float | None = None, reference_gbps: float | None = None
-) -> tuple[Plan, Any, Any, dict[str, Any]]:
-    """Plan, schedule and prediction of a scenario (no root needed). ``reference_gbps``: the
-    real rate ``link_mbps`` stands for (the emulator's ``reference_gbps``; None: the plan's
-    ``link_gbps``), which sets the time scale."""
-    plan = build_plan(s)
-    link_mbps = s.emulation.link_mbps
-    reference = reference_gbps or plan.link_gbps
-    time_scale = physics.time_scale(reference, link_mbps)
-    scale = s.run.payload_scale if payload_scale is None else payload_scale
-    opts = IterationOptions(
-        batch=s.workload.batch_per_server,
-        device_tflops=s.workload.device_tflops,
-        time_scale=time_scale,
-        payload_scale=scale,
-    )
-    schedule = iteration_schedule(plan, get_model(s.workload.model), opts)
-    emulated = {
-        "time_scale": time_scale,
-        "link_mbps": link_mbps,
-        "reference_gbps": reference,
-        "plan_link_gbps": plan.link_gbps,
-        "mtu": s.emulation.mtu,
-        "payload_scale": scale,
-    }
-    return plan, schedule, opts, emulated
-
-
-def predict_run(
-    plan: Plan, schedule, emulated: dict[str, Any], netem: bool, op_overhead_s: float = 0.0
-) -> dict[str, Any]:
+def network_args(plan: Plan, emulated: dict[str, Any], netem: bool, op_overhead_s: float = 0.0) -> NetworkArgs:
+    """The emulated network as the predictor sees it: cables at the emulated rate and MTU,
+    per-hop latency (the software hop, plus the plan's latency dilated when netem emulates
+    it), the workers' cost per op, and the reduce cost of a pipelined message's last chunk."""
     alpha = SOFTWARE_HOP_S + (plan.latency_us * 1e-6 * emulated["time_scale"] if netem else 0.0)
-    net = plan_network(
-        plan,
+    return NetworkArgs(
         link_bps=plan.link_gbps * 1e9 / emulated["time_scale"],  # a plan link's emulated rate
         mtu=emulated["mtu"],
         alpha_s=alpha,
         op_overhead_s=op_overhead_s,
         reduce_cap_bytes=EXPOSED_REDUCE_BYTES,
     )
-    t0 = time.perf_counter()
-    pred = predict(schedule, net)
+
+
+def _predicted(pred: Prediction, emulated: dict[str, Any], args: NetworkArgs, seconds: float) -> dict[str, Any]:
+    """The ``predicted`` record of results.json."""
     return {
         "emulated_s": pred.seconds,
         "real_ms": pred.seconds / emulated["time_scale"] * 1e3,
-        "alpha_s": alpha,
-        "op_overhead_s": op_overhead_s,
-        "model_seconds": time.perf_counter() - t0,
+        "alpha_s": args["alpha_s"],
+        "op_overhead_s": args["op_overhead_s"],
+        "model_seconds": seconds,
         "link_bytes": pred.link_bytes_list(),
         "relayed_link_bytes": pred.relayed_bytes_list(),
     }
+
+
+def prepare(
+    s: Scenario, payload_scale: float | None = None, netem: bool = False, reference_gbps: float | None = None
+) -> tuple[Plan, Schedule, IterationOptions, dict[str, Any], dict[str, Any]]:
+    """Plan a scenario, and its iteration's schedule and prediction on the emulated network
+    (`planner.iteration_prediction.predict_iteration`; ``netem``: link latency emulated) before
+    it is built: the plan, the schedule, its options, the emulation facts and the ``predicted``
+    record (no root needed). ``reference_gbps``: the real rate ``link_mbps`` stands for (the
+    emulator's ``reference_gbps``; None: the plan's ``link_gbps``), which sets the time scale."""
+    plan = build_plan(s)
+    link_mbps = s.emulation.link_mbps
+    time_scale = physics.time_scale(reference_gbps or plan.link_gbps, link_mbps)
+    scale = s.run.payload_scale if payload_scale is None else payload_scale
+    opts = IterationOptions(time_scale=time_scale, payload_scale=scale)
+    emulated = {
+        "time_scale": time_scale,
+        "link_mbps": link_mbps,
+        "plan_link_gbps": plan.link_gbps,
+        "mtu": s.emulation.mtu,
+        "payload_scale": scale,
+    }
+    args = network_args(plan, emulated, netem)
+    t0 = time.perf_counter()
+    schedule, pred = predict_iteration(plan, opts, **args)
+    return plan, schedule, opts, emulated, _predicted(pred, emulated, args, time.perf_counter() - t0)
+
+
+def predict_run(
+    plan: Plan, schedule: Schedule, emulated: dict[str, Any], netem: bool, op_overhead_s: float = 0.0
+) -> dict[str, Any]:
+    """The prediction of ``schedule`` (already built: the workers run it) on ``plan``'s emulated
+    network, e.g. once the workers' cost per op is measured, or on a plan rerouted by a fault."""
+    args = network_args(plan, emulated, netem, op_overhead_s)
+    t0 = time.perf_counter()
+    pred = predict(schedule, plan_network(plan, **args))
+    return _predicted(pred, emulated, args, time.perf_counter() - t0)

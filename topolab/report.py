@@ -242,7 +242,7 @@ def _tolerance_callout(summary: Summary) -> list[str]:
 
 def _allreduce_lines(used: dict[str, dict[str, Any]]) -> list[str]:
     """Which AllReduce each group size ran and why (``results.schedule.allreduce``: the
-    iteration schedule's ``params["allreduce"]``, `planner.iteration.allreduce_algorithm`)."""
+    iteration schedule's ``params["allreduce"]``, `planner.collectives.from_plan.choose_allreduce`)."""
     if not used:
         return []
     lines = ["## AllReduce", "", "| groups | algorithm | why |", "|---|---|---|"]

@@ -41,7 +41,6 @@ from planner.bandwidth import (
 )
 from planner.collectives.p2p import add_p2p_transfers, all_to_all
 from planner.predict import plan_network, predict
-from planner.zoo import get_model
 
 from .collective_results import PhaseResult
 from .prediction import SOFTWARE_HOP_S
@@ -65,7 +64,7 @@ def phase_traffic(plan: Plan, scenario: Any, nbytes_per_pair: int | None = None)
     """The embedding all-to-all of the scenario's workload, or a uniform one."""
     if nbytes_per_pair:
         return {(s, d): float(v) for s, d, v in all_to_all(range(plan.servers), nbytes_per_pair)}
-    traffic = embedding_alltoall_traffic(plan, get_model(scenario.workload.model), scenario.workload.batch_per_server)
+    traffic = embedding_alltoall_traffic(plan)
     if not traffic:
         raise UsageError(
             f"{scenario.name}: the plan has no embedding all-to-all (strategy {plan.strategy!r}); give --bytes"

@@ -7,7 +7,8 @@ The main job of the product. `execute` runs its stages in order, each visible on
    model-parallel transfers, bucketed gradient AllReduce overlapping the backward pass; start
    the results document (`topolab.results.RunResults`);
 2. in the same stage, predict the iteration with the flow-level model of exactly that
-   schedule (planner.predict);
+   schedule, from the plan alone (planner.iteration_prediction; topolab.prediction.prepare
+   does steps 1 and 2);
 3. build the emulated network (`open_network`: namespaces, HTB-shaped veths, static routes,
    host forwarding; on one machine or several) and record its facts (`network_facts`);
    measure the workers' cost per op and predict again with it (`calibrate`); start one
@@ -46,7 +47,6 @@ from contract.plan import Plan
 from contract.schedule import Schedule
 from planner import Scenario, load_scenario
 from planner.iteration import IterationOptions
-from planner.zoo import get_model
 
 from .calibrate import measure_op_overhead, zero_payload_twin
 from .faults import FaultInjector, add_fault_arguments, faults_of, injector_for
@@ -155,9 +155,9 @@ def prepare_run(
     from emulator import netem_present
 
     iterations = s.run.iterations if iterations is None else iterations
-    plan, schedule, opts, emulated = prepare(s, payload_scale, reference_gbps)
-    injector = injector_for(faults or [], plan, schedule, iterations, log)  # bad faults: exit 2, nothing built
     want_netem = s.emulation.netem == "on" or (s.emulation.netem == "auto" and netem_present())
+    plan, schedule, opts, emulated, predicted = prepare(s, payload_scale, want_netem, reference_gbps)
+    injector = injector_for(faults or [], plan, schedule, iterations, log)  # bad faults: exit 2, nothing built
     log(
         f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
         f"{schedule.op_count()} ops; time scale x{emulated['time_scale']:g}"
@@ -172,7 +172,7 @@ def prepare_run(
         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         notes=list(plan.notes),
     )
-    results.predicted = Prediction.from_dict(predict_run(plan, schedule, emulated, want_netem))
+    results.predicted = Prediction.from_dict(predicted)
     log(
         f"[2/4] predicted {results.predicted.real_ms:.3f} ms per iteration "
         f"({results.predicted.emulated_s:.3f} s emulated)"
@@ -221,15 +221,14 @@ def calibrate(run: RunState, net: Any, workers: Workers) -> None:
     """The workers' cost per op from the zero-payload twin; the prediction made again with
     it; the faults armed with that prediction."""
     s, plan, schedule, emulated, results = run.scenario, run.plan, run.schedule, run.emulated, run.results
-    twin = zero_payload_twin(plan, get_model(s.workload.model), run.opts)
+    twin, critical_ops = zero_payload_twin(plan, run.opts)
     cal = measure_op_overhead(
         twin,
+        critical_ops,
         workers.hosts,
         workers.spawn,
-        plan.path,
         timeout_s=s.run.timeout_s,
         plane_sources=workers.plane_sources,
-        plane_path=plan.network.plane_path if plan.allocation else None,
         control_relay=workers.control_relay,
     )
     results.calibration = Calibration.from_dict(cal)

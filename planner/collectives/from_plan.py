@@ -1,20 +1,33 @@
-"""Adapter: the rings and AllReduce schedules of a `Plan`'s topology.
+"""The AllReduce of a `Plan`: which algorithm, on which rings or trees, with which weights,
+and why, chosen here once (docs/algorithms.md sections 7 and 10).
 
-The ring choice is made here once (docs/algorithms.md section 7): the iteration schedule
-the workers run, the collective adapter (`allreduce_for_plan`) and the search's cost model
-(`planner.costmodel.network`) all call `allreduce_rings` / `group_rings`.
-The generators take plain ints and lists; this module only reads a plan's ``servers``,
-``switches``, ``rings`` (each ring's server order, forward direction), ``strides``, the
-strides of its AllReduce groups, and its cables' rates and routes (``links``, ``path``).
+`choose_allreduce` returns that choice as an `AllReduceChoice`, and everything that runs or
+models an AllReduce on a plan asks it: the iteration schedule the workers run
+(`planner.iteration`, per gradient bucket), `topolab collective` (the algorithm named on its
+command line, `allreduce_schedule`) and the search's cost model (`planner.costmodel.network`).
+The iteration's rule (``algorithm="auto"``):
 
-With cables of different rates the rings are not equal: a ring runs at the rate of its
-slowest hop, so the buffer is split across the rings in proportion to those bottleneck
-rates (`ring_weights`, docs/algorithms.md section 10) and every ring finishes at once;
-on uniform cables the weights are equal and the split is TopoOpt's.
+- a hierarchical plan: the hierarchical AllReduce, reduce-scatter and all-gather dimension by
+  dimension (planner.collectives.hierarchical);
+- cables of different rates, the full group: the forest (`choose_forest`): packed spanning
+  trees, or the rate-weighted multi-ring when the trees would not be faster;
+- cables of different rates, coset groups: the weighted multi-ring (their rings do not span
+  the plan, so no forest);
+- uniform cables: TopoOpt's multi-ring, the buffer split equally.
+
+Rings: the plan's stride rings in both directions, or its ring order in both directions, one
+ring through a switch (`allreduce_rings`); coset groups of size g ride the strides the plan's
+groups of that size were given (`group_rings`). With cables of different rates a ring runs at
+the rate of its slowest hop, so the buffer is split across the rings in proportion to those
+bottleneck rates (`ring_weights`) and every ring finishes at once; on uniform cables the
+weights are equal and the split is TopoOpt's. This module only reads a plan's ``servers``,
+``switches``, ``rings``, ``strides``, ``topology``, ``extra``, the strides of its AllReduce
+groups, and its cables' rates and routes (``links``, ``path``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,12 +38,17 @@ from contract.physics import tcp_goodput_fraction
 from contract.schedule import Schedule
 
 from .forest import DEFAULT_SEGMENT_BYTES as FOREST_SEGMENT_BYTES
-from .forest import ForestTree, TreePacking, build_forest, forest_schedule, plan_capacities
+from .forest import ForestTree, build_forest, forest_schedule, plan_capacities
 from .hierarchical import PIPELINE_CHUNKS, hierarchical_allreduce, hierarchical_allreduce_for_plan
 from .rings import coset_rings, multiring_allreduce, ring_allreduce, topoopt_rings
+from .tree_packing import TreePacking
 from .trees import DEFAULT_SEGMENT_BYTES, dbtree_allreduce, tree_allreduce
 
-ALGORITHMS = ("ring", "topoopt", "tree", "dbtree", "hierarchical", "forest")
+ALGORITHMS = ("ring", "topoopt", "tree", "dbtree", "hierarchical", "forest")  # topolab collective's
+AUTO = "auto"  # the iteration's rule (module docstring)
+UNIFORM_WHY = "uniform cables: the plan's rings, split equally (TopoOpt)"
+HETEROGENEOUS_WHY = "cables of different rates"
+Rings = tuple[tuple[int, ...], ...]  # ring orders (server sequences)
 FOREST_MTU = 9000  # only the ratio of the trees' and the rings' rates matters: any MTU
 # The shallow trees' pipelined schedule takes up to this multiple of its bound S / tau
 # (TopoOpt-12, 64 MiB, 1-6 slow cables: 1.07-1.23x predicted, 1.065x measured with 3; rings
@@ -99,24 +117,47 @@ def heterogeneous(plan: Any) -> bool:
     return len({link.gbps for link in plan.links}) > 1
 
 
-def multiring_weights(plan: Any, rings: Sequence[Sequence[int]]) -> list[float] | None:
-    """`ring_weights` when the cables are heterogeneous; None (the equal split) otherwise."""
-    return ring_weights(plan, rings) if heterogeneous(plan) else None
-
-
 @dataclass(frozen=True)
-class ForestChoice:
-    """What the forest AllReduce of a plan runs: its ``trees`` (shares of ``nbytes``), or,
-    when ``trees`` is None, the ``rings`` split by ``weights``; ``why`` says which and why."""
+class AllReduceChoice:
+    """What an AllReduce on a plan runs and why (module docstring).
 
-    trees: list[ForestTree] | None
-    packing: TreePacking
-    rings: list[list[int]]
-    weights: list[float]
-    why: str
+    ``algorithm``: ``multi-ring``, ``weighted multi-ring``, ``forest rings``, ``forest trees``,
+    ``hierarchical`` (the iteration's), or ``ring``, ``tree``, ``dbtree`` (named by
+    `topolab collective`). Ring algorithms: ``rings[i]`` are the rings of the i-th group (the
+    cosets {s, s + n/g, ...} of the group size, in order; one group for the full group) and
+    ``weights[i]`` their shares of the buffer (None: equal). The forest's trees: ``trees``
+    (each with its region of the ``nbytes`` chosen for) and the ``packing`` they came from."""
+
+    algorithm: str
+    reason: str
+    group_size: int
+    rings: tuple[Rings, ...] = ()
+    weights: tuple[tuple[float, ...] | None, ...] = ()
+    trees: tuple[ForestTree, ...] | None = None
+    packing: TreePacking | None = None
+
+    @property
+    def shape(self) -> str:
+        """``trees``, ``rings`` or ``dimensions`` (the hierarchical AllReduce)."""
+        if self.algorithm == "hierarchical":
+            return "dimensions"
+        return "rings" if self.rings else "trees"
 
 
-def choose_forest(plan: Any, nbytes: int) -> ForestChoice:
+def _rings(rings: Sequence[Sequence[int]]) -> Rings:
+    return tuple(tuple(int(r) for r in ring) for ring in rings)
+
+
+def _ring_choice(
+    plan: Any, algorithm: str, reason: str, groups: list[list[list[int]]], weighted: bool
+) -> AllReduceChoice:
+    """Rings of every group, split by `ring_weights` when ``weighted``."""
+    weights = tuple(tuple(ring_weights(plan, rings)) if weighted else None for rings in groups)
+    size = len(groups[0][0])
+    return AllReduceChoice(algorithm, reason, size, tuple(_rings(g) for g in groups), weights)
+
+
+def choose_forest(plan: Any, nbytes: int) -> AllReduceChoice:
     """The forest AllReduce of a plan (docs/algorithms.md section 10): the packed trees, or
     the rate-weighted multi-ring when the trees would not be faster.
 
@@ -135,48 +176,93 @@ def choose_forest(plan: Any, nbytes: int) -> ForestChoice:
             f"rate-weighted rings: {ring_rate / packing.tau:.3f}x the packing rate of the {len(forest)} "
             f"kept trees, whose schedule runs at about 1/{TREE_SCHEDULE_OVERHEAD:g} of it"
         )
-        return ForestChoice(None, packing, rings, weights, why)
+        return AllReduceChoice("forest rings", why, n, (_rings(rings),), (tuple(weights),), packing=packing)
     why = f"{len(forest)} packed trees: {packing.tau / ring_rate:.3f}x the rate of the rate-weighted rings"
-    return ForestChoice(forest, packing, rings, weights, why)
+    return AllReduceChoice("forest trees", why, n, trees=tuple(forest), packing=packing)
 
 
-def forest_for_plan(plan: Any, nbytes: int, segment_bytes: int | None = None) -> Schedule:
-    """`choose_forest`'s schedule; ``params["shape"]`` (trees or rings) and ``params["why"]``."""
+def choose_allreduce(plan: Any, nbytes: int, group_size: int | None = None, algorithm: str = AUTO) -> AllReduceChoice:
+    """The AllReduce of ``nbytes`` per group that ``plan`` runs over its coset groups of
+    ``group_size`` members (default: all servers). ``algorithm = "auto"`` is the iteration's
+    rule (module docstring); one of `ALGORITHMS` is that algorithm on the plan's full group
+    (``topoopt``: the plan's rings, rate-weighted when the cables differ; ``forest``:
+    `choose_forest`; ``hierarchical`` on a plan that is not: one dimension of n servers)."""
     n = int(plan.servers)
-    choice = choose_forest(plan, nbytes)
-    if choice.trees is None:
-        sched = multiring_allreduce(n, nbytes, choice.rings, algorithm="forest", weights=choice.weights)
-        sched.params.update(shape="rings", tau=choice.packing.tau)
-    else:
-        segment = segment_bytes or FOREST_SEGMENT_BYTES
-        sched = forest_schedule(choice.trees, choice.packing, n, nbytes, segment_bytes=segment, path=plan.path)
-    sched.params.update(why=choice.why)
-    return sched
+    size = n if group_size is None else int(group_size)
+    if algorithm == AUTO:
+        if plan.topology == "hierarchical":
+            return AllReduceChoice(
+                "hierarchical", "hierarchical plan: reduce-scatter and all-gather per dimension", size
+            )
+        if heterogeneous(plan) and size == n:
+            forest = choose_forest(plan, nbytes)
+            return dataclasses.replace(forest, reason=f"{HETEROGENEOUS_WHY}; {forest.reason}")
+        if heterogeneous(plan):
+            why = f"{HETEROGENEOUS_WHY}; coset groups run rings"
+            return _ring_choice(plan, "weighted multi-ring", why, group_rings(plan, size), True)
+        return _ring_choice(plan, "multi-ring", UNIFORM_WHY, group_rings(plan, size), False)
+    if size != n:
+        raise ValueError(f"algorithm {algorithm!r} runs over all {n} servers, not groups of {size}")
+    if algorithm == "forest":  # rate-proportional spanning trees (docs/algorithms.md section 10)
+        return choose_forest(plan, nbytes)
+    if algorithm == "hierarchical":
+        return AllReduceChoice("hierarchical", "reduce-scatter and all-gather dimension by dimension", n)
+    if algorithm == "ring":
+        return _ring_choice(plan, "ring", "one ring: the plan's first", [allreduce_rings(plan)[:1]], False)
+    if algorithm == "topoopt":
+        hetero = heterogeneous(plan)
+        why = f"{HETEROGENEOUS_WHY}: rate-weighted rings" if hetero else UNIFORM_WHY
+        return _ring_choice(
+            plan, "weighted multi-ring" if hetero else "multi-ring", why, [allreduce_rings(plan)], hetero
+        )
+    if algorithm in ("tree", "dbtree"):
+        why = "NCCL's binary tree" if algorithm == "tree" else "NCCL's double binary tree"
+        return AllReduceChoice(algorithm, why, n)
+    raise ValueError(f"unknown algorithm {algorithm!r} (expected one of {', '.join(ALGORITHMS)})")
 
 
-def allreduce_for_plan(plan: Any, algorithm: str, nbytes: int, segment_bytes: int | None = None) -> Schedule:
-    """``ring``: one ring (the plan's first); ``topoopt``: all the plan's rings, both
-    directions, concurrently, the buffer split by `multiring_weights`; ``tree``: NCCL's binary tree; ``dbtree``: NCCL's double
-    binary tree; ``hierarchical``: reduce-scatter and all-gather dimension by dimension,
-    pipelined or one dimension after the other as the plan's ``extra["schedule"]`` says; any
-    other plan is one dimension of n servers, where it is the bidirectional ring AllReduce
-    over servers 0 .. n-1 (pipelined). Tree and 1-D ring edges are logical (relayed by the
-    hosts where not cabled)."""
+def allreduce_schedule(plan: Any, choice: AllReduceChoice, nbytes: int, segment_bytes: int | None = None) -> Schedule:
+    """The schedule of a full-group ``choice`` (from `choose_allreduce` for the same ``nbytes``):
+    ``ring``: one ring; multi-rings: every ring concurrently, the buffer split by the weights;
+    ``tree`` / ``dbtree``: NCCL's (binary, double binary) trees; the forest's trees or rings
+    (``params["shape"]`` and ``params["why"]`` say which and why); ``hierarchical``:
+    reduce-scatter and all-gather dimension by dimension, pipelined or one dimension after the
+    other as the plan's ``extra["schedule"]`` says (a plan that is not hierarchical: one
+    dimension of n servers, the bidirectional ring over servers 0 .. n-1, pipelined). Tree and
+    1-D ring edges are logical (relayed by the hosts where not cabled)."""
     n = int(plan.servers)
+    if choice.group_size != n:
+        raise ValueError(f"a schedule of the full group of {n}, not groups of {choice.group_size}")
+    algorithm = choice.algorithm
     if algorithm == "hierarchical":
         chunks = 1 if plan.extra.get("schedule") == "sequential" else PIPELINE_CHUNKS
         if plan.topology != "hierarchical":
             return hierarchical_allreduce([n], ["ring"], nbytes, chunks)
         return hierarchical_allreduce_for_plan(plan, nbytes, chunks)
-    if algorithm == "forest":  # rate-proportional spanning trees (docs/algorithms.md section 10)
-        return forest_for_plan(plan, nbytes, segment_bytes)
-    if algorithm == "ring":
-        return ring_allreduce(n, nbytes, allreduce_rings(plan)[0])
-    if algorithm == "topoopt":
-        rings = allreduce_rings(plan)
-        return multiring_allreduce(n, nbytes, rings, weights=multiring_weights(plan, rings))
-    if algorithm == "tree":
+    if algorithm == "forest trees":
+        assert choice.trees is not None and choice.packing is not None
+        segment = segment_bytes or FOREST_SEGMENT_BYTES
+        sched = forest_schedule(list(choice.trees), choice.packing, n, nbytes, segment_bytes=segment, path=plan.path)
+    elif algorithm == "forest rings":
+        assert choice.packing is not None
+        rings, weights = choice.rings[0], choice.weights[0]
+        sched = multiring_allreduce(n, nbytes, rings, algorithm="forest", weights=weights)
+        sched.params.update(shape="rings", tau=choice.packing.tau)
+    elif algorithm == "ring":
+        return ring_allreduce(n, nbytes, choice.rings[0][0])
+    elif algorithm in ("multi-ring", "weighted multi-ring"):
+        return multiring_allreduce(n, nbytes, choice.rings[0], weights=choice.weights[0])
+    elif algorithm == "tree":
         return tree_allreduce(n, nbytes, segment_bytes or DEFAULT_SEGMENT_BYTES)
-    if algorithm == "dbtree":
+    elif algorithm == "dbtree":
         return dbtree_allreduce(n, nbytes, segment_bytes or DEFAULT_SEGMENT_BYTES)
-    raise ValueError(f"unknown algorithm {algorithm!r} (expected one of {', '.join(ALGORITHMS)})")
+    else:
+        raise ValueError(f"no schedule for the AllReduce {algorithm!r}")
+    sched.params.update(why=choice.reason)
+    return sched
+
+
+def allreduce_for_plan(plan: Any, algorithm: str, nbytes: int, segment_bytes: int | None = None) -> Schedule:
+    """The schedule of ``algorithm`` (one of `ALGORITHMS`) on the plan's full group:
+    `allreduce_schedule` of `choose_allreduce`."""
+    return allreduce_schedule(plan, choose_allreduce(plan, nbytes, algorithm=algorithm), nbytes, segment_bytes)

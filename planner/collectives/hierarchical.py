@@ -7,8 +7,9 @@ its current region into p_d shards, member j keeping shard j, so after dimension
 server holds ``m_{d+1} = m_d / p_d`` bytes that all members of its next group share; the
 all-gather undoes it. Dimension d carries ``2 m_d (p_d - 1) / p_d`` bytes per server.
 
-Per dimension the block's algorithm, written here as separate reduce-scatter and all-gather
-halves (planner.collectives.rings only has the whole ring AllReduce):
+Per dimension the block's algorithm, as a reduce-scatter half and an all-gather half (the
+ring passes of planner.collectives.rings, which its ring AllReduce is made of, or the direct
+ones below):
 
 - ring block: a bidirectional ring (each shard halved, one half clockwise, one counter-
   clockwise, so both ring cables of a server carry traffic); one direction for p_d = 2;
@@ -34,10 +35,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from contract.schedule import Check, Schedule, ScheduleBuilder, split_region
 
 from ..hierarchical import groups as dimension_groups
-from .rings import weighted_split
+from .rings import Region, add_ring_all_gather, add_ring_reduce_scatter, done_ops, weighted_split
 
 Deps = Mapping[int, Iterable[int]]
-Region = tuple[int, int]  # (offset, length) in bytes
 PIPELINE_CHUNKS = 14  # chunks of the pipelined variant (module docstring)
 # Smallest chunk worth its ops when a gradient bucket is pipelined: each chunk costs every
 # rank about 2 D + 2 sum_d (p_d - 1) operations, and the workers' per-op software cost
@@ -53,54 +53,6 @@ def chunk_weights(chunks: int) -> list[int]:
     if middle < 1:
         return [1] * chunks
     return [*TAPER, *[FULL_CHUNK] * middle, *TAPER[::-1]]
-
-
-def _passthrough(members: Sequence[int], after: Deps, last: dict[int, int]) -> dict[int, list[int]]:
-    """Per member the ops that mark its part as done (its last op, else its dependencies)."""
-    return {r: [last[r]] if r in last else list(after.get(r, ())) for r in members}
-
-
-def add_ring_reduce_scatter(
-    b: ScheduleBuilder, ring: Sequence[int], buffer: str, pieces: Sequence[Region], stream: str, tag: int, after: Deps
-) -> dict[int, list[int]]:
-    """Ring reduce-scatter: ``ring[j]`` ends with the sum of everyone's ``pieces[j]``.
-
-    Step s = 0 .. k-2: position j sends piece (j - s - 1) mod k to its successor and reduces
-    piece (j - s - 2) mod k from its predecessor (piece q travels q+1 -> q+2 -> ... -> q)."""
-    k, last = len(ring), {}
-    for j, rank in enumerate(ring):
-        deps = list(after.get(rank, ()))
-        for s in range(k - 1):
-            so, sl = pieces[(j - s - 1) % k]
-            ro, rl = pieces[(j - s - 2) % k]
-            if sl:
-                last[rank] = b.send(rank, stream, ring[(j + 1) % k], buffer, so, sl, tag, after=deps)
-                deps = []
-            if rl:
-                last[rank] = b.recv(rank, stream, ring[(j - 1) % k], buffer, ro, rl, tag, "reduce", after=deps)
-                deps = []
-    return _passthrough(ring, after, last)
-
-
-def add_ring_all_gather(
-    b: ScheduleBuilder, ring: Sequence[int], buffer: str, pieces: Sequence[Region], stream: str, tag: int, after: Deps
-) -> dict[int, list[int]]:
-    """Ring all-gather: ``ring[j]`` starts with ``pieces[j]``, everyone ends with all of them.
-
-    Step s: position j sends piece (j - s) mod k on and copies piece (j - s - 1) mod k in."""
-    k, last = len(ring), {}
-    for j, rank in enumerate(ring):
-        deps = list(after.get(rank, ()))
-        for s in range(k - 1):
-            so, sl = pieces[(j - s) % k]
-            ro, rl = pieces[(j - s - 1) % k]
-            if sl:
-                last[rank] = b.send(rank, stream, ring[(j + 1) % k], buffer, so, sl, tag, after=deps)
-                deps = []
-            if rl:
-                last[rank] = b.recv(rank, stream, ring[(j - 1) % k], buffer, ro, rl, tag, "copy", after=deps)
-                deps = []
-    return _passthrough(ring, after, last)
 
 
 def add_direct_reduce_scatter(
@@ -126,7 +78,7 @@ def add_direct_reduce_scatter(
             if pieces[j][1]:
                 last[rank] = b.recv(rank, stream, members[i], buffer, *pieces[j], tag, "reduce", after=deps)
                 deps = []
-    return _passthrough(members, after, last)
+    return done_ops(members, after, last)
 
 
 def add_direct_all_gather(
@@ -152,7 +104,7 @@ def add_direct_all_gather(
             if pieces[i][1]:
                 last[rank] = b.recv(rank, stream, members[i], buffer, *pieces[i], tag, "copy", after=deps)
                 deps = []
-    return _passthrough(members, after, last)
+    return done_ops(members, after, last)
 
 
 def _half(

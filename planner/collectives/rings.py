@@ -1,11 +1,18 @@
-"""Ring AllReduce schedules: one ring, TopoOpt's multi-ring, and sub-group coset rings.
+"""Ring collectives: the reduce-scatter and all-gather passes, and the AllReduces built on
+them (one ring, TopoOpt's multi-ring, sub-group coset rings).
 
-Ring AllReduce over k members (reduce-scatter then all-gather, docs/algorithms.md section 6):
-the region is cut into k chunks; in reduce-scatter step s the member at ring position j
-sends chunk (j - s) mod k to its successor and reduces chunk (j - s - 1) mod k received
-from its predecessor; after k-1 steps position j holds the full sum of chunk (j + 1) mod k.
-All-gather then circulates the reduced chunks for k-1 more steps (receive = copy). Every
-member sends 2 (k-1) S / k bytes, the lower bound of docs/algorithms.md section 7 for one link.
+Two ring passes (`add_ring_reduce_scatter`, `add_ring_all_gather`) over k members and k
+pieces of a region: in step s = 0 .. k-2 the member at ring position j sends one piece to
+its successor and receives one from its predecessor, reducing it (reduce-scatter: position
+j ends with the sum of piece j) or copying it (all-gather: position j starts with piece j,
+everyone ends with all of them). Ring AllReduce (`add_ring_allreduce`) is a reduce-scatter
+followed by an all-gather of the same pieces, 2 (k-1) steps; every member sends
+2 (k-1) S / k bytes, the lower bound for a member with one link (docs/algorithms.md
+section 7). The hierarchical AllReduce (planner.collectives.hierarchical) runs the same two
+passes per dimension.
+
+References: P. Patarasuk and X. Yuan, "Bandwidth optimal all-reduce algorithms for clusters
+of workstations", J. Parallel Distrib. Comput. 69(2), 2009.
 
 TopoOpt multi-ring (docs/algorithms.md section 1): the buffer is split across several rings (for every chosen
 stride p, the p-ring and its reverse, the (n-p)-ring), each in its own stream, all at once,
@@ -25,6 +32,7 @@ from math import gcd
 from contract.schedule import Check, Schedule, ScheduleBuilder, split_region
 
 Deps = Mapping[int, Iterable[int]]
+Region = tuple[int, int]  # (offset, length) in bytes
 
 
 def stride_ring(n: int, stride: int, start: int = 0, members: int | None = None) -> list[int]:
@@ -68,6 +76,63 @@ def coset_rings(n: int, group_size: int, ks: Sequence[int]) -> list[list[list[in
     return groups
 
 
+REDUCE, COPY = "reduce", "copy"
+
+
+def _ring_pass(
+    b: ScheduleBuilder,
+    ring: Sequence[int],
+    buffer: str,
+    pieces: Sequence[Region],
+    stream: str,
+    tag: int,
+    after: Deps,
+    mode: str,
+) -> dict[int, int]:
+    """The k - 1 steps of one ring pass; returns each rank's last op (ranks with no op left out).
+
+    Step s = 0 .. k-2: position j sends piece (j - s - a) mod k to its successor, then receives
+    piece (j - s - a - 1) mod k from its predecessor and reduces or copies it (``mode``), with
+    a = 1 to reduce (reduce-scatter) and a = 0 to copy (all-gather). A rank's first op waits
+    for ``after[rank]``; the others follow it on ``stream``."""
+    k, shift, last = len(ring), 1 if mode == REDUCE else 0, {}
+    for j, rank in enumerate(ring):
+        deps = list(after.get(rank, ()))
+        for s in range(k - 1):
+            so, sl = pieces[(j - s - shift) % k]
+            ro, rl = pieces[(j - s - shift - 1) % k]
+            if sl:
+                last[rank] = b.send(rank, stream, ring[(j + 1) % k], buffer, so, sl, tag, after=deps)
+                deps = []
+            if rl:
+                last[rank] = b.recv(rank, stream, ring[(j - 1) % k], buffer, ro, rl, tag, mode, after=deps)
+                deps = []
+    return last
+
+
+def done_ops(members: Sequence[int], after: Deps, last: Mapping[int, int]) -> dict[int, list[int]]:
+    """Per member the ops that mark its part as done (its last op, else its dependencies)."""
+    return {r: [last[r]] if r in last else list(after.get(r, ())) for r in members}
+
+
+def add_ring_reduce_scatter(
+    b: ScheduleBuilder, ring: Sequence[int], buffer: str, pieces: Sequence[Region], stream: str, tag: int, after: Deps
+) -> dict[int, list[int]]:
+    """Ring reduce-scatter: ``ring[j]`` ends with the sum of everyone's ``pieces[j]`` (piece
+    q travels q+1 -> q+2 -> ... -> q, reduced at every hop). Returns per member the ops that
+    finish its part."""
+    return done_ops(ring, after, _ring_pass(b, ring, buffer, pieces, stream, tag, after, REDUCE))
+
+
+def add_ring_all_gather(
+    b: ScheduleBuilder, ring: Sequence[int], buffer: str, pieces: Sequence[Region], stream: str, tag: int, after: Deps
+) -> dict[int, list[int]]:
+    """Ring all-gather: ``ring[j]`` starts with ``pieces[j]``, everyone ends with all of them
+    (piece q travels q -> q+1 -> ... -> q-1, copied at every hop). Returns per member the ops
+    that finish its part."""
+    return done_ops(ring, after, _ring_pass(b, ring, buffer, pieces, stream, tag, after, COPY))
+
+
 def add_ring_allreduce(
     b: ScheduleBuilder,
     ring: Sequence[int],
@@ -78,35 +143,23 @@ def add_ring_allreduce(
     after: Deps | None = None,
     tag: int | None = None,
 ) -> dict[int, int]:
-    """Append ring AllReduce of region ``[offset, offset+length)`` over ``ring`` to ``b``.
+    """Append ring AllReduce of region ``[offset, offset+length)`` over ``ring`` to ``b``: the
+    reduce-scatter pass, then the all-gather pass on the same stream and tag.
 
-    ``after[rank]`` lists ops the rank's first op of this collective waits on (e.g. the
-    backward compute of the bucket). Returns each member's last op id (or its dependency
-    when the member has nothing to do) so later ops can wait for the collective."""
+    The region is cut into k chunks; position j reduces chunk (j + 1) mod k (its piece j), so
+    ``pieces[q] = chunks[(q + 1) mod k]``. ``after[rank]`` lists ops the rank's first op of
+    this collective waits on (e.g. the backward compute of the bucket). Returns each member's
+    last op id (members with nothing to do are left out) so later ops can wait for it."""
     k = len(ring)
     if len(set(ring)) != k:
         raise ValueError(f"ring {list(ring)} visits a rank twice")
-    itemsize = b.buffers[buffer].itemsize
-    chunks = split_region(offset, length, k, itemsize)
+    chunks = split_region(offset, length, k, b.buffers[buffer].itemsize)
+    pieces = [chunks[(q + 1) % k] for q in range(k)]
     tag = b.new_tag() if tag is None else tag
     after = after or {}
-    last: dict[int, int] = {}
-    for j, rank in enumerate(ring):
-        right, left = ring[(j + 1) % k], ring[(j - 1) % k]
-        deps = list(after.get(rank, ()))
-        steps = [(c, "reduce") for c in ((j - s) % k for s in range(k - 1))]
-        steps += [(c, "copy") for c in ((j + 1 - s) % k for s in range(k - 1))]
-        for _s, (send_chunk, mode) in enumerate(steps):
-            recv_chunk = (send_chunk - 1) % k
-            so, sl = chunks[send_chunk]
-            ro, rl = chunks[recv_chunk]
-            if sl:
-                last[rank] = b.send(rank, stream, right, buffer, so, sl, tag, after=deps)
-                deps = []
-            if rl:
-                last[rank] = b.recv(rank, stream, left, buffer, ro, rl, tag, mode, after=deps)
-                deps = []
-    return last
+    reduced = _ring_pass(b, ring, buffer, pieces, stream, tag, after, REDUCE)
+    waiting = {r: after.get(r, ()) for r in ring if r not in reduced}  # ranks whose first op is a copy
+    return {**reduced, **_ring_pass(b, ring, buffer, pieces, stream, tag, waiting, COPY)}
 
 
 def add_multiring_allreduce(

@@ -11,8 +11,8 @@ tax of host-based relaying).
 
 `NetworkModel.loads` turns a set of concurrent flows into bytes per directed link with one
 vectorized pass per hop (``hop_links[k][u, v]`` = the link of the k-th hop of u -> v), so
-a thousand flows cost a few numpy calls. Ring AllReduce layouts (`ring_unit_loads`) are the
-same computation on the ring edges the workers use.
+a thousand flows cost a few numpy calls. AllReduce layouts (`allreduce_unit_loads`) are the
+same computation on the rings or trees the workers use (`planner.collectives.from_plan`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,22 @@ import numpy as np
 from contract.physics import tcp_goodput_fraction
 from contract.plan import Plan
 
-from ..collectives.from_plan import group_rings
+from ..collectives.from_plan import AllReduceChoice, choose_allreduce
 
 PLANNED_MTU = 9000  # jumbo frames, the default of planner.predict.plan_network
+FOREST_SHARE_BYTES = 64 << 20  # any size: a forest's trees share it in proportion to their rates
+
+
+@dataclass(frozen=True)
+class AllReduceLoads:
+    """What an AllReduce of 1 byte per group puts on the links (`NetworkModel.allreduce_unit_loads`)."""
+
+    loads: np.ndarray  # bytes per directed link
+    steps: int  # message steps on the critical path
+    hops: int  # most hops one step's message crosses (each pays alpha)
+    paths: int  # rings or trees per group, run at once
+    group_size: int
+    algorithm: str  # as `planner.collectives.from_plan.AllReduceChoice.algorithm`
 
 
 @dataclass
@@ -91,22 +104,59 @@ class NetworkModel:
             out += np.bincount(ids[mask], weights=nbytes[mask], minlength=self.num_links)
         return out
 
-    def ring_unit_loads(self, m: int) -> tuple[np.ndarray, int, int, int]:
-        """Link loads of ring AllReduce of 1 byte in every group of the layout with step m.
+    def allreduce_unit_loads(self, m: int) -> AllReduceLoads:
+        """Link loads of the AllReduce of 1 byte in every group of the layout with step m.
 
         The groups are the m cosets {s, s+m, ...} of k = n/m members, all reducing at once,
-        on the rings the workers run (`planner.collectives.from_plan.group_rings`: TopoOpt's
-        stride rings, else the plan's ring order, both directions; one ring through a
-        switch), each ring edge routed over the plan's paths.
-        Returns (loads per byte, P rings per group, max hops of a ring edge, k).
-        Each ring edge carries 2 (k-1)/k of the ring's share (reduce-scatter + all-gather).
-        """
+        with the AllReduce the workers run for that group size
+        (`planner.collectives.from_plan.choose_allreduce`):
+
+        - rings (TopoOpt's stride rings, else the plan's ring order, both directions; one
+          ring through a switch): each ring edge, routed over the plan's paths, carries
+          2 (k-1)/k of its ring's share of the byte (reduce-scatter + all-gather), the shares
+          in proportion to the rings' weights (equal on uniform cables); 2 (k-1) steps of at
+          most ``hops`` hops each;
+        - the forest's trees: each tree edge (a cable) carries the tree's share in both
+          directions (reduce up, broadcast down); 2 x height steps of one hop.
+
+        The hierarchical AllReduce is not modelled (the search does not plan hierarchical
+        networks): a `ValueError`."""
         k = self.servers // m
-        groups = group_rings(self.plan, k)
-        src = np.array([r for rings in groups for ring in rings for r in ring], dtype=np.int64)
-        dst = np.array([r for rings in groups for ring in rings for r in np.roll(ring, -1)], dtype=np.int64)
-        rings = len(groups[0])
-        share = 2.0 * (k - 1) / k / rings
-        loads = self.loads(src, dst, np.full(len(src), share))
-        max_hops = int(self.hops[src, dst].max()) if len(src) else 0
-        return loads, rings, max_hops, k
+        choice = choose_allreduce(self.plan, FOREST_SHARE_BYTES, k)
+        if choice.algorithm == "hierarchical":
+            raise ValueError("the cost model does not model the hierarchical AllReduce")
+        if choice.trees is not None:
+            return self._tree_loads(choice)
+        src: list[int] = []
+        dst: list[int] = []
+        share: list[float] = []
+        for rings, weights in zip(choice.rings, choice.weights):
+            w = weights or (1.0,) * len(rings)
+            for ring, wr in zip(rings, w):
+                src += ring
+                dst += ring[1:] + ring[:1]
+                share += [2.0 * (k - 1) / k * wr / sum(w)] * len(ring)
+        s, d = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
+        loads = self.loads(s, d, np.array(share))
+        max_hops = int(self.hops[s, d].max()) if len(s) else 0
+        return AllReduceLoads(loads, 2 * (k - 1), max_hops, len(choice.rings[0]), k, choice.algorithm)
+
+    def _tree_loads(self, choice: AllReduceChoice) -> AllReduceLoads:
+        trees = choice.trees or ()
+        total = sum(t.length for t in trees)
+        loads = np.zeros(self.num_links)
+        height = 0
+        for tree in trees:
+            for v, parent in tree.parent.items():
+                if parent >= 0:
+                    loads[self.link_id[v, parent]] += tree.length / total
+                    loads[self.link_id[parent, v]] += tree.length / total
+            height = max(height, max(_depth(tree.parent, v) for v in tree.parent))
+        return AllReduceLoads(loads, 2 * height, 1, len(trees), choice.group_size, choice.algorithm)
+
+
+def _depth(parent: dict[int, int], v: int) -> int:
+    depth = 0
+    while parent[v] >= 0:
+        v, depth = parent[v], depth + 1
+    return depth

@@ -19,9 +19,13 @@ bytes routed over it (`NetworkModel.loads`); each link serves its share after it
 tasks (FIFO), and the task ends when its slowest link is done, plus the pipeline fill:
 transfers are cut into `CostConfig.segment_bytes` segments (1 MiB, as in the authors'
 simulator) and store-and-forwarded, so a path of h hops adds (h-1) segment times and h
-per-hop latencies alpha. Ring AllReduce of S bytes over k members on P rings: each ring edge
-carries 2 (k-1) S / (k P) over the links of its route, plus 2 (k-1) x hops x alpha; on a
-TopoOpt group with its own rings that is exactly T = 2(k-1)S/(kPB) + 2(k-1) alpha.
+per-hop latencies alpha. Each bucket's AllReduce is the one the workers run for its group
+size (`planner.collectives.from_plan.choose_allreduce`, `NetworkModel.allreduce_unit_loads`).
+Ring AllReduce of S bytes over k members on P rings: each ring edge carries
+2 (k-1) S w_r / (k sum w) over the links of its route (w_r: the ring's weight, equal on
+uniform cables), plus 2 (k-1) x hops x alpha; on a TopoOpt group with its own rings that is
+exactly T = 2(k-1)S/(kPB) + 2(k-1) alpha. The forest's trees: each tree edge carries the
+tree's share of S both ways, plus 2 x height x alpha.
 
 Approximations (what makes an evaluation take milliseconds, not seconds):
 - Tasks are aggregated over servers: an operator's forward compute is ONE task on all its
@@ -41,8 +45,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract.plan import Plan
+from contract.plan import Plan, Workload
 
+from ..iteration import DDP_BUCKET_BYTES
 from ..opgraph import OpGraph
 from ..strategy import Flows, Strategy, op_traffic
 from .network import NetworkModel
@@ -50,10 +55,10 @@ from .network import NetworkModel
 
 @dataclass(frozen=True)
 class CostConfig:
-    batch: int = 128  # samples per server per iteration
-    device_tflops: float = 125.0
+    batch: int = Workload.batch_per_server  # samples per server per iteration
+    device_tflops: float = Workload.device_tflops
     segment_bytes: int = 1 << 20
-    bucket_bytes: int = 25 << 20
+    bucket_bytes: int = DDP_BUCKET_BYTES
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ class Simulator:
         self.net = NetworkModel(plan)
         self.alpha = plan.latency_us * 1e-6
         self._flow_cache: dict[tuple, tuple[np.ndarray, np.ndarray, float, float]] = {}
-        self._ring_cache: dict[int, tuple[np.ndarray, np.ndarray, int, int]] = {}
+        self._allreduce_cache: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
         self._traffic_cache: dict[tuple, object] = {}
         self.evaluations = 0
 
@@ -119,13 +124,14 @@ class Simulator:
         self._flow_cache[key] = hit
         return hit
 
-    def _ring(self, m: int) -> tuple[np.ndarray, np.ndarray, int, int]:
-        hit = self._ring_cache.get(m)
+    def _allreduce(self, m: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """(link ids, seconds per byte on each, latency seconds) of layout m's AllReduce."""
+        hit = self._allreduce_cache.get(m)
         if hit is None:
-            loads, rings, hops, k = self.net.ring_unit_loads(m)
-            ids = np.nonzero(loads)[0]
-            hit = (ids, loads[ids] / self.net.capacity[ids], hops, k)
-            self._ring_cache[m] = hit
+            unit = self.net.allreduce_unit_loads(m)
+            ids = np.nonzero(unit.loads)[0]
+            hit = (ids, unit.loads[ids] / self.net.capacity[ids], unit.steps * unit.hops * self.alpha)
+            self._allreduce_cache[m] = hit
         return hit
 
     # ---- scheduling primitives ----------------------------------------------------
@@ -188,9 +194,9 @@ class Simulator:
 
         def flush(layout: int, nbytes: float, ready: float) -> float:
             nonlocal ar_chain, ar_time, ar_bytes
-            ids, secs, hops, k = self._ring(layout)
+            ids, secs, latency = self._allreduce(layout)
             start = max(ready, ar_chain)
-            done = self._network(res, start, ids, secs * nbytes, 2 * (k - 1) * hops * self.alpha)
+            done = self._network(res, start, ids, secs * nbytes, latency)
             ar_time += done - start
             ar_bytes += nbytes * layout
             ar_chain = done

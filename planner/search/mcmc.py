@@ -42,9 +42,8 @@ from contract.plan import Plan, TrafficDemand
 
 from ..costmodel.simulator import CostConfig, IterationCost, Simulator
 from ..fusion import FusionConfig, fuse
-from ..iteration import IterationOptions, iteration_schedule
+from ..iteration_prediction import predict_iteration
 from ..opgraph import OpGraph, model_graph
-from ..predict import plan_network, predict
 from ..scenario import Scenario
 from ..strategy import (
     Strategy,
@@ -56,7 +55,6 @@ from ..strategy import (
     traffic_arrays,
 )
 from ..topologies import plan_for_demand
-from ..zoo import get_model
 from .config import DENSE_MP_PAIRS_PER_SERVER, SearchConfig
 from .proposals import propose
 from .topology import DemandSignature, TopologyCache
@@ -261,15 +259,7 @@ def search(
         history=history,
     )
     info = result.info()
-    info["search"]["executed_iteration_s"] = _executed_seconds(result.plan, w, cfg)
+    _, executed = predict_iteration(result.plan, max_ops=cfg.rescore_max_ops)  # None: over the op budget
+    info["search"]["executed_iteration_s"] = executed.seconds if executed is not None else None
     result.plan = dataclasses.replace(result.plan, extra={**result.plan.extra, **info})
     return result
-
-
-def _executed_seconds(plan: Plan, w, cfg: SearchConfig) -> float | None:
-    """The predictor's time for the plan's iteration schedule (None: over the op budget)."""
-    opts = IterationOptions(batch=w.batch_per_server, device_tflops=w.device_tflops)
-    schedule = iteration_schedule(plan, get_model(w.model), opts)
-    if schedule.op_count() > cfg.rescore_max_ops:
-        return None
-    return predict(schedule, plan_network(plan)).seconds

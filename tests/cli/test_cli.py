@@ -153,9 +153,9 @@ def test_plan_summary_lists_model_parallel_cables_and_allocates_only_when_asked(
     assert sum(carried > 0 for _, _, carried in cables) == len({(min(a, b), max(a, b)) for a, b, _ in cables} & flows)
     text = plan_cmd.describe(plan)
     assert f"model-parallel  16 of {len(plan.links)} cables" in text
-    assert plan_cmd.bandwidth_phases(plan, s) == []  # routing = "single": no allocation lines
+    assert plan_cmd.bandwidth_phases(plan) == []  # routing = "single": no allocation lines
     planned = with_overrides(s, topology={"routing": "planned"})
-    assert plan_cmd.bandwidth_phases(build_plan(planned), planned)
+    assert plan_cmd.bandwidth_phases(build_plan(planned))
 
 
 @pytest.mark.parametrize("scenario, remarks", [("topoopt-12", 0), ("resnet50-128", 2)])

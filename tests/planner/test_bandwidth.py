@@ -26,7 +26,6 @@ from planner.bandwidth import (
 )
 from planner.collectives.p2p import add_p2p_transfers
 from planner.predict import plan_network, predict
-from planner.zoo import get_model
 
 GBIT = 1e9 / 8  # bytes in one Gbit
 SCENARIOS = ("topoopt-12", "expander-12", "switch-12")
@@ -107,7 +106,7 @@ def test_scenario_phases_fit_and_never_lose_to_single_path(name):
     scenario = load_scenario(f"scenarios/{name}.toml")
     plan = build_plan(scenario)
     for traffic in (
-        embedding_alltoall_traffic(plan, get_model(scenario.workload.model), scenario.workload.batch_per_server),
+        embedding_alltoall_traffic(plan),
         iteration_mp_traffic(plan),
     ):
         assert traffic
@@ -150,7 +149,7 @@ def test_predictor_sends_a_plane_along_its_path():
 def test_predicted_embedding_phase_meets_the_lp_bound_on_topoopt_12():
     scenario = load_scenario("scenarios/topoopt-12.toml")
     plan = build_plan(scenario)
-    traffic = embedding_alltoall_traffic(plan, get_model("dlrm"), scenario.workload.batch_per_server)
+    traffic = embedding_alltoall_traffic(plan)
     result = allocate_for_plan(plan, traffic)
     allocated = dataclasses.replace(plan, allocation=result.allocation)
     transfers = [(s, d, int(v)) for (s, d), v in sorted(traffic.items())]

@@ -13,7 +13,6 @@ from planner.collectives.hierarchical import PIPELINE_CHUNKS, pipeline_chunks
 from planner.hierarchical import BLOCKS, HierarchicalInputError, demand_workload, layout_span
 from planner.iteration import IterationOptions, iteration_schedule
 from planner.scenario import HIERARCHICAL_LISTS, load_scenario, parse_scenario, with_overrides
-from planner.zoo import get_model
 from topolab.cli import main
 
 BASE = """[cluster]
@@ -147,10 +146,9 @@ def test_hybrid_workload_spans_the_groups_dimensions(tmp_path):
 @pytest.mark.parametrize("schedule", ["pipelined", "sequential"])
 def test_iteration_uses_the_hierarchical_allreduce_and_verifies(tmp_path, schedule):
     text = BASE.replace('strategy = "data"', 'strategy = "hybrid"\nmp_degree = 4') + f'schedule = "{schedule}"\n'
-    text += '[workload]\nmodel = "bert"\n'
+    text += '[workload]\nmodel = "bert"\nbatch_per_server = 2\n'
     plan = build_plan(_scenario(text, tmp_path))
-    opts = IterationOptions(batch=2, device_tflops=125.0, payload_scale=2e-3)
-    sched = iteration_schedule(plan, get_model("bert"), opts)
+    sched = iteration_schedule(plan, IterationOptions(payload_scale=2e-3))
     streams = {s for prog in sched.programs for s in prog}
     assert {"d0.rs", "d1.rs.cw", "d1.rs.ccw", "d1.ag.cw", "d0.ag"} <= streams
     assert not any(s.startswith("ar") for s in streams)  # no flat rings on a hierarchical plan

@@ -13,7 +13,6 @@ from planner import build_plan, parse_scenario
 from planner.collectives import simulate_and_verify
 from planner.iteration import IterationOptions, iteration_schedule
 from planner.predict import plan_network, predict
-from planner.zoo import get_model
 from workers.spec import specs_for_schedule
 
 N, D = 12, 4
@@ -52,7 +51,7 @@ def _mp_bytes(schedule) -> dict[tuple[int, int], int]:
 def test_schedule_executes_the_plans_strategy(kind, strategy, model):
     plan = _plan(kind, strategy, model)
     assert Plan.from_json(plan.to_json()).placement == plan.placement
-    schedule = iteration_schedule(plan, get_model(model), IterationOptions(BATCH, 125.0, payload_scale=1.0))
+    schedule = iteration_schedule(plan, IterationOptions(payload_scale=1.0))
     uses_mp = any(op.owner >= 0 or op.mp > 1 for op in plan.placement.operators)
     assert bool(plan.demand.mp) == uses_mp
     if strategy == "hybrid":
@@ -82,7 +81,7 @@ def test_schedule_executes_the_plans_strategy(kind, strategy, model):
 @pytest.mark.parametrize("kind", KINDS)
 def test_predictor_and_workers_get_the_same_schedule(kind):
     plan = _plan(kind, "search", "dlrm")
-    schedule = iteration_schedule(plan, get_model("dlrm"), IterationOptions(BATCH, 125.0, payload_scale=1e-3))
+    schedule = iteration_schedule(plan, IterationOptions(payload_scale=1e-3))
     assert simulate_and_verify(schedule) == []
     specs = specs_for_schedule(schedule.to_dict(), ["127.0.0.1"] * N, "ipc:///tmp/unused")
     for rank, spec in enumerate(specs):  # the workers receive the schedule's programs op for op
@@ -104,7 +103,7 @@ def test_search_plan_keeps_its_model_parallel_flows():
     # the MP flows and the schedule runs them (before the fix it ran pure data parallelism).
     plan = _plan("topoopt", "search", "dlrm")
     assert plan.placement.tables and plan.demand.mp
-    schedule = iteration_schedule(plan, get_model("dlrm"), IterationOptions(BATCH, 125.0))
+    schedule = iteration_schedule(plan)
     assert sum(_mp_bytes(schedule).values()) == pytest.approx(plan.demand.mp_bytes, rel=1e-3)
 
 
@@ -114,10 +113,10 @@ def test_cost_model_workers_and_collective_use_the_same_rings(kind):
     from planner.costmodel import NetworkModel
 
     plan = _plan(kind, "data", "candle")
-    workers = iteration_schedule(plan, get_model("candle"), IterationOptions(BATCH, 125.0, payload_scale=1e-4))
+    workers = iteration_schedule(plan, IterationOptions(payload_scale=1e-4))
     worker_rings = {s for s in workers.programs[0] if s.startswith("ar")}
     collective = allreduce_for_plan(plan, "topoopt", 4 * N * 64)
-    _, cost_model_rings, _, _ = NetworkModel(plan).ring_unit_loads(1)
+    cost_model_rings = NetworkModel(plan).allreduce_unit_loads(1).paths
     assert cost_model_rings == len(worker_rings) == len(collective.programs[0]) == len(allreduce_rings(plan))
     if kind == "expander":  # the plan's ring order, both directions (the cost model used d/2 tours)
         assert cost_model_rings == 2
@@ -125,6 +124,6 @@ def test_cost_model_workers_and_collective_use_the_same_rings(kind):
 
 def test_search_records_the_prediction_of_the_executed_schedule():
     plan = _plan("topoopt", "search", "dlrm")
-    schedule = iteration_schedule(plan, get_model("dlrm"), IterationOptions(BATCH, 125.0))
+    schedule = iteration_schedule(plan)
     executed = plan.extra["search"]["executed_iteration_s"]
     assert executed == pytest.approx(predict(schedule, plan_network(plan)).seconds, rel=1e-12)

@@ -9,7 +9,6 @@ from planner.collectives.rings import multiring_allreduce, ring_allreduce, topoo
 from planner.collectives.simulate import simulate_and_verify
 from planner.iteration import IterationOptions, iteration_schedule
 from planner.predict import Network, plan_network, predict
-from planner.zoo import get_model
 
 
 def _line_network(cap=1e6, alpha=0.0):
@@ -74,12 +73,7 @@ def test_goodput_fraction_matches_measured_htb_ceiling():
 def test_iteration_schedules_verify_and_overlap(scenario_dir, name):
     s = load_scenario(scenario_dir / f"{name}.toml")
     plan = build_plan(s)
-    model = get_model(s.workload.model)
-    small = iteration_schedule(
-        plan,
-        model,
-        IterationOptions(s.workload.batch_per_server, s.workload.device_tflops, time_scale=10.0, payload_scale=1e-4),
-    )
+    small = iteration_schedule(plan, IterationOptions(time_scale=10.0, payload_scale=1e-4))
     assert simulate_and_verify(small) == []
     pred = predict(small, plan_network(plan))
     compute = sum(op.seconds for op in small.programs[0]["compute"] if op.kind == "compute")
@@ -91,12 +85,12 @@ def test_hybrid_dense_iteration_uses_coset_groups():
     s = parse_scenario(
         {
             "cluster": {"servers": 8, "degree": 4},
-            "workload": {"model": "vgg16"},
+            "workload": {"model": "vgg16", "batch_per_server": 8},
             "parallelism": {"strategy": "hybrid", "mp_degree": 2},
         }
     )
     plan = build_plan(s)
-    sched = iteration_schedule(plan, get_model("vgg16"), IterationOptions(8, 125.0, payload_scale=1e-4))
+    sched = iteration_schedule(plan, IterationOptions(payload_scale=1e-4))
     groups = [c.groups for c in sched.checks if c.kind == "allreduce"]
     assert [[0, 2, 4, 6], [1, 3, 5, 7]] in groups
     assert simulate_and_verify(sched) == []

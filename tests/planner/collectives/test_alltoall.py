@@ -15,7 +15,6 @@ from planner.collectives.alltoall import alltoall, alltoall_for_plan
 from planner.collectives.p2p import all_to_all, plane_pieces
 from planner.iteration import IterationOptions, iteration_schedule
 from planner.predict import plan_network, predict
-from planner.zoo import get_model
 
 NBYTES = 4096 * 4 + 12  # not a multiple of the planes' shares: pieces must stay item aligned
 EMULATED_BPS = 100e6
@@ -95,9 +94,8 @@ def test_switch_alltoall_is_unchanged_by_planning():
 def test_iteration_transfers_use_the_plans_planes():
     plan = _plan("topoopt-12")
     allocated = dataclasses.replace(plan, allocation=allocate_for_plan(plan, iteration_mp_traffic(plan)).allocation)
-    opts = IterationOptions(batch=128, device_tflops=125.0, payload_scale=1e-3)
-    model = get_model("dlrm")
-    single, planned = iteration_schedule(plan, model, opts), iteration_schedule(allocated, model, opts)
+    opts = IterationOptions(payload_scale=1e-3)
+    single, planned = iteration_schedule(plan, opts), iteration_schedule(allocated, opts)
     planes = {op.plane for prog in planned.programs for ops in prog.values() for op in ops if op.kind == "send"}
     assert max(planes) >= 2
     assert {op.plane for prog in single.programs for ops in prog.values() for op in ops if op.kind == "send"} == {0}

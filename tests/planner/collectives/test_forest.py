@@ -11,24 +11,21 @@ import numpy as np
 import pytest
 
 from planner import build_plan, load_scenario, parse_scenario
-from planner.collectives.forest import (
+from planner.collectives.forest import build_forest, forest_allreduce, plan_capacities, server_parents
+from planner.collectives.from_plan import allreduce_for_plan, choose_allreduce, plan_rings
+from planner.collectives.rings import multiring_allreduce
+from planner.collectives.simulate import simulate_and_verify
+from planner.collectives.tree_packing import (
     MAX_TAU_LOSS,
     allreduce_bounds,
-    build_forest,
-    forest_allreduce,
-    plan_capacities,
     select_trees,
-    server_parents,
     shallow_or_exact_packing,
     shallow_tree_packing,
     spanning_tree_packing,
 )
-from planner.collectives.from_plan import allreduce_for_plan, plan_rings
-from planner.collectives.rings import multiring_allreduce
-from planner.collectives.simulate import simulate_and_verify
+from planner.costmodel.network import FOREST_SHARE_BYTES, NetworkModel
 from planner.iteration import IterationOptions, iteration_schedule
 from planner.predict import plan_network, predict
-from planner.zoo import get_model
 
 SEED = 20210510
 
@@ -249,13 +246,37 @@ def test_iteration_uses_the_forest_on_heterogeneous_cables_and_says_why():
         "workload": {"model": "candle", "batch_per_server": 64},
         "parallelism": {"strategy": "data"},
     }
-    opts = IterationOptions(64, 125.0, payload_scale=1e-3)
+    opts = IterationOptions(payload_scale=1e-3)
     slow = [{"a": 0, "b": 1, "gbps": 5}, {"a": 7, "b": 8, "gbps": 5}, {"a": 4, "b": 9, "gbps": 5}]
     hetero = build_plan(parse_scenario({**scenario, "cables": slow}))
-    sched = iteration_schedule(hetero, get_model("candle"), opts)
+    sched = iteration_schedule(hetero, opts)
     used = sched.params["allreduce"]["groups of 12"]
     assert used["algorithm"] == "forest trees" and "different rates" in used["why"]
     assert any(stream.startswith("ft") for stream in sched.programs[0])
     assert simulate_and_verify(sched) == []
-    uniform = iteration_schedule(build_plan(parse_scenario(scenario)), get_model("candle"), opts)
+    uniform = iteration_schedule(build_plan(parse_scenario(scenario)), opts)
     assert uniform.params["allreduce"]["groups of 12"]["algorithm"] == "multi-ring"
+
+
+def test_iteration_collective_and_cost_model_make_one_choice_on_heterogeneous_cables():
+    scenario = {
+        "cluster": {"servers": 12, "degree": 4, "link_gbps": 25},
+        "workload": {"model": "candle", "batch_per_server": 64},
+        "parallelism": {"strategy": "data"},
+    }
+    slow = [{"a": 0, "b": 1, "gbps": 5}, {"a": 7, "b": 8, "gbps": 5}, {"a": 4, "b": 9, "gbps": 5}]
+    hetero = build_plan(parse_scenario({**scenario, "cables": slow}))
+    choice = choose_allreduce(hetero, FOREST_SHARE_BYTES)
+    assert choice.algorithm == "forest trees" and choice.shape == "trees" and choice.trees
+    assert "different rates" in choice.reason
+    iteration = iteration_schedule(hetero, IterationOptions(payload_scale=1e-3))
+    assert iteration.params["allreduce"]["groups of 12"]["algorithm"] == choice.algorithm
+    named = choose_allreduce(hetero, FOREST_SHARE_BYTES, algorithm="forest")  # topolab collective's
+    assert named.algorithm == choice.algorithm and named.trees == choice.trees
+    model = NetworkModel(hetero)
+    unit = model.allreduce_unit_loads(1)
+    assert unit.algorithm == choice.algorithm and unit.paths == len(choice.trees)
+    # every tree edge carries its tree's share both ways: the busiest link per byte is 1 / tau
+    assert (unit.loads / model.capacity).max() == pytest.approx(1 / choice.packing.tau, rel=1e-3)
+    uniform = build_plan(parse_scenario(scenario))
+    assert NetworkModel(uniform).allreduce_unit_loads(1).algorithm == "multi-ring"

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from planner import build_plan, load_scenario
-from planner.collectives.from_plan import allreduce_for_plan, allreduce_rings, multiring_weights, ring_weights
+from planner.collectives.from_plan import allreduce_for_plan, allreduce_rings, choose_allreduce, ring_weights
 from planner.collectives.rings import multiring_allreduce
 from planner.collectives.simulate import simulate_and_verify
 from planner.predict import plan_network, predict
@@ -30,7 +30,10 @@ def test_weights_are_the_rings_bottleneck_rates():
     steps = [(ring[1] - ring[0]) % plan.servers for ring in rings]
     weights = ring_weights(plan, rings)
     assert weights == [25.0 if step in (1, 11) else 6.25 for step in steps]
-    assert multiring_weights(stride_plan(5, 1.0), rings) is None  # uniform: TopoOpt's equal split
+    assert choose_allreduce(plan, 1 << 20, algorithm="topoopt").weights == (tuple(weights),)
+    assert choose_allreduce(stride_plan(5, 1.0), 1 << 20, algorithm="topoopt").weights == (
+        None,
+    )  # TopoOpt's equal split
 
 
 def test_a_slow_cable_slows_only_the_rings_through_it():

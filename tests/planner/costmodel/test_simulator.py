@@ -64,7 +64,9 @@ def test_relayed_subgroup_rings_pay_the_forwarding_tax():
         s = _scenario(n, 8, degree_split=rule)
         plan = build_plan(s, strategy_demand(g, st, n, 1))
         net = NetworkModel(plan)
-        loads, rings, hops, k = net.ring_unit_loads(2)
+        unit = net.allreduce_unit_loads(2)
+        loads, rings, hops, k = unit.loads, unit.paths, unit.hops, unit.group_size
+        assert unit.algorithm == "multi-ring" and unit.steps == 2 * (k - 1)
         assert k == 6
         per_ring_edge = 2 * (k - 1) / k / rings
         assert loads.sum() == pytest.approx(per_ring_edge * n * rings * hops)  # every hop carries it all
