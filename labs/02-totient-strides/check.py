@@ -8,6 +8,7 @@ from planner.totient import select_permutations, totient_strides
 
 TITLE = "TotientPerms and SelectPermutations: choose the ring strides"
 STUDENT_FILE = "strides.py"
+FUNCTIONS = ("select_strides(n, d)",)
 # (servers, degree): the prototype, the paper's 128-server evaluation, and odd shapes
 CASES = [(12, 4), (16, 8), (32, 4), (64, 6), (128, 8), (210, 8), (1024, 8)]
 

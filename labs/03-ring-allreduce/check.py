@@ -10,6 +10,7 @@ from planner.collectives.simulate import simulate_and_verify
 
 TITLE = "Ring AllReduce from scratch: reduce-scatter + all-gather as a schedule"
 STUDENT_FILE = "ring.py"
+FUNCTIONS = ("ring_allreduce(n, nbytes)",)
 CASES = [(2, 64), (3, 1200), (5, 4000), (12, 12 * 1024)]
 EMULATED_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "topoopt-12.toml"
 EMULATED_BYTES = 4 << 20

@@ -1,20 +1,22 @@
 """Checker of exercise 4: on the 12-server prototype whose stride-5 cables are older and
 slower (SLOW_GBPS instead of 25), the student's split of a 64 MiB AllReduce over the four
-rings (+1, -1, +5, -5) is predicted with planner.predict and compared with the lower bound
-2 (n-1) S / (n D), D the per-server egress goodput (docs/algorithms.md section 7)."""
+rings (+1, -1, +5, -5) is predicted with planner.predict (topolab.lab.predicted_real_seconds:
+the real cluster's seconds) and compared with the lower bound 2 (n-1) S / (n D), D the
+per-server egress goodput (docs/algorithms.md section 7)."""
 
 from dataclasses import replace
 from pathlib import Path
 
-from contract.physics import tcp_goodput_fraction, time_scale
+from contract.physics import tcp_goodput_fraction
 from contract.schedule import Check, ScheduleBuilder
 from planner import build_plan, load_scenario
 from planner.collectives.from_plan import allreduce_rings
 from planner.collectives.rings import add_multiring_allreduce
-from planner.predict import plan_network, predict
+from topolab.lab import predicted_real_seconds
 
 TITLE = "Multi-ring on uneven cables: split the buffer by ring rate"
 STUDENT_FILE = "weights.py"
+FUNCTIONS = ("ring_weights(ring_gbps)",)
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "topoopt-12.toml"
 SLOW_STRIDE = 5
 SLOW_GBPS = 10.0  # 10 Gbps cables left over from an older cluster
@@ -46,8 +48,7 @@ def predicted_seconds(plan, rings, weights) -> float:
     b.buffer("grad", NBYTES)
     add_multiring_allreduce(b, rings, "grad", 0, NBYTES, weights=weights)
     b.check(Check("allreduce", "grad", 0, NBYTES, groups=[list(range(plan.servers))]))
-    emulated = predict(b.build(), plan_network(plan, link_bps=EMULATED_MBPS * 1e6, mtu=MTU)).seconds
-    return emulated / time_scale(plan.link_gbps, EMULATED_MBPS)
+    return predicted_real_seconds(plan, b.build(), EMULATED_MBPS, MTU)
 
 
 def bound_seconds(plan) -> float:

@@ -9,6 +9,7 @@ from planner.totient import circulant_cables
 
 TITLE = "Coin-change routing: one first stride per offset"
 STUDENT_FILE = "routing.py"
+FUNCTIONS = ("first_strides(n, strides)",)
 HINT = (
     "hint: strides go both ways (use -p too) and the first coin must start a SHORTEST sequence: "
     "breadth-first search over offsets from 0"
@@ -47,6 +48,4 @@ def check(student, emulate: bool) -> list[str]:
                     )
                 continue
             break  # a broken table: one message is enough for this case
-    if problems:
-        problems.insert(0, HINT)
     return problems

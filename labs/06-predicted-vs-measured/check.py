@@ -1,29 +1,27 @@
 """Checker of exercise 6: the student's sweep data (JSON shape below), its predictions
-(they must be planner.predict's, at the emulated rate, divided by the time scale), the
-measured times taken from a `topolab collective --json` document, and the plot file.
+(they must be planner.predict's in the real cluster's time: topolab.lab.allreduce_real_seconds,
+docs/algorithms.md section 6), the measured times taken from a `topolab collective --json`
+document, and the plot file.
 
 Data shape::
 
     {"scenario": "topoopt-12", "algorithm": "topoopt",
-     "points": [{"bytes": 1048576, "predicted_real_ms": 0.156, "measured_real_ms": 0.160}, ...]}
+     "points": [{"bytes": 1048576, "predicted_real_ms": 0.1779, "measured_real_ms": 0.21}, ...]}
 
 ``measured_real_ms`` is null for a size the document does not have. The checker feeds a
-made-up document (known times) so it needs no emulator; ``--emulate`` feeds a real one.
+made-up document (known times) so it needs no emulator, with or without ``--emulate``.
 """
 
 import json
 import tempfile
 from pathlib import Path
 
-from contract.physics import time_scale
-from planner import build_plan, load_scenario
-from planner.collectives.from_plan import allreduce_for_plan
-from planner.predict import plan_network, predict
 from topolab.collective_results import COLLECTIVE_FORMAT
-from topolab.lab import student_error
+from topolab.lab import allreduce_real_seconds, student_error
 
 TITLE = "Predicted vs measured: sweep the message size, plot both"
 STUDENT_FILE = "sweep.py"
+FUNCTIONS = ("predicted_vs_measured(scenario_path, algorithm, sizes, collective_doc)", "plot(data, path)")
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "topoopt-12.toml"
 ALGORITHM = "topoopt"
 SIZES = [1 << 20, 4 << 20, 16 << 20]
@@ -33,11 +31,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def planner_real_ms(nbytes: int) -> float:
-    scenario = load_scenario(str(SCENARIO))
-    plan = build_plan(scenario)
-    mbps = scenario.emulation.link_mbps
-    emulated = predict(allreduce_for_plan(plan, ALGORITHM, nbytes), plan_network(plan, link_bps=mbps * 1e6)).seconds
-    return emulated / time_scale(plan.link_gbps, mbps) * 1e3
+    return allreduce_real_seconds(SCENARIO, ALGORITHM, nbytes) * 1e3
 
 
 def made_up_collective_doc() -> dict:
@@ -65,8 +59,8 @@ def check(student, emulate: bool) -> list[str]:
         if not isinstance(got, (int, float)) or abs(got - want) > TOLERANCE * want:
             problems.append(
                 f"{size} bytes: predicted_real_ms {got}, planner.predict gives {want:.4f}; hint: predict the "
-                "schedule of planner.collectives.from_plan on plan_network(plan, link_bps=link_mbps * 1e6), "
-                "then divide by contract.physics.time_scale"
+                "schedule of planner.collectives.from_plan on plan_network(plan, link_bps=link_mbps * 1e6, "
+                "alpha_s=plan.latency_us * 1e-6 * scale), then divide by scale = contract.physics.time_scale"
             )
         if point.get("measured_real_ms") != measured.get(size):
             problems.append(

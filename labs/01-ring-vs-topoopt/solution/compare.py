@@ -1,30 +1,23 @@
-"""Exercise 1, reference solution: the planner's flow-level predictions."""
+"""Exercise 1, reference solution: the README's formula with each setup's rings, link rate
+and hops per step."""
 
-from pathlib import Path
-
-from contract.physics import time_scale
-from planner import build_plan, load_scenario
-from planner.collectives.from_plan import allreduce_for_plan
-from planner.predict import plan_network, predict
-
-SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
+SERVERS = 12
+MTU = 9000
+ALPHA_S = 1e-6  # latency_us = 1 of scenarios/topoopt-12.toml and switch-12.toml, per hop
+# setup -> (P rings at once, link_bps of a ring's link, h hops of a ring step's route)
+SETUPS = {
+    "ring": (1, 25e9, 1),  # one ring on one of the four 25 Gbps interfaces, neighbours cabled
+    "topoopt": (4, 25e9, 1),  # rings +1, -1, +5, -5: every interface, both directions
+    "switch": (1, 100e9, 2),  # one ring through the switch: server -> switch -> server
+}
 
 
 def allreduce_seconds(nbytes: int) -> dict[str, float]:
-    """Each setup's schedule predicted on its plan's network as it is emulated (cables at
-    [emulation] link_mbps, TCP goodput at MTU 9000, routes, per-hop latency, the receivers'
-    reduce rate), then divided by the time scale: the real cluster's seconds, as topolab
-    run and topolab collective report them."""
+    """T = 2(k-1)S/(kPB) + 2(k-1)h alpha per setup, B the TCP goodput of one link."""
     times = {}
-    for setup, scenario, algorithm in (
-        ("ring", "topoopt-12.toml", "ring"),
-        ("topoopt", "topoopt-12.toml", "topoopt"),
-        ("switch", "switch-12.toml", "ring"),
-    ):
-        loaded = load_scenario(str(SCENARIOS / scenario))
-        plan = build_plan(loaded)
-        link_mbps = loaded.emulation.link_mbps
-        network = plan_network(plan, link_bps=link_mbps * 1e6)
-        emulated_s = predict(allreduce_for_plan(plan, algorithm, nbytes), network).seconds
-        times[setup] = emulated_s / time_scale(plan.link_gbps, link_mbps)
+    k, S, alpha = SERVERS, nbytes, ALPHA_S
+    for setup, (P, link_bps, h) in SETUPS.items():
+        B = link_bps * (MTU - 52) / (MTU + 14) / 8  # TCP goodput of one link, bytes/s
+        T = 2 * (k - 1) * S / (k * P * B) + 2 * (k - 1) * h * alpha
+        times[setup] = T
     return times

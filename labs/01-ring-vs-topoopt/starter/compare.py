@@ -11,6 +11,7 @@ def allreduce_seconds(nbytes: int) -> dict[str, float]:
     directions at once), "switch" (one ring through the 100 Gbps switch).
 
     TODO: this uses the textbook ring formula with one 25 Gbps link for all three. Fix each
-    setup's bandwidth, and account for what TCP leaves of a link at this MTU."""
+    setup's bandwidth (how many rings at once, on which links), take what TCP leaves of a
+    link at this MTU, and add the latency of every hop of every step (README.md)."""
     ring = 2 * (SERVERS - 1) * nbytes * 8 / (SERVERS * LINK_BPS)
     return {"ring": ring, "topoopt": ring, "switch": ring}

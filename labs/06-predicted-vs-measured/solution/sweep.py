@@ -10,8 +10,12 @@ def predicted_vs_measured(scenario_path: str, algorithm: str, sizes: list[int], 
     scenario = load_scenario(scenario_path)
     plan = build_plan(scenario)
     mbps = scenario.emulation.link_mbps
-    network = plan_network(plan, link_bps=mbps * 1e6)
     scale = time_scale(plan.link_gbps, mbps)
+    # the links as emulated, the plan's per-hop latency dilated as the emulator applies it:
+    # divided by the time scale, the real cluster's time (docs/algorithms.md section 6)
+    network = plan_network(
+        plan, link_bps=mbps * 1e6, mtu=scenario.emulation.mtu, alpha_s=plan.latency_us * 1e-6 * scale
+    )
     measured = {
         row["bytes"]: row["time_real_ms"]
         for row in (collective_doc or {}).get("results", [])
