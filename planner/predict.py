@@ -120,6 +120,7 @@ class Prediction:
     rank_seconds: list[float]  # when each rank's last op ends
     link_bytes: dict[tuple[int, int], float]  # bytes each directed link carried
     relayed_bytes: dict[tuple[int, int], float]  # of those, bytes relayed by another server
+    stream_end: dict[tuple[int, str], float] = field(default_factory=dict)  # (rank, stream) -> its last op's end
 
     def link_bytes_list(self) -> list[dict]:
         return [{"src": a, "dst": b, "bytes": v} for (a, b), v in sorted(self.link_bytes.items())]
@@ -378,7 +379,13 @@ class _Replay:
                 f"{programs[r][s][self.cursor[r][s]].id}"
             )
         rank_seconds = [max(self.done[r].values(), default=0.0) for r in range(self.ranks)]
-        return Prediction(max(rank_seconds, default=0.0), rank_seconds, dict(self.link_bytes), dict(self.relayed_bytes))
+        return Prediction(
+            max(rank_seconds, default=0.0),
+            rank_seconds,
+            dict(self.link_bytes),
+            dict(self.relayed_bytes),
+            dict(self.stream_free),
+        )
 
 
 def predict(schedule, network: Network) -> Prediction:

@@ -21,6 +21,10 @@ from . import __version__
 # subcommand -> (module, help). Each module has add_<name>_arguments(parser) and run_<name>(args).
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("topolab.plan_cmd", "plan a scenario: strategy, topology, routes; print a summary or JSON"),
+    "predict": (
+        "topolab.predict_cmd",
+        "predict a scenario's iteration time (compute, exposed communication, phases); no root",
+    ),
     "run": ("topolab.run", "plan, emulate and run training iterations; write results.json, report.md and plots"),
     "report": ("topolab.report", "render report.md and plots of a run's results folder (also of a killed run)"),
     "compare": ("topolab.compare", "run the same job on several topologies and compare them side by side"),

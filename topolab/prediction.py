@@ -61,10 +61,33 @@ def network_args(plan: Plan, emulated: dict[str, Any], netem: bool, op_overhead_
     )
 
 
+def phase_of(stream: str) -> str:
+    """The phase of an iteration schedule's stream (`planner.iteration`): ``compute``,
+    ``model-parallel`` (``mp>peer``, ``mp<peer``), ``AllReduce`` (rings ``ar<i>``, the forest's
+    trees ``ft<i>...``, a hierarchical plan's dimensions ``d<i>...``), else ``other``."""
+    if stream == "compute":
+        return "compute"
+    if stream.startswith("mp"):
+        return "model-parallel"
+    if stream.startswith(("ar", "ft")) or (stream[:1] == "d" and stream[1:2].isdigit()):
+        return "AllReduce"
+    return "other"
+
+
+def phase_ends(pred: Prediction) -> dict[str, float]:
+    """When each phase's last op ends on its slowest rank (emulated seconds)."""
+    ends: dict[str, float] = {}
+    for (_, stream), end in pred.stream_end.items():
+        phase = phase_of(stream)
+        ends[phase] = max(ends.get(phase, 0.0), end)
+    return ends
+
+
 def _predicted(pred: Prediction, emulated: dict[str, Any], args: NetworkArgs, seconds: float) -> dict[str, Any]:
     """The ``predicted`` record of results.json."""
     return {
         "emulated_s": pred.seconds,
+        "phase_end_s": phase_ends(pred),
         "real_ms": pred.seconds / emulated["time_scale"] * 1e3,
         "alpha_s": args["alpha_s"],
         "op_overhead_s": args["op_overhead_s"],

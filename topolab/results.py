@@ -141,6 +141,7 @@ class Prediction:
     model_seconds: float  # how long the model took
     link_bytes: list[LinkBytes] = field(default_factory=list)
     relayed_link_bytes: list[LinkBytes] = field(default_factory=list)  # of those, relayed by another server
+    phase_end_s: dict[str, float] = field(default_factory=dict)  # when each phase ends (topolab.prediction.phase_ends)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -1,0 +1,177 @@
+"""`topolab predict`: the iteration time of a scenario's own plan, without root.
+
+The scenario is planned with its strategy as written (``data``, ``hybrid``, or ``search``),
+one training iteration becomes the schedule `topolab run` emulates, and the flow-level model
+predicts exactly that schedule (`topolab.prediction.prepare`, the same call `topolab run`
+makes before it builds the network, so both print the same predicted time). Times are the
+real cluster's milliseconds: the compute of the busiest server, the communication left
+exposed after it, and when each phase (model-parallel transfers, AllReduce) ends.
+
+``--topologies`` predicts the same job on other networks side by side, including the
+Fat-tree of similar cost that TopoOpt's paper compares against (`fattree`:
+`planner.costmodel.price`, whose prices are printed) beside the ideal switch (`switch`: every
+server gets d x B through one non-blocking switch, a bound no network of that cost reaches).
+Link latency is charged per hop as the emulator would apply it: dilated by netem where the
+kernel has it (probed when root; assumed absent otherwise, and said).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from contract.errors import UsageError
+
+NETWORK_KINDS = ("topoopt", "switch", "fattree", "expander", "torus", "ring", "hierarchical")
+
+
+def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", help="scenario TOML file")
+    parser.add_argument(
+        "--topologies",
+        metavar="LIST",
+        help=f"also predict the job on these networks, side by side: comma-separated among {', '.join(NETWORK_KINDS)} "
+        "(fattree = the Fat-tree of similar cost, switch = the ideal switch of d x B per server)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the predictions as JSON")
+
+
+@dataclass
+class JobPrediction:
+    """One network's predicted iteration, in the real cluster's milliseconds."""
+
+    network: str
+    bandwidth: str  # what one server has
+    iteration_ms: float
+    compute_ms: float  # the busiest server's compute
+    exposed_ms: float  # iteration - compute: communication not hidden behind compute
+    phase_end_ms: dict[str, float] = field(default_factory=dict)
+    strategy: str = ""
+    time_scale: float = 1.0  # the emulation's, at which `topolab run` would run it
+    cost_usd: float | None = None
+    note: str = ""
+
+
+def netem_assumed() -> tuple[bool, str]:
+    """Whether the run's emulator would apply link latency with netem, and how that is known."""
+    if os.geteuid() != 0:
+        return False, "netem assumed absent (probing it needs root): latency charged as the software hop cost"
+    from emulator import netem_present
+
+    present = netem_present()
+    return (
+        present,
+        "netem present: link latency dilated"
+        if present
+        else "no netem in this kernel: latency charged as the software hop cost",
+    )
+
+
+def predict_job(s: Any, netem: bool, network: str = "", cost_usd: float | None = None, note: str = "") -> JobPrediction:
+    """The scenario's plan, its iteration schedule and that schedule's prediction."""
+    from .compare import bandwidth_of
+    from .prediction import compute_seconds, plan_dict, prepare
+
+    plan, schedule, _, emulated, predicted = prepare(s, netem=netem)
+    scale = emulated["time_scale"]
+    ms = lambda seconds: seconds / scale * 1e3  # noqa: E731
+    iteration = predicted["real_ms"]
+    compute = ms(max(compute_seconds(schedule), default=0.0))
+    return JobPrediction(
+        network=network or plan.topology,
+        bandwidth=bandwidth_of(plan_dict(plan)),
+        iteration_ms=iteration,
+        compute_ms=compute,
+        exposed_ms=max(0.0, iteration - compute),
+        phase_end_ms={phase: ms(t) for phase, t in sorted(predicted["phase_end_s"].items())},
+        strategy=plan.strategy,
+        time_scale=scale,
+        cost_usd=cost_usd,
+        note=note,
+    )
+
+
+def network_scenarios(base: Any, kinds: list[str]) -> list[tuple[str, Any, float | None, str]]:
+    """(name, scenario, cost, note) per network, with the base scenario's strategy kept."""
+    from planner import ScenarioError
+    from planner.costmodel.baselines import NETWORKS, network_scenario
+    from planner.scenario import with_overrides
+
+    from .compare import scenario_for
+
+    out = []
+    for kind in kinds:
+        try:
+            if kind in NETWORKS and base.topology.kind != "hierarchical":
+                net = network_scenario(base, kind)
+                s = with_overrides(net.scenario, parallelism={"strategy": base.parallelism.strategy})
+                out.append((kind, s, net.cost_usd, net.note))
+            else:
+                out.append((kind, scenario_for(base, kind), None, ""))
+        except ScenarioError as err:
+            raise UsageError(f"--topologies {kind}: {err.problem}") from None
+    return out
+
+
+def format_one(name: str, p: JobPrediction, netem_note: str) -> str:
+    phases = ", ".join(f"{phase} {t:.3f} ms" for phase, t in p.phase_end_ms.items())
+    return "\n".join(
+        [
+            f"{name}: {p.network}, {p.bandwidth} per server, strategy {p.strategy}",
+            f"predicted iteration  {p.iteration_ms:.3f} ms (real cluster; the schedule `topolab run` emulates at x{p.time_scale:g})",
+            f"  compute            {p.compute_ms:.3f} ms (the busiest server)",
+            f"  exposed comm.      {p.exposed_ms:.3f} ms (not hidden behind compute)",
+            f"  phases end at      {phases}",
+            f"  {netem_note}",
+        ]
+    )
+
+
+def format_table(rows: list[JobPrediction]) -> str:
+    first = rows[0].iteration_ms
+    w = max(len("network"), *(len(r.network) for r in rows))
+    head = f"{'network':{w}} {'per server':>24} {'cost $k':>8} {'iteration ms':>12} {'compute ms':>10} {'exposed ms':>10} {'vs ' + rows[0].network:>12}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        cost = f"{r.cost_usd / 1e3:.0f}" if r.cost_usd is not None else "-"
+        lines.append(
+            f"{r.network:{w}} {r.bandwidth:>24} {cost:>8} {r.iteration_ms:>12.3f} {r.compute_ms:>10.3f} "
+            f"{r.exposed_ms:>10.3f} {r.iteration_ms / first:>11.2f}x"
+        )
+    notes = [f"{r.network}: {r.note}" for r in rows if r.note]
+    return "\n".join(lines + notes)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from planner import load_scenario
+
+    base = load_scenario(args.scenario)
+    kinds = None
+    if args.topologies is not None:
+        kinds = [k.strip() for k in args.topologies.split(",") if k.strip()]
+        bad = [k for k in kinds if k not in NETWORK_KINDS]
+        if bad or not kinds:
+            raise UsageError(f"--topologies: {','.join(bad) or '(empty)'} is not among {', '.join(NETWORK_KINDS)}")
+    netem, netem_note = netem_assumed()
+    own = predict_job(base, netem)
+    doc: dict[str, Any] = {"scenario": base.source, "netem": netem, "prediction": asdict(own)}
+    text = format_one(base.name, own, netem_note)
+    if kinds:
+        from planner.costmodel.price import PriceModel
+
+        rows = [predict_job(s, netem, name, cost, note) for name, s, cost, note in network_scenarios(base, kinds)]
+        doc["networks"] = [asdict(r) for r in rows]
+        text += "\n\n" + format_table(rows)
+        if "fattree" in kinds:
+            prices = PriceModel().to_dict()
+            doc["prices"] = prices
+            text += "\nprices assumed (USD, planner.costmodel.price; docs/search.md): " + json.dumps(prices)
+    if args.json:
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    else:
+        print(text)
+    return 0
