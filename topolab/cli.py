@@ -26,7 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "predict a scenario's iteration time (compute, exposed communication, phases); no root",
     ),
     "run": ("topolab.run", "plan, emulate and run training iterations; write results.json, report.md and plots"),
-    "report": ("topolab.report", "render report.md and plots of a run's results folder (also of a killed run)"),
+    "report": (
+        "topolab.report_cmd",
+        "render the report and plots of a results folder: run (also killed), compare, collective, sweep",
+    ),
     "compare": ("topolab.compare", "run the same job on several topologies and compare them side by side"),
     "collective": ("topolab.collective", "nccl-tests style AllReduce benchmark on the emulated network"),
     "verify": ("topolab.verify", "build the emulated network and check reachability, paths and link goodput"),

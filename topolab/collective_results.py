@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from .results import check_format
@@ -310,3 +311,41 @@ def format_table(results: Sequence[SizeResult]) -> str:
             f"{(statistics.median(r.cpu_s) / r.time_s) if r.cpu_s else float('nan'):>5.2f}"
         )
     return "\n".join(lines)
+
+
+def plot_busbw(results: Sequence[SizeResult], title: str, path: Path) -> Path:
+    """busbw (the planned cluster's GB/s) against the buffer size, one line per algorithm."""
+    from .report import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.8, 4.0))
+    for alg in dict.fromkeys(r.algorithm for r in results):
+        rows = sorted((r for r in results if r.algorithm == alg), key=lambda r: r.bytes)
+        ax.plot([r.bytes for r in rows], [r.busbw * r.time_scale / 1e9 for r in rows], "o-", label=alg)
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("buffer (bytes)")
+    ax.set_ylabel("busbw (GB/s, planned cluster)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_collective_report(folder: Path, doc: CollectiveResults) -> Path:
+    """nccl-tests.txt, table.txt, busbw.png and report.md of a `topolab collective` folder."""
+    nccl = doc.header + "\n" + format_nccl_tests(doc.results)
+    table = doc.header + "\n" + format_table(doc.results)
+    (folder / "nccl-tests.txt").write_text(nccl + "\n")
+    (folder / "table.txt").write_text(table + "\n")
+    plot_busbw(doc.results, f"{doc.scenario}: AllReduce bus bandwidth", folder / "busbw.png")
+    report = folder / "report.md"
+    verified = all(r.verified for r in doc.results)
+    report.write_text(
+        f"# {doc.scenario}: AllReduce on the emulated network\n\n"
+        f"Verification: **{'passed' if verified else 'FAILED'}**\n\n"
+        f"```\n{nccl}\n```\n\n```\n{table}\n```\n\n![busbw](busbw.png)\n"
+    )
+    return report

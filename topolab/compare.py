@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,8 @@ from planner.scenario import HIERARCHICAL_KEYS, TOPOLOGIES, Scenario, with_overr
 
 from .network import add_network_arguments, network_flags
 from .options import check_output_dir
-from .results import LinkBytes, RunResults
-from .run import add_job_arguments, ensure_network_free, execute
+from .results import WORKER_COST_NOTABLE, LinkBytes, RunResults
+from .run import EXIT_OVER_TOLERANCE, add_job_arguments, ensure_network_free, execute
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -127,16 +128,43 @@ def render_table(rows: list[dict[str, Any]], axis: TimeAxis) -> str:
     lines = [
         axis.line(),
         "",
-        "| topology | per-server bandwidth | time scale | measured ms | predicted ms | error | relayed bytes | busiest link (MB/iter) | verified |",
-        "|---|---|---:|---:|---:|---:|---:|---|---|",
+        "| topology | per-server bandwidth | time scale | measured ms | predicted ms | error | verdict | relayed bytes | busiest link (MB/iter) | verified |",
+        "|---|---|---:|---:|---:|---:|---|---:|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['topology']} | {r['bandwidth']} | x{r['time_scale']:g} | {r['measured_ms']:.3f} | "
-            f"{r['predicted_ms']:.3f} | {100 * r['error']:.1f}% | {100 * r['relayed_share']:.0f}% | "
+            f"{r['predicted_ms']:.3f} | {100 * r['error']:.1f}% | {verdict(r)} | {100 * r['relayed_share']:.0f}% | "
             f"{r['bottleneck']} ({r['bottleneck_mb']:.1f}) | {'yes' if r['verified'] else 'NO'} |"
         )
     return "\n".join(lines)
+
+
+def write_compare(out: Path, doc: dict[str, Any]) -> str:
+    """compare.md and compare.png of a comparison document (compare.json); returns the table."""
+    axis = TimeAxis(**doc["axis"])
+    table = render_table(doc["rows"], axis)
+    title = doc.get("title") or out.name
+    plot_compare(doc["rows"], title, out / "compare.png")
+    (out / "compare.md").write_text(f"# {title}: topologies compared\n\n{table}\n\n![compare](compare.png)\n")
+    return table
+
+
+def verdict(row: dict[str, Any]) -> str:
+    """Whether the arm's prediction held (its scenario's tolerance), and a word when the
+    workers' own cost is a large share of its iteration (then the verdict is partly the
+    emulator's, not the topology's)."""
+    if "over_tolerance" not in row:  # a comparison written before verdicts
+        return "-"
+    text = (
+        f"**MISSED** (over {100 * row['tolerance']:.0f}%)"
+        if row["over_tolerance"]
+        else f"held (within {100 * row['tolerance']:.0f}%)"
+    )
+    share = row.get("worker_cost_share")
+    if share is not None and share >= WORKER_COST_NOTABLE:
+        text += f"; workers' cost {100 * share:.0f}% of the iteration: partly the emulator"
+    return text
 
 
 def plot_compare(rows: list[dict[str, Any]], title: str, path: Path) -> None:
@@ -201,16 +229,26 @@ def run_compare(args: argparse.Namespace) -> int:
                 "measured_ms": summary.median_real_ms,
                 "predicted_ms": res.predicted.real_ms if res.predicted else None,
                 "error": summary.error,
+                "tolerance": res.tolerance,
+                "over_tolerance": bool(summary.error_over_tolerance),
+                "worker_cost_share": res.worker_cost_share(),
                 "verified": summary.verified,
                 **traffic_facts(res),
             }
         )
-    table = render_table(rows, axis)
     title = f"{base.workload.model} on {base.cluster.servers} servers, time scale x{axis.time_scale:g}"
-    plot_compare(rows, title, out / "compare.png")
-    doc = {"scenario": str(args.scenario), "axis": axis.to_dict(), "rows": rows}
+    doc = {"scenario": str(args.scenario), "title": title, "axis": axis.to_dict(), "rows": rows}
     (out / "compare.json").write_text(json.dumps(doc, indent=1))
-    (out / "compare.md").write_text(f"# {title}: topologies compared\n\n{table}\n\n![compare](compare.png)\n")
-    print(table)
+    print(write_compare(out, doc))
     print(f"report: {out / 'compare.md'}")
-    return 0 if all(r["verified"] for r in rows) else 1
+    if not all(r["verified"] for r in rows):
+        return 1
+    missed = [r["topology"] for r in rows if r["over_tolerance"]]
+    if missed:
+        print(
+            f"topolab: the prediction missed its tolerance on {', '.join(missed)}: those arms' comparison is "
+            "not backed by the model (see the verdict column)",
+            file=sys.stderr,
+        )
+        return EXIT_OVER_TOLERANCE
+    return 0

@@ -30,14 +30,11 @@ and their summary (`RunResults.summarize`), and splitting them would only pass t
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .journal import read_results
-from .options import check_output_dir
 from .plan_cmd import rate_text
 from .results import LinkBytes, RunResults, Summary
 
@@ -58,21 +55,6 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def add_report_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results_dir", metavar="DIR", help="a results folder of `topolab run` (results.json inside)")
-
-
-def run_report(args: argparse.Namespace) -> int:
-    folder = Path(args.results_dir)
-    label = f"DIR {args.results_dir!r}"
-    results = read_results(folder, label)
-    check_output_dir(folder, "DIR")
-    report = write_report(results, folder)
-    its = results.summarize().iterations
-    print(f"report: {report} ({results.status}, {its} iteration{'s' if its != 1 else ''})")
-    return 0
 
 
 def _positions(servers: int, switches: int) -> dict[int, tuple[float, float]]:

@@ -342,6 +342,10 @@ def default_tolerance() -> float:
     return Run().tolerance
 
 
+WORKER_COST_NOTABLE = 0.25
+"""A run whose workers' cost is this share of its iteration or more says so beside its verdict."""
+
+
 @dataclass
 class RunResults:
     """results.json of `topolab run`."""
@@ -375,6 +379,16 @@ class RunResults:
                 out.tolerance = self.tolerance
                 out.error_over_tolerance = out.error > self.tolerance
         return out
+
+    def worker_cost_share(self) -> float | None:
+        """The share of the measured iteration that the workers' own cost per op accounts for
+        (the calibrated cost per op x the ops on the twin's critical path, over the median
+        measured iteration); None before calibration or iterations. Above
+        `WORKER_COST_NOTABLE`, a verdict on the topology is partly one on the emulator."""
+        med = self.summarize().median_measured_s
+        if self.calibration is None or not med:
+            return None
+        return self.calibration.op_overhead_s * self.calibration.critical_ops / med
 
     def fault_phases(self) -> list[FaultPhase]:
         return fault_phases(self.iterations) if self.faults is not None else []

@@ -149,33 +149,37 @@ def run_sweep(args: argparse.Namespace) -> int:
             }
         )
     _relative(rows)
-    legend = STRATEGY_LEGEND + "\n" + NETWORK_LEGEND
-    table = format_table(rows) + "\n\n" + legend + "".join(f"\n{note}" for note in skipped)
-    print(table)
+    doc = {
+        "scenario": base.source,
+        "servers": base.cluster.servers,
+        "batch_per_server": base.workload.batch_per_server,
+        "device_tflops": base.workload.device_tflops,
+        "steps": steps,
+        "seed": seed,
+        "prices": prices.to_dict(),
+        "seconds": round(time.perf_counter() - t_start, 2),
+        "rows": rows,
+        "skipped": skipped,
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "sweep.txt").write_text(table + "\n")
-    (out_dir / "sweep.json").write_text(
-        json.dumps(
-            {
-                "scenario": base.source,
-                "servers": base.cluster.servers,
-                "batch_per_server": base.workload.batch_per_server,
-                "device_tflops": base.workload.device_tflops,
-                "steps": steps,
-                "seed": seed,
-                "prices": prices.to_dict(),
-                "seconds": round(time.perf_counter() - t_start, 2),
-                "rows": rows,
-                "skipped": skipped,
-            },
-            indent=1,
-        )
-    )
-    written = [out_dir / "sweep.json", out_dir / "sweep.txt"]
-    if not args.no_plot:
-        written.append(plot(rows, out_dir / "sweep.png"))
+    (out_dir / "sweep.json").write_text(json.dumps(doc, indent=1))
+    table, written = write_sweep(out_dir, doc, draw_plot=not args.no_plot)
+    print(table)
     print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
     return 0
+
+
+def write_sweep(out_dir: Path, doc: dict, draw_plot: bool = True) -> tuple[str, list[Path]]:
+    """sweep.txt (the table, its legend, the skipped cells) and sweep.png of a sweep document
+    (sweep.json); returns the text and the files the folder holds."""
+    legend = STRATEGY_LEGEND + "\n" + NETWORK_LEGEND
+    skipped = doc.get("skipped", [])
+    table = format_table(doc["rows"]) + "\n\n" + legend + "".join(f"\n{note}" for note in skipped)
+    (out_dir / "sweep.txt").write_text(table + "\n")
+    written = [out_dir / "sweep.json", out_dir / "sweep.txt"]
+    if draw_plot:
+        written.append(plot(doc["rows"], out_dir / "sweep.png"))
+    return table, written
 
 
 def _relative(rows: list[dict]) -> None:

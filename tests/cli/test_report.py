@@ -49,3 +49,68 @@ def test_long_titles_are_wrapped_not_cut():
     lines = wrapped(title, 40).split("\n")
     assert len(lines) > 1 and all(len(line) <= 40 for line in lines)
     assert " ".join(lines) == title
+
+
+def test_report_renders_a_compare_folder_and_each_arm(tmp_path, capsys):
+    import json
+
+    for arm, measured in (("topoopt", 2.1), ("switch", 1.5)):
+        (tmp_path / arm).mkdir()
+        _results_folder(tmp_path / arm, measured_ms=measured, with_measured_links=False)
+    row = {"bandwidth": "4 x 25 Gbps", "time_scale": 250.0, "predicted_ms": 2.0, "error": 0.05, "verified": True}
+    row |= {"relayed_share": 0.3, "bottleneck": "h0->h1", "bottleneck_mb": 1.0, "tolerance": 0.25}
+    rows = [
+        dict(row, topology="topoopt", measured_ms=2.1, over_tolerance=False, worker_cost_share=0.1),
+        dict(row, topology="switch", measured_ms=1.5, over_tolerance=True, worker_cost_share=0.4),
+    ]
+    axis = {"time_scale": 250.0, "fastest": "topoopt", "reference_gbps": {"topoopt": 25.0, "switch": 100.0}}
+    (tmp_path / "compare.json").write_text(json.dumps({"title": "dlrm on 12 servers", "axis": axis, "rows": rows}))
+    assert main(["report", str(tmp_path)]) == 0
+    assert "compare of topoopt, switch" in capsys.readouterr().out
+    text = (tmp_path / "compare.md").read_text()
+    assert "time scale x250" in text and "**MISSED** (over 25%)" in text and "partly the emulator" in text
+    assert (tmp_path / "compare.png").stat().st_size > 1000
+    assert (tmp_path / "switch" / "report.md").is_file() and (tmp_path / "topoopt" / "report.md").is_file()
+
+
+def test_report_renders_a_collective_folder_with_its_tables_and_a_plot(tmp_path, capsys):
+    import json
+
+    from topolab.collective_results import CollectiveEmulation, CollectiveResults, SizeResult
+
+    emulation = CollectiveEmulation(100.0, 9000, 250.0, 0.9927, 4e8, 3.97e8, False)
+    results = [
+        SizeResult(alg, size, 12, [t * size / (1 << 20)] * 3, 0.02 * size / (1 << 20), True, 250.0)
+        for alg, t in (("ring", 0.1), ("topoopt", 0.026))
+        for size in (1 << 20, 4 << 20)
+    ]
+    doc = CollectiveResults("topoopt-12", "topoopt", 12, 4, emulation, 3, 1 << 20, None, 10.0, "# header", results)
+    (tmp_path / "results.json").write_text(json.dumps(doc.to_dict()))
+    assert main(["report", str(tmp_path)]) == 0
+    assert "collective, 4 measurements" in capsys.readouterr().out
+    text = (tmp_path / "report.md").read_text()
+    assert "Verification: **passed**" in text and "Avg bus bandwidth" in text
+    assert (tmp_path / "busbw.png").stat().st_size > 1000 and (tmp_path / "nccl-tests.txt").is_file()
+
+
+def test_report_renders_a_sweep_folder(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert (
+        main(
+            ["sweep", "scenarios/topoopt-12.toml", "--topologies", "topoopt,switch", "--steps", "2", "--out", str(out)]
+        )
+        == 0
+    )
+    for name in ("sweep.txt", "sweep.png"):
+        (out / name).unlink()
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    assert "sweep of 2 cells" in capsys.readouterr().out
+    assert "vs TopoOpt" in (out / "sweep.txt").read_text() and (out / "sweep.png").stat().st_size > 1000
+
+
+def test_report_of_an_unknown_format_is_one_line_exit_2(tmp_path, capsys):
+    (tmp_path / "results.json").write_text('{"format": "topolab.collective/9", "results": []}')
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "topolab.collective/9" in err
