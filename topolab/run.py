@@ -188,7 +188,8 @@ def execute(
             write_results(results, out_dir, report=False)  # status "running": what a SIGKILL leaves
             log(
                 f"[3/4] emulated network up in {net.facts.get('build_s', 0):.2f} s "
-                f"({len(plan.links)} cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}); starting workers"
+                f"({len(plan.links)} cables at {', '.join(f'{r:g}' for r in net.facts['rates_mbps'])} Mbit/s, "
+                f"MTU {net.mtu}); starting workers"
             )
             hosts = [net.host_address(i) for i in range(plan.servers)]
             spawn = lambda rank, argv: net.popen(rank, argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)  # noqa: E731
