@@ -212,7 +212,8 @@ def network_facts(run: RunState, net: Any) -> Workers:
     write_results(results, run.out_dir, report=False)
     run.log(
         f"[3/4] emulated network up in {net.facts.get('build_s', 0):.2f} s "
-        f"({len(plan.links)} cables at {net.link_mbps:g} Mbit/s, MTU {net.mtu}); starting workers"
+        f"({len(plan.links)} cables at {', '.join(f'{r:g}' for r in net.facts['rates_mbps'])} Mbit/s, "
+        f"MTU {net.mtu}); starting workers"
     )
     return Workers.on(net, plan.servers)
 

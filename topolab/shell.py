@@ -12,6 +12,10 @@ Piped input (scripts, graders) works like a terminal: commands are read one per 
 host command never swallows the lines after it, and each host command is bounded by
 `PIPED_COMMAND_TIMEOUT_S`. The network is torn down when the CLI ends (``exit``, end of
 input or Ctrl-D, SIGTERM, an error); Ctrl-C interrupts the running command, as in Mininet.
+
+This machine only: Mininet's CLI and the live cable changes work on the hosts here, so
+``--machines`` (or ``[emulation] machines``) is refused in one line (exit 2) before anything
+is built (`topolab.network.refuse_machines`).
 """
 
 from __future__ import annotations
