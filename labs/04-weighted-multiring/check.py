@@ -6,7 +6,7 @@ rings (+1, -1, +5, -5) is predicted with planner.predict and compared with the l
 from dataclasses import replace
 from pathlib import Path
 
-from contract.physics import tcp_goodput_fraction, time_scale
+from contract.physics import DEFAULT_MTU, tcp_goodput_fraction, time_scale
 from contract.schedule import Check, ScheduleBuilder
 from planner import build_plan, load_scenario
 from planner.collectives.from_plan import allreduce_rings
@@ -19,7 +19,6 @@ SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "topoopt-12.toml"
 SLOW_STRIDE = 5
 SLOW_GBPS = 10.0  # 10 Gbps cables left over from an older cluster
 NBYTES = 64 << 20
-MTU = 9000
 EMULATED_MBPS = 100.0  # predicted as emulated (a 25 Gbps cable at 100 Mbit/s), reported in real time
 WITHIN_BOUND = 1.10  # the weighted split must come within 10% of the bound
 EQUAL_OVER_BOUND_AT_LEAST = 1.5  # sanity: the equal split is far from it on this network
@@ -46,13 +45,13 @@ def predicted_seconds(plan, rings, weights) -> float:
     b.buffer("grad", NBYTES)
     add_multiring_allreduce(b, rings, "grad", 0, NBYTES, weights=weights)
     b.check(Check("allreduce", "grad", 0, NBYTES, groups=[list(range(plan.servers))]))
-    emulated = predict(b.build(), plan_network(plan, link_bps=EMULATED_MBPS * 1e6, mtu=MTU)).seconds
+    emulated = predict(b.build(), plan_network(plan, link_bps=EMULATED_MBPS * 1e6, mtu=DEFAULT_MTU)).seconds
     return emulated / time_scale(plan.link_gbps, EMULATED_MBPS)
 
 
 def bound_seconds(plan) -> float:
     n = plan.servers
-    egress = sum(link.gbps for link in plan.links if 0 in (link.a, link.b)) * 1e9 * tcp_goodput_fraction(MTU)
+    egress = sum(link.gbps for link in plan.links if 0 in (link.a, link.b)) * 1e9 * tcp_goodput_fraction(DEFAULT_MTU)
     return 2 * (n - 1) * NBYTES * 8 / (n * egress)
 
 
