@@ -19,7 +19,6 @@ Writes benchmarks/results/routing_ablation.json and routing_ablation.png.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from contract.emulation import emulated_rates
 from planner import build_plan, load_scenario
 from topolab.routing_phase import VARIANTS, format_results, measure_phase, phase_traffic, scale_factor
 from topolab.run import execute
@@ -44,9 +44,8 @@ def phase_rows(repeat: int) -> list[dict]:
         s = load_scenario(ROOT / "scenarios" / f"{name}.toml")
         plan = build_plan(s)
         traffic = phase_traffic(plan, s)
-        factor = scale_factor(plan, traffic, s.emulation.link_mbps)
-        emulation = dataclasses.asdict(s.emulation)
-        results = measure_phase(plan, traffic, list(VARIANTS), emulation, factor=factor, repeat=repeat)
+        factor = scale_factor(plan, traffic, emulated_rates(plan.network, s.emulation).time_scale)
+        results = measure_phase(plan, traffic, list(VARIANTS), s.emulation, factor=factor, repeat=repeat)
         print(format_results(results, f"{name}: embedding all-to-all phase, emulated seconds (bytes x{factor:.3g})"))
         rows.append({"scenario": name, "factor": factor, "variants": [r.to_dict() for r in results]})
     return rows

@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contract.physics import ETHERNET_MTU  # what a real LAN has; its tunnels get 1450 (docs/cluster.md)
+
 from .cluster_ssh import Machine, SshOptions
 
 UNDERLAY_PREFIX = "192.0.2"  # TEST-NET-1, RFC 5737: documentation only, never routed
@@ -37,7 +39,6 @@ UNDERLAY_BITS = 24
 # some CI virtual machines) never sees these addresses anyway, but messages stay unambiguous.
 BRIDGE_HOST = 200
 FIRST_STANDIN_HOST = 201
-UNDERLAY_MTU = 1500  # what a real LAN has; tunnels inside it get 1450 (docs/cluster.md)
 # Sessions an sshd allows on one connection: one per emulated host, plus configuration and
 # worker starts. The 64 is our test budget, not a tuned value.
 MAX_SESSIONS = 64
@@ -149,7 +150,7 @@ class StandIns:
             self.standins.append(standin)
             _run(
                 self.in_underlay("ip", "-batch", "-"),
-                f"link add u{i} mtu {UNDERLAY_MTU} type veth peer name eth0 netns {init}\nlink set u{i} master tlbr0 up\n",
+                f"link add u{i} mtu {ETHERNET_MTU} type veth peer name eth0 netns {init}\nlink set u{i} master tlbr0 up\n",
             )
             _run(
                 self.in_standin(i, "sh", "-s"),

@@ -30,8 +30,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from contract.emulation import EmulatedRates, EmulationConfig, emulated_rates
 from contract.errors import UsageError
-from contract.physics import tcp_goodput_fraction
+from contract.physics import DEFAULT_MTU, tcp_goodput_fraction
 from planner.allocation import allocate, allreduce_workload, model_seconds
 from planner.collectives.hierarchical import PIPELINE_CHUNKS, hierarchical_allreduce_for_plan
 from planner.hierarchical import hierarchical_plan
@@ -57,13 +58,17 @@ class SweepCase:
     budget_mbps: float
     nbytes: int
     schedule: str = "pipelined"
-    mtu: int = 9000
+    mtu: int = DEFAULT_MTU
     latency_us: float = 1.0
 
     @classmethod
     def of(cls, s: Any, nbytes: int) -> SweepCase:
         t = s.topology
         return cls(t.dims, t.blocks, t.budget_gbps, s.emulation.budget_mbps, nbytes, t.schedule, s.emulation.mtu)
+
+    def emulation(self) -> EmulationConfig:
+        """How a row's network is emulated: the budget per server at ``budget_mbps``."""
+        return EmulationConfig(link_mbps=self.budget_mbps, mtu=self.mtu)
 
 
 def _row(name: str, shares, mode: str) -> dict:
@@ -101,10 +106,12 @@ def _plan_and_schedule(case: SweepCase, row: dict):
     return plan, hierarchical_allreduce_for_plan(plan, case.nbytes, row["chunks"])
 
 
-def predict_row(case: SweepCase, row: dict) -> float:
-    """The flow model's time of the row's AllReduce (emulated seconds)."""
+def predict_row(case: SweepCase, row: dict, rates: EmulatedRates | None = None) -> float:
+    """The flow model's time of the row's AllReduce (emulated seconds) on cables at ``rates``
+    (a built network's; default: as the case's network will be built)."""
     plan, schedule = _plan_and_schedule(case, row)
-    return predict(schedule, plan_network(plan, case.budget_mbps * 1e6, mtu=case.mtu)).seconds
+    rates = rates or emulated_rates(plan.network, case.emulation())
+    return predict(schedule, plan_network(plan, rates=rates)).seconds
 
 
 def measure_row(
@@ -117,24 +124,33 @@ def measure_row(
     run_dir: str | None = None,
 ) -> dict:
     """Build the row's network on the emulator and time its AllReduce (one warm-up, then
-    ``repeat`` timed runs, each verified by the workers)."""
+    ``repeat`` timed runs, each verified by the workers); the row's prediction again, on the
+    network as built."""
+    from dataclasses import replace
+
     from emulator import EmulatedNetwork
 
     from .schedule_run import run_schedule_on
 
     plan, schedule = _plan_and_schedule(case, row)
-    config = {"link_mbps": case.budget_mbps, "mtu": case.mtu, "lock_wait_s": wait_s}
-    if run_dir:
-        config["run_dir"] = run_dir
+    emulation = case.emulation()
+    config = replace(emulation, lock_wait_s=wait_s, run_dir=run_dir or emulation.run_dir)
 
     def each(i: int, res: Any) -> None:
         log(f"  {row['name']}: {'warm-up' if i == 0 else i} {res.time_s:.3f} s {'verified' if res.ok else 'FAILED'}")
 
     with EmulatedNetwork(plan, config, log=log) as net:
+        predicted = predict_row(case, row, net.rates)
         run = run_schedule_on(net, schedule.to_dict(), repeat=repeat, timeout_s=timeout_s, each=each)
     times, cpu, verified = run.times_s, run.cpu_s, run.verified
     t = statistics.median(times)
-    return {"measured_s": t, "times_s": times, "verified": verified, "worker_cpu_cores": statistics.median(cpu) / t}
+    return {
+        "predicted_s": predicted,
+        "measured_s": t,
+        "times_s": times,
+        "verified": verified,
+        "worker_cpu_cores": statistics.median(cpu) / t,
+    }
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
@@ -196,20 +212,20 @@ def iteration_splits(s: Any) -> dict[str, dict]:
     Gbit/s per dimension, the allocator's model and the flow model's prediction (real ms)."""
     from planner.scenario import with_overrides
 
-    from .prediction import predict_run, prepare
+    from .prediction import predict_run, prepare, scenario_rates
 
     chosen = s.topology.allocation
     names = ["libra", "equal"] + ([] if isinstance(chosen, str) else ["scenario"])
     out: dict[str, dict] = {}
     for name in names:
         variant = s if name == "scenario" else with_overrides(s, topology={"allocation": name})
-        plan, schedule, _, emulated = prepare(variant)
+        plan, schedule, _, _emulated = prepare(variant)
         allocation = plan.extra["allocation"]
         out[name] = {
             "shares": allocation["shares"],
             "gbps": allocation["gbps"],
             "model_ms": allocation["model_s"] * 1e3,
-            "predicted_ms": predict_run(plan, schedule, emulated, False)["real_ms"],
+            "predicted_ms": predict_run(plan, schedule, scenario_rates(plan, variant), False)["real_ms"],
         }
         out["dimension_bytes"] = allocation["dimension_bytes"]
     return out

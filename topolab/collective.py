@@ -32,13 +32,13 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from contract.emulation import emulated_rates
 from contract.errors import UsageError
-from contract.physics import time_scale
-from planner.collectives.forest import allreduce_bounds, plan_capacities
+from planner.collectives.forest import allreduce_bounds, per_direction
 from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan
 from planner.collectives.trees import DEFAULT_SEGMENT_BYTES
 
@@ -183,7 +183,7 @@ def measure(
     goodput = slowest_egress_bps(plan, net.link_rate_bps) * tcp_goodput_fraction(net.mtu)
     results = []
     eta = SweepEstimate([size for size in sizes for _ in algorithms], warmup + repeat)
-    capacities = plan_capacities(plan, net.link_mbps * 1e6, net.mtu)
+    capacities = per_direction(net.capacities)  # the cables as built: shaped rates, their MTU
     for size in sizes:
         packing_s = allreduce_bounds(capacities, n, size).packing_s
         for alg in algorithms:
@@ -365,11 +365,14 @@ def run_alltoall(args: argparse.Namespace) -> int:
         check_output_dir(args.run_dir, "--run-dir")
     plan = build_plan(scenario)
     traffic = phase_traffic(plan, scenario, per_pair)
-    link_mbps = args.link_mbps or scenario.emulation.link_mbps
-    factor = 1.0 if per_pair else scale_factor(plan, traffic, link_mbps)
-    emulation = dict(asdict(scenario.emulation), link_mbps=link_mbps, lock_wait_s=args.wait)
-    if args.run_dir:
-        emulation["run_dir"] = args.run_dir
+    emulation = replace(
+        scenario.emulation,
+        link_mbps=args.link_mbps or scenario.emulation.link_mbps,
+        lock_wait_s=args.wait,
+        run_dir=args.run_dir or scenario.emulation.run_dir,
+    )
+    rates = emulated_rates(plan.network, emulation)  # what every variant's network is built at
+    factor = 1.0 if per_pair else scale_factor(plan, traffic, rates.time_scale)
     print(
         f"{scenario.name}: all-to-all of {len(traffic)} pairs, {sum(traffic.values()) * factor / 1e6:.1f} MB "
         f"(x{factor:.3g} the workload's phase), routings {', '.join(routings)}",
@@ -384,8 +387,8 @@ def run_alltoall(args: argparse.Namespace) -> int:
         "pairs": len(traffic),
         "bytes": sum(traffic.values()) * factor,
         "factor": factor,
-        "link_mbps": link_mbps,
-        "time_scale": time_scale(plan.link_gbps, link_mbps),
+        "link_mbps": rates.link_mbps,
+        "time_scale": rates.time_scale,
         "results": [r.to_dict() for r in results],
     }
     table = format_results(results, f"{scenario.name}: all-to-all phase, emulated seconds")
@@ -438,13 +441,14 @@ def run_on_emulator(
     from .machines import open_network
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    config = dict(asdict(scenario.emulation), lock_wait_s=lock_wait_s)
-    if link_mbps is not None:
-        config["link_mbps"] = link_mbps
-    if run_dir:
-        config["run_dir"] = run_dir
-    if machines is not None:
-        config["machines"] = machines
+    e = scenario.emulation
+    config = replace(
+        e,
+        lock_wait_s=lock_wait_s,
+        link_mbps=e.link_mbps if link_mbps is None else link_mbps,
+        run_dir=run_dir or e.run_dir,
+        machines=e.machines if machines is None else machines,
+    )
     t0 = time.time()
     with open_network(plan, config, log=log) as net:
         log(

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
+from contract.emulation import EmulationConfig
 from contract.errors import UsageError
 from contract.plan import Plan
 
@@ -33,21 +34,19 @@ def machines_from_flag(spec: str) -> tuple[str, ...]:
     return names
 
 
-def open_network(plan: Plan, config, log: Callable[[str], None]) -> AbstractContextManager:
-    """The context manager that builds ``plan``'s network as ``config`` (an
-    `emulator.EmulationConfig`, the scenario's ``[emulation]`` or a dict of it) says: an
+def open_network(plan: Plan, config: EmulationConfig, log: Callable[[str], None]) -> AbstractContextManager:
+    """The context manager that builds ``plan``'s network as ``config`` says: an
     `EmulatedNetwork`, or a `ClusterNetwork` over ``config.machines``. Bad multi-machine input
     raises `UsageError` before anything starts."""
-    from emulator import EmulatedNetwork, EmulationConfig
+    from emulator import EmulatedNetwork
 
-    config = EmulationConfig.from_any(config)
     if not config.machines:
         return EmulatedNetwork(plan, config, log=log)
     _check_multi_machine(plan, config)
     return _cluster_network(plan, config, log)
 
 
-def _check_multi_machine(plan: Plan, config) -> None:
+def _check_multi_machine(plan: Plan, config: EmulationConfig) -> None:
     machines = len(config.machines)
     if machines > plan.network.nodes:
         raise UsageError(
@@ -69,7 +68,7 @@ def _check_multi_machine(plan: Plan, config) -> None:
 
 
 @contextmanager
-def _cluster_network(plan: Plan, config, log: Callable[[str], None]) -> Iterator:
+def _cluster_network(plan: Plan, config: EmulationConfig, log: Callable[[str], None]) -> Iterator:
     from emulator.cluster import ClusterNetwork
     from emulator.cluster_ssh import Machine, SshOptions
     from planner.partition import partition_network
@@ -83,13 +82,5 @@ def _cluster_network(plan: Plan, config, log: Callable[[str], None]) -> Iterator
         + ", ".join(f"{m.name} {n}" for m, n in zip(machines, hosts, strict=True))
     )
     with SshOptions.session(config.ssh_user, config.ssh_identity, config.ssh_known_hosts) as ssh:
-        net = ClusterNetwork(
-            plan.network,
-            cut.assignment,
-            machines,
-            ssh,
-            link_mbps=float(config.link_mbps),
-            reference_gbps=None if config.reference_gbps is None else float(config.reference_gbps),
-        )
-        with net:
+        with ClusterNetwork(plan.network, cut.assignment, machines, ssh, config) as net:
             yield net

@@ -1,5 +1,11 @@
-"""What `topolab run` predicts before it emulates: the plan, one iteration's schedule, and
-the flow-level model's time for exactly that schedule on the emulated links.
+"""What `topolab run` predicts: the plan, one iteration's schedule, and the flow-level model's
+time for exactly that schedule on the emulated links.
+
+`predict_run` takes the rates the links are emulated at (`contract.emulation.EmulatedRates`:
+time scale, every cable's rate, the MTU): before the network is built, the scenario's
+(`scenario_rates`); once it is built, the network's own (``net.rates``), which is what a
+measured run is compared with: a network over several machines runs its cables at the
+tunnels' MTU, not at the scenario's.
 
 Times are emulated seconds; the real cluster's milliseconds divide them by the time scale
 (contract.physics.time_scale: real link rate / emulated link rate).
@@ -10,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from contract import physics
+from contract.emulation import EmulatedRates, emulated_rates
 from planner import Plan, Scenario, build_plan
 from planner.iteration import IterationOptions, iteration_schedule
 from planner.predict import plan_network, predict
@@ -44,11 +50,16 @@ def compute_seconds(schedule) -> list[float]:
     return [sum(op.seconds for op in prog.get("compute", []) if op.kind == "compute") for prog in schedule.programs]
 
 
+def scenario_rates(plan: Plan, s: Scenario) -> EmulatedRates:
+    """The rates ``plan``'s network is emulated at as the scenario asks (before it is built)."""
+    return emulated_rates(plan.network, s.emulation)
+
+
 def prepare(s: Scenario, payload_scale: float | None = None) -> tuple[Plan, Any, Any, dict[str, Any]]:
-    """Plan, schedule and prediction of a scenario (no root needed)."""
+    """Plan, schedule and the emulation's planned facts of a scenario (no root needed)."""
     plan = build_plan(s)
-    link_mbps = s.emulation.link_mbps
-    time_scale = physics.time_scale(plan.link_gbps, link_mbps)
+    rates = scenario_rates(plan, s)
+    time_scale = rates.time_scale
     scale = s.run.payload_scale if payload_scale is None else payload_scale
     opts = IterationOptions(
         batch=s.workload.batch_per_server,
@@ -59,22 +70,23 @@ def prepare(s: Scenario, payload_scale: float | None = None) -> tuple[Plan, Any,
     schedule = iteration_schedule(plan, get_model(s.workload.model), opts)
     emulated = {
         "time_scale": time_scale,
-        "link_mbps": link_mbps,
+        "link_mbps": rates.link_mbps,
+        "reference_gbps": rates.reference_gbps,
         "plan_link_gbps": plan.link_gbps,
-        "mtu": s.emulation.mtu,
+        "mtu": rates.mtu,
         "payload_scale": scale,
     }
     return plan, schedule, opts, emulated
 
 
-def predict_run(
-    plan: Plan, schedule, emulated: dict[str, Any], netem: bool, op_overhead_s: float = 0.0
-) -> dict[str, Any]:
-    alpha = SOFTWARE_HOP_S + (plan.latency_us * 1e-6 * emulated["time_scale"] if netem else 0.0)
+def predict_run(plan: Plan, schedule, rates: EmulatedRates, netem: bool, op_overhead_s: float = 0.0) -> dict[str, Any]:
+    """The flow model's time of ``schedule`` on ``plan``'s cables emulated at ``rates`` (a built
+    network's ``net.rates``, or `scenario_rates` before the build); records the time scale and
+    MTU it used."""
+    alpha = SOFTWARE_HOP_S + (plan.latency_us * 1e-6 * rates.time_scale if netem else 0.0)
     net = plan_network(
         plan,
-        link_bps=emulated["link_mbps"] * 1e6,
-        mtu=emulated["mtu"],
+        rates=rates,
         alpha_s=alpha,
         op_overhead_s=op_overhead_s,
         reduce_cap_bytes=EXPOSED_REDUCE_BYTES,
@@ -83,7 +95,9 @@ def predict_run(
     pred = predict(schedule, net)
     return {
         "emulated_s": pred.seconds,
-        "real_ms": pred.seconds / emulated["time_scale"] * 1e3,
+        "real_ms": pred.seconds / rates.time_scale * 1e3,
+        "time_scale": rates.time_scale,
+        "mtu": rates.mtu,
         "alpha_s": alpha,
         "op_overhead_s": op_overhead_s,
         "model_seconds": time.perf_counter() - t0,

@@ -55,7 +55,7 @@ from .options import (
     check_output_dir,
     require_root,
 )
-from .prediction import compute_seconds, plan_dict, predict_run, prepare
+from .prediction import compute_seconds, plan_dict, predict_run, prepare, scenario_rates
 from .progress import Progress
 from .report import summarize, write_report
 
@@ -167,7 +167,7 @@ def execute(
         "environment": environment(s),
         "tolerance": s.run.tolerance,
     }
-    results["predicted"] = predict_run(plan, schedule, emulated, want_netem)
+    results["predicted"] = predict_run(plan, schedule, scenario_rates(plan, s), want_netem)
     log(
         f"[2/4] predicted {results['predicted']['real_ms']:.3f} ms per iteration "
         f"({results['predicted']['emulated_s']:.3f} s emulated)"
@@ -175,14 +175,12 @@ def execute(
     compute = compute_seconds(schedule)
     network_up = False
     try:
-        config = dict(asdict(s.emulation), lock_wait_s=lock_wait_s)
-        if run_dir:
-            config["run_dir"] = run_dir
+        config = replace(s.emulation, lock_wait_s=lock_wait_s, run_dir=run_dir or s.emulation.run_dir)
         if s.emulation.machines and injector:
             raise UsageError("[[faults]] / --cable-down: not supported over several machines yet")
         with open_network(plan, config, log=log) as net:
             network_up = True
-            results["emulation"].update({k: v for k, v in net.facts.items() if k not in results["emulation"]})
+            results["emulation"].update(net.facts)  # the network as built: its time scale and MTU
             results["emulation"]["netem"] = net.netem
             if not net.netem:
                 results["notes"].append(
@@ -209,9 +207,9 @@ def execute(
                 control_relay=net.relay_control,
             )
             results["calibration"] = cal
-            results["predicted"] = predict_run(plan, schedule, emulated, net.netem, cal["op_overhead_s"])
+            results["predicted"] = predict_run(plan, schedule, net.rates, net.netem, cal["op_overhead_s"])
             if injector:
-                repredict = lambda p: predict_run(p, schedule, emulated, net.netem, cal["op_overhead_s"])  # noqa: E731
+                repredict = lambda p: predict_run(p, schedule, net.rates, net.netem, cal["op_overhead_s"])  # noqa: E731
                 injector.start(net, repredict, results["predicted"])
                 results["faults"] = injector.applied
             write_results(results, out_dir, report=False)
@@ -250,8 +248,8 @@ def execute(
                         "index": i - s.run.warmup,
                         "warmup": warm,
                         "measured_s": res.time_s,
-                        "measured_real_ms": res.time_s / emulated["time_scale"] * 1e3,
-                        "compute_real_ms": max(compute) / emulated["time_scale"] * 1e3,
+                        "measured_real_ms": res.time_s / net.time_scale * 1e3,
+                        "compute_real_ms": max(compute) / net.time_scale * 1e3,
                         "verified": res.ok,
                         "errors": res.mismatches[:10],
                     }

@@ -100,7 +100,8 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _plan_and_config(args, command: str):
     """Scenario, plan and emulation config of a network command; checks its inputs and root."""
-    from emulator import EmulationConfig
+    from dataclasses import replace
+
     from planner import build_plan, load_scenario
 
     if args.links != "all" and not (args.links.isdigit() and int(args.links) > 0):
@@ -114,16 +115,17 @@ def _plan_and_config(args, command: str):
     require_root(command)  # before --run-dir: /run is root's
     check_output_dir(args.run_dir, "--run-dir")
     plan = build_plan(scenario)
-    config = EmulationConfig.from_any(scenario.emulation)
-    if getattr(args, "link_mbps", None) is not None:
-        config = EmulationConfig.from_any({**config.__dict__, "link_mbps": args.link_mbps})
-    config = EmulationConfig.from_any({**config.__dict__, "lock_wait_s": args.wait, "run_dir": args.run_dir})
+    e = scenario.emulation
     # The same network `topolab run` builds: link_mbps stands for plan.link_gbps (for the switch
     # baseline the planner sets that to the port rate). `--reference-gbps` pins another rate.
-    if getattr(args, "reference_gbps", None):
-        config = EmulationConfig.from_any({**config.__dict__, "reference_gbps": args.reference_gbps})
-    if machines is not None:
-        config = EmulationConfig.from_any({**config.__dict__, "machines": machines})
+    config = replace(
+        e,
+        link_mbps=e.link_mbps if getattr(args, "link_mbps", None) is None else args.link_mbps,
+        lock_wait_s=args.wait,
+        run_dir=args.run_dir,
+        reference_gbps=getattr(args, "reference_gbps", None) or e.reference_gbps,
+        machines=e.machines if machines is None else machines,
+    )
     return scenario, plan, config
 
 
