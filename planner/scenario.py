@@ -83,6 +83,12 @@ class Topology:
     routing: str = "single"  # single | planned (per-destination multipath allocation, docs/algorithms.md 4.1)
 
 
+# The largest accepted prediction error of a run: room for a loaded 2-core machine (the
+# README's target is a median under 10% over the six 12-server scenarios); the report reads
+# it for results that do not record their own.
+DEFAULT_TOLERANCE = 0.25
+
+
 @dataclass(frozen=True)
 class Run:
     iterations: int = 5
@@ -91,7 +97,7 @@ class Run:
     payload_scale: float = 1.0  # multiply every transfer (small buffers for smoke tests)
     # |predicted - measured| / measured above this is called out in the report and makes
     # `topolab run` exit 3 (ran and verified, but the model missed)
-    tolerance: float = 0.25
+    tolerance: float = DEFAULT_TOLERANCE
 
 
 FAULT_ACTIONS = ("down", "degrade")

@@ -35,14 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
+from planner.scenario import DEFAULT_TOLERANCE
 
 from .journal import ITERATIONS_FILE, RESULTS_FILE, read_journal
 from .options import check_output_dir
 from .plan_cmd import rate_text
 
-# |predicted - measured| / measured above this is called out: the README's accuracy target
-# (median error under 10%) applied to one run.
-PREDICTION_TOLERANCE = 0.10
+# |predicted - measured| / measured above this is called out when the results do not record
+# their own tolerance: the scenario's default (run.tolerance)
+PREDICTION_TOLERANCE = DEFAULT_TOLERANCE
 TITLE_WRAP_CHARS = 60  # a title line wider than this is wrapped (figures are ~7 inches wide)
 
 
