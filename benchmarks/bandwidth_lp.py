@@ -22,7 +22,7 @@ import platform
 import time
 from pathlib import Path
 
-from contract.physics import time_scale
+from contract.emulation import emulated_rates
 from contract.schedule import ScheduleBuilder
 from planner import build_plan, load_scenario, parse_scenario
 from planner.bandwidth import allocate_for_plan, embedding_alltoall_traffic
@@ -64,13 +64,13 @@ def scenario_phase(name: str) -> dict:
     traffic = embedding_alltoall_traffic(plan)
     result = allocate_for_plan(plan, traffic)
     planned_plan = dataclasses.replace(plan, allocation=result.allocation)
-    link_bps = scenario.emulation.link_mbps * 1e6
+    rates = emulated_rates(plan.network, scenario.emulation)
     transfers = [(s, d, int(v) // ITEM * ITEM) for (s, d), v in sorted(traffic.items())]
     predicted = {}
     for routing, p in (("single", plan), ("planned", planned_plan)):
         b = ScheduleBuilder(plan.servers, f"embedding-alltoall/{routing}")
         add_p2p_transfers(b, transfers, "a2a", network=p.network)
-        predicted[routing] = predict(b.build(), plan_network(p, link_bps)).seconds
+        predicted[routing] = predict(b.build(), plan_network(p, rates=rates)).seconds
     paths = [len(p.paths) for p in result.allocation]
     return {
         "scenario": name,
@@ -81,7 +81,7 @@ def scenario_phase(name: str) -> dict:
         "lp_phase_single_path_s": result.single_path_seconds,
         "phase_bytes": sum(v for _, _, v in transfers),
         "emulated_link_mbps": scenario.emulation.link_mbps,
-        "time_scale": time_scale(plan.link_gbps, scenario.emulation.link_mbps),
+        "time_scale": rates.time_scale,
         "predicted_single_s": predicted["single"],
         "predicted_planned_s": predicted["planned"],
     }

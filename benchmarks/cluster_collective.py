@@ -25,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from contract.emulation import EmulationConfig
+from contract.physics import tunnel_mtu
 from emulator import EmulatedNetwork
 from emulator.cluster import ClusterNetwork
 from planner import build_plan, load_scenario
@@ -34,7 +36,6 @@ from topolab.collective import measure
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINES = 3
-TUNNEL_MTU = 1450  # VXLAN on a 1500-byte underlay
 
 
 def main() -> int:
@@ -57,7 +58,7 @@ def main() -> int:
                 if label == "machines":
                     net = ClusterNetwork(plan.network, cut.assignment, standins.machines, standins.ssh)
                 else:
-                    net = EmulatedNetwork(plan, {"mtu": TUNNEL_MTU}, log=lambda _m: None)
+                    net = EmulatedNetwork(plan, EmulationConfig(mtu=tunnel_mtu()), log=lambda _m: None)
                 with net:
                     (result,) = measure(net, plan, ["topoopt"], [size], repeat=args.repeat, log=lambda _m: None)
                 times[label] += result.times_s

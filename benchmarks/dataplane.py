@@ -233,7 +233,7 @@ def run_case(
     pairs = pair_bytes(sched)
     moved = sum(pairs.values())
     gb = moved / GB
-    config = dict(dataclasses.asdict(scenario.emulation), link_mbps=case.link_mbps, lock_wait_s=wait_s)
+    config = dataclasses.replace(scenario.emulation, link_mbps=case.link_mbps, lock_wait_s=wait_s)
     row = dataclasses.asdict(case) | {"gb_per_iteration": gb, "load_before": os.getloadavg()[0]}
     variants = [("executor", REPO)] + ([("baseline", baseline)] if baseline else [])
     runs: dict[str, list[dict]] = defaultdict(list)

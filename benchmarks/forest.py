@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from contract.emulation import EmulationConfig
 from planner import build_plan, load_scenario
 from planner.collectives.forest import build_forest, plan_capacities
 from planner.collectives.from_plan import allreduce_for_plan, plan_rings, ring_weights
@@ -112,7 +113,7 @@ def expected_wall_s(predicted: dict[str, float], repeats: Repeats) -> float:
     return NETWORK_SETUP_S + sum(sum(repeats.of(name)) * (seconds + RUN_START_S) for name, seconds in predicted.items())
 
 
-def measure(plan, scheds: dict, emulation: dict, repeats: Repeats, timeout_s: float) -> dict[str, dict]:
+def measure(plan, scheds: dict, emulation: EmulationConfig, repeats: Repeats, timeout_s: float) -> dict[str, dict]:
     """Median of the timed runs (`Repeats`) per schedule on the plan's emulated network, every
     run verified by the workers (the pattern of topolab.collective.measure)."""
     from emulator import EmulatedNetwork
@@ -240,9 +241,9 @@ def main() -> int:
         return 2
     scenario = load_scenario(SCENARIO)
     base = build_plan(scenario)
-    emulation = dict(dataclasses.asdict(scenario.emulation), lock_wait_s=args.wait)
-    link_bps = float(emulation["link_mbps"]) * 1e6
-    mtu = int(emulation["mtu"])
+    emulation = dataclasses.replace(scenario.emulation, lock_wait_s=args.wait)
+    link_bps = emulation.link_mbps * 1e6
+    mtu = emulation.mtu
     repeats = Repeats(args.repeat, args.ring_repeat, args.forest_repeat)
     if min(dataclasses.astuple(repeats)) < 1:
         print("forest: --repeat, --forest-repeat and --ring-repeat must be at least 1", file=sys.stderr)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from contract.physics import DEFAULT_MTU
 from planner.allocation import allocate, allreduce_workload, model_seconds
 from planner.collectives.hierarchical import hierarchical_allreduce_for_plan
 from planner.hierarchical import hierarchical_plan
@@ -48,8 +49,7 @@ DIMS_3D, BLOCKS_3D = [4, 4, 8], ["fc", "ring", "switch"]
 BUDGET_GBPS = 100.0  # planned per-server budget (4 x 25 Gbit/s NICs)
 BUDGET_MBPS = 400.0  # its emulated rate (the emulator's default per-link rate)
 NBYTES = 64 << 20
-MTU = 9000
-CASE = SweepCase(tuple(DIMS), tuple(BLOCKS), BUDGET_GBPS, BUDGET_MBPS, NBYTES, "pipelined", MTU)
+CASE = SweepCase(tuple(DIMS), tuple(BLOCKS), BUDGET_GBPS, BUDGET_MBPS, NBYTES, "pipelined", DEFAULT_MTU)
 
 
 def three_d_case() -> dict:
@@ -74,7 +74,9 @@ def three_d_case() -> dict:
     for name, shares in (("libra", sequential["libra_shares"]), ("equal", equal_shares)):
         plan = hierarchical_plan(DIMS_3D, BLOCKS_3D, BUDGET_GBPS, shares)
         schedule = hierarchical_allreduce_for_plan(plan, NBYTES, 1)
-        sequential[f"{name}_predicted_s"] = predict(schedule, plan_network(plan, BUDGET_MBPS * 1e6, mtu=MTU)).seconds
+        sequential[f"{name}_predicted_s"] = predict(
+            schedule, plan_network(plan, BUDGET_MBPS * 1e6, mtu=DEFAULT_MTU)
+        ).seconds
     sequential["predicted_gain"] = sequential["equal_predicted_s"] / sequential["libra_predicted_s"]
     return out
 

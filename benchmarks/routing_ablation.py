@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from contract.emulation import emulated_rates
 from planner import build_plan, load_scenario
 from topolab.network import network_config
 from topolab.routing_phase import VARIANTS, format_results, measure_phase, phase_traffic, scale_factor
@@ -44,9 +45,10 @@ def phase_rows(repeat: int) -> list[dict]:
         s = load_scenario(ROOT / "scenarios" / f"{name}.toml")
         plan = build_plan(s)
         traffic = phase_traffic(plan, s)
-        factor = scale_factor(plan, traffic, s.emulation.link_mbps)
-        emulation = network_config(s.emulation)
-        results = measure_phase(plan, traffic, list(VARIANTS), emulation, factor=factor, repeat=repeat)
+        factor = scale_factor(plan, traffic, emulated_rates(plan.network, s.emulation).time_scale)
+        results = measure_phase(
+            plan, traffic, list(VARIANTS), network_config(s.emulation), factor=factor, repeat=repeat
+        )
         print(format_results(results, f"{name}: embedding all-to-all phase, emulated seconds (bytes x{factor:.3g})"))
         rows.append({"scenario": name, "factor": factor, "variants": [r.to_dict() for r in results]})
     return rows

@@ -7,7 +7,10 @@ Imports nothing of topolab. The planner produces it, the emulator and the worker
   their rates, routes, latency);
 - `contract.schedule`: collective and iteration schedules as data (streams of send / recv /
   compute ops), the format the workers execute;
-- `contract.physics`: TCP goodput of a shaped cable, time dilation, compute time: each
-  formula defined once;
+- `contract.emulation`: `EmulationConfig`, the one schema of the ``[emulation]`` settings, and
+  `emulated_rates`, the rates and MTU a network is emulated at (time scale, shaped rates,
+  capacities);
+- `contract.physics`: TCP goodput of a shaped cable, the default MTU, VXLAN's overhead, time
+  dilation, compute time: each formula or constant defined once;
 - `contract.errors`: the one error hierarchy (user error: exit 2; run failure: exit 1).
 """

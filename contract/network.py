@@ -14,6 +14,11 @@ the destination-based route above; plane ``p >= 1`` is ``allocation_of(src, dst)
 which the emulator enforces with policy routing (per-plane source addresses and tables) and
 per-destination HTB classes. A schedule's send names its plane (`contract.schedule.Op.plane`).
 
+`cable_capacities` turns cables into directed goodput (bytes/s, parallel cables summed) at
+an MTU, at the cables' planned rates or at the rates they are emulated at; every model of a
+network's capacity (the flow predictor, the cost model, the forest's packing, placement)
+starts from it, and so does a built emulated network (its ``capacities``).
+
 `Plan.network` is the network of a plan; `circulant_network(n, strides)` builds the
 TopoOpt wiring C_n(strides) (cable ``i -- i+s`` for every stride ``s``) with shortest-path
 routes stored compactly as per-offset first strides: C_n is vertex transitive, so the route
@@ -25,11 +30,14 @@ offsets, `coin_change_first_strides`), so following next hops always arrives and
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
+
+from .physics import DEFAULT_MTU, cable_goodput
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,24 @@ class Link:
     a: int
     b: int
     gbps: float
+
+
+def cable_capacities(
+    links: Iterable[Link], mtu: int = DEFAULT_MTU, rates_bps: Sequence[float] | None = None
+) -> dict[tuple[int, int], float]:
+    """Directed capacities ``{(a, b): bytes/s of TCP goodput}`` of ``links`` at ``mtu``: each
+    cable gives both directions its rate, parallel cables add up. ``rates_bps[k]`` is the rate
+    cable ``k`` runs at (bit/s: an emulated network's shaped rates); by default each cable's
+    planned ``gbps``."""
+    links = list(links)
+    if rates_bps is not None and len(rates_bps) != len(links):
+        raise ValueError(f"{len(rates_bps)} rates for {len(links)} cables")
+    capacity: dict[tuple[int, int], float] = {}
+    for k, link in enumerate(links):
+        goodput = cable_goodput(link.gbps * 1e9 if rates_bps is None else rates_bps[k], mtu)
+        for edge in ((link.a, link.b), (link.b, link.a)):
+            capacity[edge] = capacity.get(edge, 0.0) + goodput
+    return capacity
 
 
 @dataclass(frozen=True)
@@ -149,6 +175,10 @@ class Network:
                 raise ValueError(f"no route from {src} to {dst}")
             path.append(nxt)
         return path
+
+    def capacities(self, mtu: int = DEFAULT_MTU) -> dict[tuple[int, int], float]:
+        """Directed goodput of the cables at their planned rates (`cable_capacities`)."""
+        return cable_capacities(self.links, mtu)
 
     def neighbours(self, node: int) -> list[int]:
         """Nodes cabled to ``node``, one entry per cable."""

@@ -2,11 +2,13 @@
 
 A cable never exists in the root namespace, not even for a moment: the netlink request that
 creates the pair names both ends' namespaces (``net_ns_pid`` of each host's shell), so a
-crash at any point leaves nothing outside our namespaces. Both ends get the cable MTU (9000
-by default: RDMA clusters run jumbo frames). All cables go to the kernel in one batch.
+crash at any point leaves nothing outside our namespaces. Both ends get the cable MTU
+(`contract.physics.DEFAULT_MTU` by default: RDMA clusters run jumbo frames). All cables go to
+the kernel in one batch.
 
 Each cable end is shaped on egress (`cable_shaping`): one HTB class at the cable's emulated
-rate, ``link.gbps / reference_gbps * link_mbps`` (time dilation, ``docs/emulation.md``), and
+rate, ``link.gbps / reference_gbps * link_mbps`` (time dilation, ``docs/emulation.md``;
+`contract.emulation.EmulatedRates.rate_bps`), and
 netem with the dilated per-hop latency where the kernel has netem (`emulator.shaping`),
 and under it the destination classes of a bandwidth allocation (`emulator.planes`).
 """
@@ -20,11 +22,6 @@ from contract.plan import Link
 from . import nlbatch, shaping
 from .addressing import Port, identity
 from .host import EmulatedHost
-
-
-def emulated_rate_bps(link: Link, reference_gbps: float, link_mbps: float) -> int:
-    """Shaped rate (bit/s) of a cable: every link dilated by the same factor."""
-    return round(link.gbps / reference_gbps * link_mbps * 1e6)
 
 
 def make_cables(
@@ -51,11 +48,6 @@ def make_cables(
         )
         what.append(f"veth {a.ifname} -- {b.ifname} (plan.links[{k}])")
     nlbatch.send(batch.batch, what, timeout_s=timeout_s)
-
-
-def emulated_bps_per_gbps(reference_gbps: float, link_mbps: float) -> float:
-    """Emulated bit/s of one planned Gbit/s (the dilation `emulated_rate_bps` applies)."""
-    return link_mbps * 1e6 / reference_gbps
 
 
 def cable_shaping(

@@ -45,12 +45,13 @@ from typing import Any
 import pyroute2  # noqa: F401  (imported up front: it takes 0.15 s)
 from mininet.net import Mininet
 
-from contract.network import Network
-from contract.physics import tcp_goodput_fraction, time_scale
+from contract.emulation import emulated_rates
+from contract.network import Network, cable_capacities
+from contract.physics import tcp_goodput_fraction
 
 from . import counters, nsutil, shaping
 from .addressing import RANGE, Port, identity, node_name, plane_address, ports_of
-from .cable import cable_shaping, emulated_bps_per_gbps, emulated_rate_bps, make_cables
+from .cable import cable_shaping, make_cables
 from .config import EmulationConfig
 from .errors import EmulationError, EmulationInputError
 from .host import HOST_START_TIMEOUT_S, EmulatedHost, end_hosts
@@ -89,32 +90,37 @@ POPEN_ENTER_TIMEOUT_S = 5.0  # mnexec's setns takes microseconds; seconds only o
 class EmulatedNetwork:
     """A network (or a plan's network) built as an emulated network; use as a context manager.
 
-    ``net.host_address(i)``, ``net.popen(i, argv)``, ``net.time_scale``, ``net.link_mbps``,
-    ``net.mtu``, ``net.netem``, ``net.link_rate_bps``, ``net.facts``, ``net.plane_address(i, p)``
-    and ``net.live`` (live changes: `emulator.live.LiveChanges`) are the public interface;
+    ``net.host_address(i)``, ``net.popen(i, argv)``, the rates (``net.rates``, the
+    `contract.emulation.EmulatedRates` it is built at, and from them ``net.time_scale``,
+    ``net.link_mbps``, ``net.reference_gbps``, ``net.mtu``, ``net.link_rate_bps`` per cable,
+    ``net.capacities``), ``net.netem``, ``net.facts``, ``net.plane_address(i, p)`` and
+    ``net.live`` (live changes: `emulator.live.LiveChanges`) are the public interface, the
+    same as `emulator.cluster.ClusterNetwork`'s;
     ``net.network`` is the `Network` it builds, ``net.mininet`` Mininet's view of it (for
     Mininet's CLI)."""
 
-    def __init__(self, network: Any, config: Any = None, *, log: Callable[[str], None] | None = None):
+    def __init__(
+        self, network: Any, config: EmulationConfig | None = None, *, log: Callable[[str], None] | None = None
+    ):
         self.network = as_network(network)
-        self.config = EmulationConfig.from_any(config)
+        self.config = EmulationConfig() if config is None else config
+        if not isinstance(self.config, EmulationConfig):
+            raise TypeError(f"config must be an EmulationConfig, got {type(self.config).__name__}")
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         validate(self.network, self.config)
         self.servers = int(self.network.servers)
         self.nodes = self.network.nodes
-        self.link_mbps = float(self.config.link_mbps)
-        self.mtu = int(self.config.mtu)
-        self.reference_gbps = float(self.config.reference_gbps or self.network.link_gbps)
-        self.time_scale = time_scale(self.reference_gbps, self.link_mbps)
+        self.rates = emulated_rates(self.network, self.config)
         self.netem = False
         self.ports: list[list[Port]] = ports_of(self.network.links, self.nodes, self.servers)
-        self.link_rate_bps = [emulated_rate_bps(l, self.reference_gbps, self.link_mbps) for l in self.network.links]
+        self.link_rate_bps = self.rates.link_rate_bps(self.network.links)  # live changes update it
         self.delay_us = float(self.network.latency_us) * self.time_scale
         self.planes = node_planes(self.network)  # per node: plane addresses, rules, routes
-        scale = emulated_bps_per_gbps(self.reference_gbps, self.link_mbps)
         # (node, ifname) -> {dst: bit/s}
         self.destination_bps = (
-            destination_rates(self.network, self.ports, scale) if self.config.destination_classes else {}
+            destination_rates(self.network, self.ports, self.rates.bps_per_gbps)
+            if self.config.destination_classes
+            else {}
         )
         self.facts: dict[str, Any] = {}
         self.mininet: Mininet | None = None
@@ -128,6 +134,31 @@ class EmulatedNetwork:
         self.live = LiveChanges(self)  # cable down/up, rate, routes while running (emulator.live)
 
     # ---- public interface ------------------------------------------------------------
+    @property
+    def time_scale(self) -> float:
+        """Emulated seconds per real second (`contract.emulation.EmulatedRates.time_scale`)."""
+        return self.rates.time_scale
+
+    @property
+    def link_mbps(self) -> float:
+        return self.rates.link_mbps
+
+    @property
+    def reference_gbps(self) -> float:
+        """The real rate ``link_mbps`` stands for."""
+        return self.rates.reference_gbps
+
+    @property
+    def mtu(self) -> int:
+        """The MTU of every cable."""
+        return self.rates.mtu
+
+    @property
+    def capacities(self) -> dict[tuple[int, int], float]:
+        """Directed goodput (bytes/s) of the cables at their shaped rates, parallel cables
+        summed (`contract.network.cable_capacities`)."""
+        return cable_capacities(self.network.links, self.mtu, self.link_rate_bps)
+
     def host_address(self, i: int) -> str:
         """Identity IPv4 address of node ``i`` (reachable from every host)."""
         if not 0 <= i < self.nodes:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TypedDict, Unpack, overload
 
+from contract.emulation import EmulatedRates
 from contract.plan import Plan
 from contract.schedule import Schedule
 
@@ -37,6 +38,7 @@ class NetworkArgs(TypedDict, total=False):
     reduce_bytes_per_s: float  # the receiver's reduce and copy rate
     reduce_cap_bytes: float  # the largest part of a message whose reduction is exposed
     destination_classes: bool  # an allocation's planes get their assured rates
+    rates: EmulatedRates | None  # the cables as an emulated network runs them (replaces link_bps, mtu)
 
 
 @overload

@@ -41,7 +41,9 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from contract.physics import REDUCE_BYTES_PER_S, tcp_goodput_fraction
+from contract.emulation import EmulatedRates
+from contract.network import cable_capacities
+from contract.physics import DEFAULT_MTU, REDUCE_BYTES_PER_S, cable_goodput
 
 
 @dataclass
@@ -72,29 +74,32 @@ class Network:
 def plan_network(
     plan,
     link_bps: float | None = None,
-    mtu: int = 9000,
+    mtu: int = DEFAULT_MTU,
     alpha_s: float | None = None,
     reduce_bytes_per_s: float = REDUCE_BYTES_PER_S,
     op_overhead_s: float = 0.0,
     reduce_cap_bytes: float = float("inf"),
     destination_classes: bool = True,
+    rates: EmulatedRates | None = None,
 ) -> Network:
-    """A `Network` for ``plan``: each cable gives both directions its rate (parallel cables
-    add up). ``link_bps`` rescales every link so that a plan link of ``plan.link_gbps``
-    runs at ``link_bps`` (the emulated rate); by default the plan's own rates are used.
+    """A `Network` for ``plan``: each cable gives both directions its goodput, parallel
+    cables add up (`contract.network.cable_capacities`). ``rates``: the cables as an emulated
+    network runs them (`contract.emulation.EmulatedRates`: its rates and its MTU, which
+    replaces ``mtu``); ``link_bps`` is the shorthand for a plan link of ``plan.link_gbps``
+    emulated at ``link_bps``; by default the plan's own rates are used.
     ``destination_classes`` off: an allocation's planes are routed but their rates are not
     assured (the emulator's ``destination_classes = False``)."""
-    scale = 1.0 if link_bps is None else link_bps / (plan.link_gbps * 1e9)
-    good = tcp_goodput_fraction(mtu)
-    cap: dict[tuple[int, int], float] = defaultdict(float)
-    for link in plan.links:
-        bps = link.gbps * 1e9 * scale * good / 8.0
-        cap[(link.a, link.b)] += bps
-        cap[(link.b, link.a)] += bps
+    if rates is None and link_bps is not None:
+        rates = EmulatedRates(plan.link_gbps, link_bps / 1e6, mtu)
+    cap = cable_capacities(plan.links, mtu) if rates is None else rates.capacities(plan.links)
+
+    def assured_of(gbps: float) -> float:  # bytes/s of goodput of an allocated path's rate
+        return cable_goodput(gbps * 1e9, mtu) if rates is None else rates.goodput(gbps)
+
     alpha = plan.latency_us * 1e-6 if alpha_s is None else alpha_s
     network = plan.network
     assured = {
-        (pair.src, pair.dst, plane): share.gbps * 1e9 * scale * good / 8.0
+        (pair.src, pair.dst, plane): assured_of(share.gbps)
         for pair in network.allocation
         for plane, share in enumerate(pair.paths, start=1)
         if destination_classes

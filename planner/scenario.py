@@ -1,7 +1,8 @@
 """Scenario files: TOML in, a validated `Scenario` out, or one `ScenarioError` naming the key.
 
 Every key has a documented default and range (docs/scenarios.md; the ranges are `BOUNDS`
-below); files are read as UTF-8 and unknown keys are
+below, and the ``[emulation]`` table is `contract.emulation.EmulationConfig`, which checks
+itself); files are read as UTF-8 and unknown keys are
 errors, so a typo never silently falls back to a default. Cross-field rules (degree below
 the server count, even degree for bidirectional rings, group sizes that divide n) are checked
 after the per-key types, and each failure names the file and the key. The ``[[faults]]``
@@ -19,6 +20,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from contract.emulation import EmulationConfig, EmulationConfigError
 from contract.errors import UsageError
 from contract.plan import Workload
 
@@ -75,20 +77,10 @@ class Topology:
     routing: str = "single"  # single | planned (per-destination multipath allocation, docs/algorithms.md 4.1)
 
 
-@dataclass(frozen=True)
-class Emulation:
-    # Emulated rate of one planned link (time dilation: link_gbps * 1000 / link_mbps). At
-    # 100 Mbit/s the workers' per-op software cost stays small next to transfer times on a
-    # 2-core machine (measured: prediction error under 10% at 100, up to 70% at 400).
-    link_mbps: float = 100.0
-    mtu: int = 9000
-    netem: str = "auto"  # auto | on | off
-    budget_mbps: float = 0.0  # hierarchical: emulated budget per server (sets link_mbps)
-    # several machines (docs/cluster.md): their ssh addresses, checked by emulator.config
-    machines: tuple[str, ...] = ()
-    ssh_user: str = "root"
-    ssh_identity: str = ""  # "": ssh's default keys
-    ssh_known_hosts: str = ""  # "": ssh's default known_hosts
+# The largest accepted prediction error of a run: room for a loaded 2-core machine (the
+# README's target is a median under 10% over the six 12-server scenarios); the report reads
+# it for results that do not record their own.
+DEFAULT_TOLERANCE = 0.25
 
 
 @dataclass(frozen=True)
@@ -99,7 +91,7 @@ class Run:
     payload_scale: float = 1.0  # multiply every transfer (small buffers for smoke tests)
     # |predicted - measured| / measured above this is called out in the report and makes
     # `topolab run` exit 3 (ran and verified, but the model missed)
-    tolerance: float = 0.25
+    tolerance: float = DEFAULT_TOLERANCE
 
 
 FAULT_ACTIONS = ("down", "degrade")
@@ -137,7 +129,7 @@ class Scenario:
     workload: Workload
     parallelism: Parallelism
     topology: Topology
-    emulation: Emulation
+    emulation: EmulationConfig  # the [emulation] table (contract.emulation: one schema)
     run: Run
     faults: tuple[Fault, ...] = ()
     cables: tuple[CableRate, ...] = ()
@@ -148,7 +140,7 @@ _SECTIONS: dict[str, type] = {
     "workload": Workload,
     "parallelism": Parallelism,
     "topology": Topology,
-    "emulation": Emulation,
+    "emulation": EmulationConfig,
     "run": Run,
 }
 
@@ -158,7 +150,6 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("topology", "kind"): TOPOLOGIES,
     ("topology", "degree_split"): DEGREE_SPLITS,
     ("topology", "stride_range"): STRIDE_RANGES,
-    ("emulation", "netem"): ("auto", "on", "off"),
     ("topology", "schedule"): ("pipelined", "sequential"),
     ("topology", "objective"): ("time", "time_x_cost"),
     ("topology", "routing"): ("single", "planned"),
@@ -187,10 +178,7 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("parallelism", "seed"): (0, True, MAX_SEED),
     ("topology", "seed"): (0, True, MAX_SEED),
     ("topology", "switch_gbps"): (0, True, MAX_DEGREE * MAX_LINK_GBPS),
-    ("emulation", "link_mbps"): (0.1, True, 100_000.0),  # HTB on a veth
-    ("emulation", "budget_mbps"): (0, True, 100_000.0),  # 0: unset (link_mbps)
     ("topology", "budget_gbps"): (0, True, MAX_DEGREE * MAX_LINK_GBPS),
-    ("emulation", "mtu"): (576, True, 65535),  # IPv4 minimum .. largest IP packet
     ("run", "iterations"): (1, True, 100_000),
     ("run", "warmup"): (0, True, 1000),
     ("run", "timeout_s"): (1e-3, True, 86400.0),  # a day
@@ -218,6 +206,11 @@ def _typed(value: Any, want: type, source: str, key: str) -> Any:
 def _section(cls: type, table: Any, section: str, source: str) -> Any:
     if not isinstance(table, dict):
         raise ScenarioError(source, section, f"expected a table [{section}], got {type(table).__name__}")
+    if cls is EmulationConfig:  # its schema checks itself (contract.emulation)
+        try:
+            return EmulationConfig.from_table(table)
+        except EmulationConfigError as err:
+            raise ScenarioError(source, err.key, err.problem) from None
     known = {f.name: f for f in fields(cls)}
     values = {}
     for key, value in table.items():
@@ -226,11 +219,6 @@ def _section(cls: type, table: Any, section: str, source: str) -> Any:
             raise ScenarioError(source, dotted, f"unknown key (known: {', '.join(known)})")
         if (section, key) in HIERARCHICAL_LISTS:
             values[key] = _hierarchical_value(value, source, dotted)
-            continue
-        if (section, key) == ("emulation", "machines"):
-            if not isinstance(value, list) or not all(isinstance(m, str) and m for m in value):
-                raise ScenarioError(source, dotted, f"expected a list of machine addresses, got {value!r}")
-            values[key] = tuple(value)
             continue
         want = {"int": int, "float": float, "str": str}[known[key].type]
         value = _typed(value, want, source, dotted)
@@ -509,11 +497,12 @@ def with_overrides(s: Scenario, drop: Sequence[tuple[str, str]] = (), **sections
     data: dict[str, dict[str, Any]] = {}
     for sec in _SECTIONS:  # keys left at their default stay implicit, as in the file
         part = getattr(s, sec)
-        data[sec] = {
-            f.name: getattr(part, f.name)
-            for f in fields(_SECTIONS[sec])
-            if getattr(part, f.name) != f.default and (sec, f.name) not in drop
-        }
+        table = (
+            part.table()
+            if sec == "emulation"
+            else {f.name: getattr(part, f.name) for f in fields(_SECTIONS[sec]) if getattr(part, f.name) != f.default}
+        )
+        data[sec] = {key: value for key, value in table.items() if (sec, key) not in drop}
     for sec, overrides in sections.items():
         data[sec].update(overrides)
     faults: list[dict[str, Any]] = [

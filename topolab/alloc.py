@@ -30,8 +30,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contract.emulation import EmulatedRates, EmulationConfig, emulated_rates
 from contract.errors import UsageError
-from contract.physics import tcp_goodput_fraction
+from contract.physics import DEFAULT_MTU, tcp_goodput_fraction
 from planner.allocation import allocate, allreduce_workload, model_seconds
 from planner.collectives.hierarchical import PIPELINE_CHUNKS, hierarchical_allreduce_for_plan
 from planner.hierarchical import hierarchical_plan
@@ -61,13 +62,17 @@ class SweepCase:
     budget_mbps: float
     nbytes: int
     schedule: str = "pipelined"
-    mtu: int = 9000
+    mtu: int = DEFAULT_MTU
     latency_us: float = 1.0
 
     @classmethod
     def of(cls, s: Any, nbytes: int) -> SweepCase:
         t = s.topology
         return cls(t.dims, t.blocks, t.budget_gbps, s.emulation.budget_mbps, nbytes, t.schedule, s.emulation.mtu)
+
+    def emulation(self) -> EmulationConfig:
+        """How a row's network is emulated: the budget per server at ``budget_mbps``."""
+        return EmulationConfig(link_mbps=self.budget_mbps, mtu=self.mtu)
 
 
 def _row(name: str, shares, mode: str) -> dict:
@@ -105,10 +110,12 @@ def _plan_and_schedule(case: SweepCase, row: dict):
     return plan, hierarchical_allreduce_for_plan(plan, case.nbytes, row["chunks"])
 
 
-def predict_row(case: SweepCase, row: dict) -> float:
-    """The flow model's time of the row's AllReduce (emulated seconds)."""
+def predict_row(case: SweepCase, row: dict, rates: EmulatedRates | None = None) -> float:
+    """The flow model's time of the row's AllReduce (emulated seconds) on cables at ``rates``
+    (a built network's; default: as the case's network will be built)."""
     plan, schedule = _plan_and_schedule(case, row)
-    return predict(schedule, plan_network(plan, case.budget_mbps * 1e6, mtu=case.mtu)).seconds
+    rates = rates or emulated_rates(plan.network, case.emulation())
+    return predict(schedule, plan_network(plan, rates=rates)).seconds
 
 
 def measure_row(
@@ -131,10 +138,17 @@ def measure_row(
         log(f"  {row['name']}: {'warm-up' if i == 0 else i} {res.time_s:.3f} s {'verified' if res.ok else 'FAILED'}")
 
     with open_network(plan, config, log=log) as net:
+        predicted = predict_row(case, row, net.rates)
         run = run_schedule_on(net, schedule.to_dict(), repeat=repeat, timeout_s=timeout_s, each=each)
     times, cpu, verified = run.times_s, run.cpu_s, run.verified
     t = statistics.median(times)
-    return {"measured_s": t, "times_s": times, "verified": verified, "worker_cpu_cores": statistics.median(cpu) / t}
+    return {
+        "predicted_s": predicted,
+        "measured_s": t,
+        "times_s": times,
+        "verified": verified,
+        "worker_cpu_cores": statistics.median(cpu) / t,
+    }
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:

@@ -36,9 +36,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from contract.emulation import emulated_rates
 from contract.errors import UsageError
-from contract.physics import time_scale
-from planner.collectives.forest import plan_capacities
+from planner.collectives.forest import per_direction
 from planner.collectives.from_plan import ALGORITHMS, allreduce_schedule, choose_allreduce
 from planner.collectives.tree_packing import allreduce_bounds
 from planner.collectives.trees import DEFAULT_SEGMENT_BYTES
@@ -206,7 +206,7 @@ def measure(
     goodput = slowest_egress_bps(plan, net.link_rate_bps) * tcp_goodput_fraction(net.mtu)
     results = []
     eta = SweepEstimate([size for size in sizes for _ in algorithms], warmup + repeat)
-    capacities = plan_capacities(plan, net.link_mbps * 1e6, net.mtu)
+    capacities = per_direction(net.capacities)  # the cables as built: shaped rates, their MTU
     for size in sizes:
         packing_s = allreduce_bounds(capacities, n, size).packing_s
         for alg in algorithms:
@@ -392,7 +392,8 @@ def run_alltoall(args: argparse.Namespace) -> int:
         )
     plan = build_plan(scenario)
     traffic = phase_traffic(plan, scenario, per_pair)
-    factor = 1.0 if per_pair else scale_factor(plan, traffic, link_mbps)
+    rates = emulated_rates(plan.network, emulation)  # what every variant's network is built at
+    factor = 1.0 if per_pair else scale_factor(plan, traffic, rates.time_scale)
     nbytes = phase_bytes(traffic, factor)
     print(
         f"{scenario.name}: all-to-all of {len(traffic)} pairs, {nbytes / 1e6:.1f} MB "
@@ -407,8 +408,8 @@ def run_alltoall(args: argparse.Namespace) -> int:
         pairs=len(traffic),
         bytes=nbytes,
         factor=factor,
-        link_mbps=link_mbps,
-        time_scale=time_scale(plan.link_gbps, link_mbps),
+        link_mbps=rates.link_mbps,
+        time_scale=rates.time_scale,
         results=results,
     )
     table = format_results(results, f"{scenario.name}: all-to-all phase, emulated seconds")

@@ -8,7 +8,7 @@ algorithm, ``verify``, ``shell``, ``place --run``, ``alloc --measure``) gets it 
 2. `network_flags` checks them before any work (one line naming the flag, exit 2), root
    included;
 3. `network_config` turns the scenario's ``[emulation]`` and those flags (and the command's
-   own changes: ``link_mbps``, ``reference_gbps``...) into the `emulator.EmulationConfig` of
+   own changes: ``link_mbps``, ``reference_gbps``...) into the `contract.emulation.EmulationConfig` of
    this run; `refuse_machines` is how a command that needs one machine says so, in one
    line, before anything is built;
 4. `open_network` builds it: without ``[emulation] machines`` (or ``--machines``)
@@ -34,16 +34,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contract.emulation import DEFAULT_RUN_DIR, EmulationConfig
 from contract.errors import UsageError
 from contract.plan import Plan
 
 from .options import MAX_WAIT_S, bounded_float, check_output_dir, require_root
 
 if TYPE_CHECKING:
-    from emulator import EmulationConfig
     from emulator.interface import RunningNetwork
-
-DEFAULT_RUN_DIR = "/run/topolab"  # emulator.EmulationConfig's; said in the help without importing it
 
 
 def add_network_arguments(parser: argparse.ArgumentParser, when: str = "") -> None:
@@ -97,7 +95,7 @@ def network_flags(args: argparse.Namespace, command: str) -> NetworkFlags:
 
 def machines_from_flag(spec: str) -> tuple[str, ...]:
     """``--machines A,B,C`` as a tuple of addresses; one-line UsageError naming the flag."""
-    from emulator.config import check_machines
+    from contract.emulation import check_machines
 
     names = tuple(name.strip() for name in spec.split(",") if name.strip())
     if not names:
@@ -106,23 +104,21 @@ def machines_from_flag(spec: str) -> tuple[str, ...]:
     return names
 
 
-def network_config(emulation: Any, flags: NetworkFlags | None = None, **changes: Any) -> EmulationConfig:
-    """The `emulator.EmulationConfig` of this command: the scenario's ``[emulation]``, then
-    ``flags`` (``--machines`` and ``--run-dir`` where given, ``--wait``), then the command's
-    own ``changes`` (fields of the config: ``link_mbps``, ``reference_gbps``, ...). A bad
-    value raises the emulator's one-line input error naming the key."""
-    from emulator import EmulationConfig
-
-    config = EmulationConfig.from_any(emulation)
+def network_config(
+    emulation: EmulationConfig | None, flags: NetworkFlags | None = None, **changes: Any
+) -> EmulationConfig:
+    """The `contract.emulation.EmulationConfig` of this command: the scenario's ``[emulation]``
+    (None: the defaults), then ``flags`` (``--machines`` and ``--run-dir`` where given,
+    ``--wait``), then the command's own ``changes`` (fields of the config: ``link_mbps``,
+    ``reference_gbps``, ...). A bad value raises the config's one-line error naming the key."""
+    config = EmulationConfig() if emulation is None else emulation
     if flags is not None:
         config = replace(config, lock_wait_s=flags.wait_s)
         if flags.machines is not None:
             config = replace(config, machines=flags.machines)
         if flags.run_dir is not None:
             config = replace(config, run_dir=flags.run_dir)
-    config = replace(config, **changes)
-    config.check()
-    return config
+    return replace(config, **changes)
 
 
 def refuse_machines(config: EmulationConfig, flags: NetworkFlags | None, why: str) -> None:
@@ -183,13 +179,5 @@ def _cluster_network(plan: Plan, config: EmulationConfig, log: Callable[[str], N
         + ", ".join(f"{m.name} {n}" for m, n in zip(machines, hosts, strict=True))
     )
     with SshOptions.session(config.ssh_user, config.ssh_identity, config.ssh_known_hosts) as ssh:
-        net = ClusterNetwork(
-            plan.network,
-            cut.assignment,
-            machines,
-            ssh,
-            link_mbps=float(config.link_mbps),
-            reference_gbps=None if config.reference_gbps is None else float(config.reference_gbps),
-        )
-        with net:
+        with ClusterNetwork(plan.network, cut.assignment, machines, ssh, config) as net:
             yield net

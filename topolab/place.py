@@ -62,6 +62,9 @@ from .options import MAX_ITERATIONS, MAX_PAYLOAD_SCALE, MIN_PAYLOAD_SCALE, bound
 if TYPE_CHECKING:
     from emulator import EmulationConfig
 
+if TYPE_CHECKING:
+    from contract.emulation import EmulationConfig
+
 DEFAULT_MEMORY_GB = 80.0  # one A100 80 GB
 MAX_MEMORY_GB = 1e6  # a petabyte per server: beyond any machine
 MAX_TIME_LIMIT_S = 3600.0  # an hour of search; the heuristic converges in seconds on fused graphs
@@ -232,7 +235,7 @@ def search(
         },
     }
     best_baseline = min(baselines.values(), key=at_own_allocation, default=None)
-    return doc, (plan, tasks, p, plain, best_baseline, rates)
+    return doc, (plan, tasks, p, plain, best_baseline)
 
 
 def _scaled_tasks(tasks: Any, payload_scale: float) -> Any:
@@ -257,11 +260,11 @@ def allocated_plan(plan: Any, tasks: Any, placement: Any) -> tuple[Any, Any]:
 def allocation_pair_rates(plan: Any, rates: np.ndarray, mtu: int) -> np.ndarray:
     """The cost model's pair rates (bytes/s of goodput) on ``plan``'s allocation: an
     allocated pair at its planes' total, the others at ``rates`` (their route)."""
-    from contract.physics import tcp_goodput_fraction
+    from contract.physics import cable_goodput
 
     out = rates.copy()
     for pair in plan.allocation:
-        out[pair.src, pair.dst] = pair.gbps * 1e9 * tcp_goodput_fraction(mtu) / 8.0
+        out[pair.src, pair.dst] = cable_goodput(pair.gbps * 1e9, mtu)
     return out
 
 
@@ -289,16 +292,17 @@ def _measure_on(
     s: Any,
     plan: Any,
     tasks: Any,
-    runs: dict[str, tuple[Any, np.ndarray]],
+    runs: dict[str, Any],
     iterations: int,
     payload_scale: float,
     config: EmulationConfig,
     log: Log,
 ) -> dict[str, Any]:
     """Build ``plan``'s emulated network (with its allocation, if any; over ``config.machines``
-    when it has none) and run every placement of ``runs`` (label -> placement, cost-model pair
-    rates) on it, dilated and predicted at the time scale and MTU of the network built."""
-    from planner.placement import makespan, placement_schedule
+    when it has none) and run every placement of ``runs`` (label -> placement) on it; the
+    schedules, the flow model and the cost model take the time scale and the MTU of the
+    network as built."""
+    from planner.placement import makespan, placement_schedule, plan_capacity
 
     from .prediction import predict_run
     from .schedule_run import run_schedule_on
@@ -308,12 +312,14 @@ def _measure_on(
     out: dict[str, Any] = {}
     with open_network(plan, config, log=log) as net:
         scale = net.time_scale
-        emulated = {"time_scale": scale, "link_mbps": net.link_mbps, "mtu": net.mtu}
-        for label, (p, rates) in runs.items():
+        rates, _egress = plan_capacity(plan, net.mtu)  # the cost model's pair rates, real bytes/s
+        if plan.allocation:
+            rates = allocation_pair_rates(plan, rates, net.mtu)
+        for label, p in runs.items():
             schedule = placement_schedule(
                 tasks, p, plan.servers, time_scale=scale, payload_scale=payload_scale, network=network
             )
-            flow = predict_run(plan, schedule, emulated, net.netem)
+            flow = predict_run(plan, schedule, net.rates, net.netem)
 
             def each(i: int, res: Any, label: str = label) -> None:
                 log(f"  {label}: {'warm-up' if i == 0 else i} {res.time_s:.3f} s {'verified' if res.ok else 'FAILED'}")
@@ -358,10 +364,10 @@ def run_placements(
     those on single paths (the plan without allocation), then the placement again on a
     network enforcing the allocation of its traffic ("placement + allocation"). ``config``: the
     network's (`topolab.network.network_config`; None: the scenario's ``[emulation]``)."""
-    from contract.physics import time_scale
+    from contract.emulation import emulated_rates
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    plan, tasks, placement, plain, baseline, rates = found
+    plan, tasks, placement, plain, baseline = found
     runs = {"placement": placement}
     # the ablation (the same search without allocation) and the best baseline, unless they
     # place the groups exactly as a run before them
@@ -369,20 +375,15 @@ def run_placements(
         if other is not None and all(other.assignment != p.assignment for p in runs.values()):
             runs[label if other is plain else f"baseline {other.method}"] = other
     config = network_config(s.emulation) if config is None else config
-    scale = time_scale(plan.link_gbps, s.emulation.link_mbps)
-    out: dict[str, Any] = {"time_scale": scale, "payload_scale": payload_scale, "iterations": iterations}
     single = replace(plan, allocation=()) if multipath else plan
-    out["runs"] = _measure_on(
-        s, single, tasks, {label: (p, rates) for label, p in runs.items()}, iterations, payload_scale, config, log
-    )
+    scale = emulated_rates(single.network, config).time_scale  # what the network will be built at
+    out: dict[str, Any] = {"time_scale": scale, "payload_scale": payload_scale, "iterations": iterations}
+    out["runs"] = _measure_on(s, single, tasks, runs, iterations, payload_scale, config, log)
     if multipath:
         multi, result = allocated_plan(plan, tasks, placement)
         out["allocation"] = allocation_summary(multi, result)
-        pair_rates = allocation_pair_rates(multi, rates, s.emulation.mtu)
         out["runs"].update(
-            _measure_on(
-                s, multi, tasks, {MULTIPATH_RUN: (placement, pair_rates)}, iterations, payload_scale, config, log
-            )
+            _measure_on(s, multi, tasks, {MULTIPATH_RUN: placement}, iterations, payload_scale, config, log)
         )
         out["multipath_speedup_measured"] = (
             out["runs"]["placement"]["measured_ms"] / out["runs"][MULTIPATH_RUN]["measured_ms"]

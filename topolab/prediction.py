@@ -1,7 +1,13 @@
-"""What `topolab run` predicts before it emulates: the plan, one iteration's schedule, and
-the flow-level model's time for exactly that schedule on the emulated links
+"""What `topolab run` predicts: the plan, one iteration's schedule, and the flow-level model's
+time for exactly that schedule on the emulated links
 (`planner.iteration_prediction.predict_iteration`); `predict_run` predicts that schedule again
 once the workers' cost per op is measured.
+
+Both take the rates the links are emulated at (`contract.emulation.EmulatedRates`: time
+scale, every cable's rate, the MTU): before the network is built, the scenario's
+(`scenario_rates`); once it is built, the network's own (``net.rates``), which is what a
+measured run is compared with: a network over several machines runs its cables at the
+tunnels' MTU, not at the scenario's.
 
 Times are emulated seconds; the real cluster's milliseconds divide them by the time scale
 (contract.physics.time_scale: real link rate / emulated link rate).
@@ -9,10 +15,11 @@ Times are emulated seconds; the real cluster's milliseconds divide them by the t
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
-from contract import physics
+from contract.emulation import EmulatedRates, emulated_rates
 from contract.schedule import Schedule
 from planner import Plan, Scenario, build_plan
 from planner.iteration import IterationOptions
@@ -47,14 +54,20 @@ def compute_seconds(schedule: Schedule) -> list[float]:
     return [sum(op.seconds for op in prog.get("compute", []) if op.kind == "compute") for prog in schedule.programs]
 
 
-def network_args(plan: Plan, emulated: dict[str, Any], netem: bool, op_overhead_s: float = 0.0) -> NetworkArgs:
-    """The emulated network as the predictor sees it: cables at the emulated rate and MTU,
+def scenario_rates(plan: Plan, s: Scenario, reference_gbps: float | None = None) -> EmulatedRates:
+    """The rates ``plan``'s network is emulated at as the scenario asks (before it is built);
+    ``reference_gbps``: the real rate ``link_mbps`` stands for, if not the plan's."""
+    config = s.emulation if reference_gbps is None else dataclasses.replace(s.emulation, reference_gbps=reference_gbps)
+    return emulated_rates(plan.network, config)
+
+
+def network_args(plan: Plan, rates: EmulatedRates, netem: bool, op_overhead_s: float = 0.0) -> NetworkArgs:
+    """The emulated network as the predictor sees it: cables at their emulated rates and MTU,
     per-hop latency (the software hop, plus the plan's latency dilated when netem emulates
     it), the workers' cost per op, and the reduce cost of a pipelined message's last chunk."""
-    alpha = SOFTWARE_HOP_S + (plan.latency_us * 1e-6 * emulated["time_scale"] if netem else 0.0)
+    alpha = SOFTWARE_HOP_S + (plan.latency_us * 1e-6 * rates.time_scale if netem else 0.0)
     return NetworkArgs(
-        link_bps=plan.link_gbps * 1e9 / emulated["time_scale"],  # a plan link's emulated rate
-        mtu=emulated["mtu"],
+        rates=rates,
         alpha_s=alpha,
         op_overhead_s=op_overhead_s,
         reduce_cap_bytes=EXPOSED_REDUCE_BYTES,
@@ -83,12 +96,14 @@ def phase_ends(pred: Prediction) -> dict[str, float]:
     return ends
 
 
-def _predicted(pred: Prediction, emulated: dict[str, Any], args: NetworkArgs, seconds: float) -> dict[str, Any]:
-    """The ``predicted`` record of results.json."""
+def _predicted(pred: Prediction, rates: EmulatedRates, args: NetworkArgs, seconds: float) -> dict[str, Any]:
+    """The ``predicted`` record of results.json: the time, and the time scale and MTU it is at."""
     return {
         "emulated_s": pred.seconds,
+        "real_ms": pred.seconds / rates.time_scale * 1e3,
+        "time_scale": rates.time_scale,
+        "mtu": rates.mtu,
         "phase_end_s": phase_ends(pred),
-        "real_ms": pred.seconds / emulated["time_scale"] * 1e3,
         "alpha_s": args["alpha_s"],
         "op_overhead_s": args["op_overhead_s"],
         "model_seconds": seconds,
@@ -106,29 +121,30 @@ def prepare(
     record (no root needed). ``reference_gbps``: the real rate ``link_mbps`` stands for (the
     emulator's ``reference_gbps``; None: the plan's ``link_gbps``), which sets the time scale."""
     plan = build_plan(s)
-    link_mbps = s.emulation.link_mbps
-    time_scale = physics.time_scale(reference_gbps or plan.link_gbps, link_mbps)
+    rates = scenario_rates(plan, s, reference_gbps)
     scale = s.run.payload_scale if payload_scale is None else payload_scale
-    opts = IterationOptions(time_scale=time_scale, payload_scale=scale)
+    opts = IterationOptions(time_scale=rates.time_scale, payload_scale=scale)
     emulated = {
-        "time_scale": time_scale,
-        "link_mbps": link_mbps,
+        "time_scale": rates.time_scale,
+        "link_mbps": rates.link_mbps,
+        "reference_gbps": rates.reference_gbps,
         "plan_link_gbps": plan.link_gbps,
-        "mtu": s.emulation.mtu,
+        "mtu": rates.mtu,
         "payload_scale": scale,
     }
-    args = network_args(plan, emulated, netem)
+    args = network_args(plan, rates, netem)
     t0 = time.perf_counter()
     schedule, pred = predict_iteration(plan, opts, **args)
-    return plan, schedule, opts, emulated, _predicted(pred, emulated, args, time.perf_counter() - t0)
+    return plan, schedule, opts, emulated, _predicted(pred, rates, args, time.perf_counter() - t0)
 
 
 def predict_run(
-    plan: Plan, schedule: Schedule, emulated: dict[str, Any], netem: bool, op_overhead_s: float = 0.0
+    plan: Plan, schedule: Schedule, rates: EmulatedRates, netem: bool, op_overhead_s: float = 0.0
 ) -> dict[str, Any]:
-    """The prediction of ``schedule`` (already built: the workers run it) on ``plan``'s emulated
-    network, e.g. once the workers' cost per op is measured, or on a plan rerouted by a fault."""
-    args = network_args(plan, emulated, netem, op_overhead_s)
+    """The prediction of ``schedule`` (already built: the workers run it) on ``plan``'s cables
+    emulated at ``rates`` (a built network's ``net.rates``), e.g. once the workers' cost per op
+    is measured, or on a plan rerouted by a fault."""
+    args = network_args(plan, rates, netem, op_overhead_s)
     t0 = time.perf_counter()
     pred = predict(schedule, plan_network(plan, **args))
-    return _predicted(pred, emulated, args, time.perf_counter() - t0)
+    return _predicted(pred, rates, args, time.perf_counter() - t0)

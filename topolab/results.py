@@ -99,6 +99,10 @@ class Iteration:
         return cls(**_known(cls, d))
 
 
+BUILT_FACTS = ("time_scale", "link_mbps", "mtu")
+"""What the network that was built decides over the scenario (`EmulationFacts.add_network`)."""
+
+
 @dataclass
 class EmulationFacts:
     """The emulated network: the rate and time scale the run used, and once it is up, what
@@ -114,7 +118,11 @@ class EmulationFacts:
     network: dict[str, Any] = field(default_factory=dict)
 
     def add_network(self, facts: Mapping[str, Any], netem: bool) -> None:
-        """The built network's facts, those the run did not decide itself."""
+        """The built network's facts: its time scale, link rate and MTU replace what the run
+        planned (a network over several machines runs at its tunnels' MTU), the others are added."""
+        for key in BUILT_FACTS:
+            if key in facts:
+                setattr(self, key, facts[key])
         own = {f.name for f in fields(self)}
         self.network.update({k: v for k, v in facts.items() if k not in own})
         self.netem = netem

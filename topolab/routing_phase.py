@@ -28,8 +28,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from contract.emulation import EmulatedRates, EmulationConfig
 from contract.errors import UsageError
-from contract.physics import tcp_goodput_fraction, time_scale
+from contract.physics import tcp_goodput_fraction
 from contract.plan import Plan
 from contract.schedule import Schedule, ScheduleBuilder
 from planner.bandwidth import (
@@ -103,14 +104,16 @@ def phase_schedule(plan: Plan, traffic: Traffic, factor: float) -> Schedule:
     return b.build()
 
 
-def scale_factor(plan: Plan, traffic: Traffic, link_mbps: float, phase_seconds: float = PHASE_SECONDS) -> float:
-    """The byte factor that makes the single-path phase last ``phase_seconds`` emulated."""
-    emulated = single_path_seconds(plan.network, traffic) * time_scale(plan.link_gbps, link_mbps)
+def scale_factor(plan: Plan, traffic: Traffic, time_scale: float, phase_seconds: float = PHASE_SECONDS) -> float:
+    """The byte factor that makes the single-path phase last ``phase_seconds`` emulated, at
+    ``time_scale`` (the network's, `contract.emulation.emulated_rates`)."""
+    emulated = single_path_seconds(plan.network, traffic) * time_scale
     return max(1.0, phase_seconds / emulated) if emulated > 0 else 1.0
 
 
-def predict_variant(plan: Plan, schedule: Schedule, classes: bool, link_bps: float, mtu: int) -> float:
-    net = plan_network(plan, link_bps=link_bps, mtu=mtu, alpha_s=SOFTWARE_HOP_S, destination_classes=classes)
+def predict_variant(plan: Plan, schedule: Schedule, classes: bool, rates: EmulatedRates) -> float:
+    """The flow model's time (emulated seconds) of the variant on cables at ``rates``."""
+    net = plan_network(plan, rates=rates, alpha_s=SOFTWARE_HOP_S, destination_classes=classes)
     return predict(schedule, net).seconds
 
 
@@ -127,37 +130,34 @@ def measure_phase(
     log: Callable[[str], None] | None = None,
 ) -> list[PhaseResult]:
     """Build each variant's network (`topolab.network.open_network`: over ``emulation.machines``
-    too, where a variant has no planes) and run its phase ``warmup + repeat`` times."""
+    too, where a variant has no planes) and run its phase ``warmup + repeat`` times; each is
+    predicted, and bounded by the LP, at the rates and MTU of its network as built."""
     from .network import open_network
     from .schedule_run import run_schedule_on
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    link_mbps = float(emulation.link_mbps)
-    scale = time_scale(plan.link_gbps, link_mbps)
-    good = tcp_goodput_fraction(emulation.mtu)
     out = []
     for variant in variants:
         paths, classes = VARIANTS[variant]
         vplan, alloc = variant_plan(plan, traffic, variant)
         schedule = phase_schedule(vplan, traffic, factor)
         lp_real = alloc.seconds if alloc is not None else single_path_seconds(plan.network, traffic)
-        result = PhaseResult(
-            variant,
-            predict_variant(vplan, schedule, classes, link_mbps * 1e6, emulation.mtu),
-            lp_real * factor * scale / good,
-            pairs_split=sum(len(p.paths) > 1 for p in vplan.allocation),
-            planes=vplan.network.planes,
-        )
-        config = dataclasses.replace(emulation, destination_classes=classes)
-
-        def each(i: int, res: Any, result: PhaseResult = result) -> None:
-            log(
-                f"  {result.variant}: {'warm-up' if i < warmup else f'{i - warmup + 1}/{repeat}'} {res.time_s:.3f} s "
-                f"(predicted {result.predicted_s:.3f} s, LP {result.bound_s:.3f} s) "
-                f"{'verified' if res.ok else 'VERIFY FAILED'}"
+        with open_network(vplan, dataclasses.replace(emulation, destination_classes=classes), log=log) as net:
+            result = PhaseResult(
+                variant,
+                predict_variant(vplan, schedule, classes, net.rates),
+                lp_real * factor * net.time_scale / tcp_goodput_fraction(net.mtu),
+                pairs_split=sum(len(p.paths) > 1 for p in vplan.allocation),
+                planes=vplan.network.planes,
             )
 
-        with open_network(vplan, config, log=log) as net:
+            def each(i: int, res: Any, result: PhaseResult = result) -> None:
+                log(
+                    f"  {result.variant}: {'warm-up' if i < warmup else f'{i - warmup + 1}/{repeat}'} "
+                    f"{res.time_s:.3f} s (predicted {result.predicted_s:.3f} s, LP {result.bound_s:.3f} s) "
+                    f"{'verified' if res.ok else 'VERIFY FAILED'}"
+                )
+
             run = run_schedule_on(net, schedule.to_dict(), repeat=repeat, warmup=warmup, timeout_s=timeout_s, each=each)
         result.times_s, result.verified, result.errors = run.times_s, run.verified, run.mismatches
         out.append(result)

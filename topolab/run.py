@@ -221,7 +221,7 @@ def network_facts(run: RunState, net: Any) -> Workers:
 def calibrate(run: RunState, net: Any, workers: Workers) -> None:
     """The workers' cost per op from the zero-payload twin; the prediction made again with
     it; the faults armed with that prediction."""
-    s, plan, schedule, emulated, results = run.scenario, run.plan, run.schedule, run.emulated, run.results
+    s, plan, schedule, results = run.scenario, run.plan, run.schedule, run.results
     twin, critical_ops = zero_payload_twin(plan, run.opts)
     cal = measure_op_overhead(
         twin,
@@ -233,10 +233,10 @@ def calibrate(run: RunState, net: Any, workers: Workers) -> None:
         control_relay=workers.control_relay,
     )
     results.calibration = Calibration.from_dict(cal)
-    predicted = predict_run(plan, schedule, emulated, net.netem, cal["op_overhead_s"])
+    predicted = predict_run(plan, schedule, net.rates, net.netem, cal["op_overhead_s"])
     results.predicted = Prediction.from_dict(predicted)
     if run.injector:
-        repredict = lambda p: predict_run(p, schedule, emulated, net.netem, cal["op_overhead_s"])  # noqa: E731
+        repredict = lambda p: predict_run(p, schedule, net.rates, net.netem, cal["op_overhead_s"])  # noqa: E731
         run.injector.start(net, repredict, predicted)
         results.faults = run.injector.applied
     write_results(results, run.out_dir, report=False)

@@ -64,22 +64,20 @@ from dataclasses import dataclass, field
 from mininet.examples.cluster import RemoteHost, RemoteLink
 from mininet.node import Node
 
+from contract.emulation import EmulatedRates, EmulationConfig, emulated_rates
 from contract.errors import RunError
-from contract.network import Network
-from contract.physics import tcp_goodput_fraction, time_scale
+from contract.network import Network, cable_capacities
+from contract.physics import ETHERNET_MTU, tcp_goodput_fraction, tunnel_mtu
 
 from .. import shaping
 from ..addressing import Port, identity, node_name, ports_of
-from ..cable import emulated_rate_bps
 from ..hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
 from ..nsutil import process_id
 from .ssh import Machine, SshOptions, check_machines
 from .state import control_socket, kill_script, record_script, state_file
 
-VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 bytes
 VXLAN_PORT = 4789  # IANA's VXLAN port
 VNI_BASE = 1  # VNI 0 is legal but reads as "unset" in tools; cable k gets VNI_BASE + k
-UNDERLAY_MTU = 1500
 CONFIG_TIMEOUT_S = 20.0  # one machine's whole configuration script (a 12-host machine: ~1 s)
 TEARDOWN_TIMEOUT_S = 10.0
 STARTS_PER_MACHINE = 8  # host shells started at once on each machine: one ssh session each on its master
@@ -118,20 +116,24 @@ class ClusterLink(RemoteLink):
 
 @dataclass
 class ClusterNetwork:
-    """``network`` built over ``machines``: node ``u`` runs on ``machines[assignment[u]]``."""
+    """``network`` built over ``machines``: node ``u`` runs on ``machines[assignment[u]]``,
+    at the rates of ``config`` (its ``link_mbps`` and ``reference_gbps``; every cable gets the
+    tunnels' MTU, whatever ``config.mtu`` says). ``rates``, ``time_scale``, ``link_mbps``,
+    ``reference_gbps``, ``mtu``, ``link_rate_bps`` and ``capacities`` mean what they mean on an
+    `emulator.net.EmulatedNetwork`."""
 
     network: Network
     assignment: Sequence[int]
     machines: list[Machine]
     ssh: SshOptions
-    link_mbps: float = 100.0
-    reference_gbps: float | None = None
-    underlay_mtu: int = UNDERLAY_MTU
+    config: EmulationConfig = field(default_factory=EmulationConfig)
+    underlay_mtu: int = ETHERNET_MTU
     hosts: list[ClusterHost] = field(default_factory=list)
     links: list[ClusterLink] = field(default_factory=list)
     run_id: str = field(default_factory=process_id)  # the driver: <pid>-<start time>
     ports: list[list[Port]] = field(default_factory=list, init=False)  # per node, as addressing.ports_of
-    rates: list[int] = field(default_factory=list, init=False)  # shaped bit/s per cable
+    rates: EmulatedRates = field(init=False)  # the one rate decision (contract.emulation.emulated_rates)
+    link_rate_bps: list[int] = field(default_factory=list, init=False)  # shaped bit/s per cable
     underlay: list[str] = field(default_factory=list, init=False)  # per machine: its tunnels' IPv4 address
     # what `EmulatedNetwork.facts` says, for the same readers (topolab verify, run)
     facts: dict = field(default_factory=dict, init=False)
@@ -139,9 +141,34 @@ class ClusterNetwork:
     netem = False  # no link latency: netem is not applied across machines (docs/cluster.md)
     delay_us = 0.0
 
+    def __post_init__(self) -> None:
+        # one MTU for the whole network, tunnelled or not (module docstring)
+        self.rates = emulated_rates(self.network, self.config, mtu=tunnel_mtu(self.underlay_mtu))
+        self.link_rate_bps = self.rates.link_rate_bps(self.network.links)
+
     @property
     def mtu(self) -> int:
-        return self.underlay_mtu - VXLAN_OVERHEAD
+        """The MTU of every cable: the tunnels' (the underlay's less VXLAN's 50 bytes)."""
+        return self.rates.mtu
+
+    @property
+    def link_mbps(self) -> float:
+        return self.rates.link_mbps
+
+    @property
+    def reference_gbps(self) -> float:
+        """The real rate ``link_mbps`` stands for."""
+        return self.rates.reference_gbps
+
+    @property
+    def time_scale(self) -> float:
+        """Emulated seconds per planned second (docs/emulation.md section 2)."""
+        return self.rates.time_scale
+
+    @property
+    def capacities(self) -> dict[tuple[int, int], float]:
+        """Directed goodput (bytes/s) of the cables at their shaped rates and the tunnels' MTU."""
+        return cable_capacities(self.network.links, self.mtu, self.link_rate_bps)
 
     @property
     def nodes(self) -> int:
@@ -166,10 +193,10 @@ class ClusterNetwork:
                 "machines": [m.name for m in self.machines],
                 "tunnels": sum(self.crosses(k) for k in range(len(self.network.links))),
                 "link_mbps": self.link_mbps,
-                "reference_gbps": self.reference_gbps or self.network.link_gbps,
+                "reference_gbps": self.reference_gbps,
                 "time_scale": self.time_scale,
                 "mtu": self.mtu,
-                "rates_mbps": sorted({r / 1e6 for r in self.rates}),
+                "rates_mbps": sorted({r / 1e6 for r in self.link_rate_bps}),
                 "tcp_max_fraction": tcp_goodput_fraction(self.mtu),
                 "netem": self.netem,
                 "delay_us": self.delay_us,
@@ -212,9 +239,6 @@ class ClusterNetwork:
         if failed:
             raise RunError(f"{len(failed)} host shell(s) did not start: {failed[0]}")
         self.ports = ports_of(net.links, net.nodes, net.servers)
-        self.rates = [
-            emulated_rate_bps(link, self.reference_gbps or net.link_gbps, self.link_mbps) for link in net.links
-        ]
         self._on_machines(self._config_script, CONFIG_TIMEOUT_S, "configuration")
         for k, link in enumerate(net.links):
             a, b = self._port(link.a, k), self._port(link.b, k)
@@ -285,7 +309,9 @@ class ClusterNetwork:
                     hops = f"via {via[0].peer_address} dev {via[0].ifname}"
                 ip.append(f"route replace {identity(v)}/32 {hops} src {identity(u)} congctl {CUBIC}")
             lines.append(_heredoc(f"{ns} ip -batch -", ip))
-            tc = shaping.tc_batch([shaping.Shaping(p.ifname, self.rates[p.link]) for p in ports], use_netem=False)
+            tc = shaping.tc_batch(
+                [shaping.Shaping(p.ifname, self.link_rate_bps[p.link]) for p in ports], use_netem=False
+            )
             lines.append(_heredoc(f"{ns} tc -batch -", tc.splitlines()))
         return "\n".join(lines) + "\n"
 
@@ -309,8 +335,8 @@ class ClusterNetwork:
                 classes = {c["dev"]: c for c in json.loads(line or "[]") if c.get("class") == "htb"}
                 for p in self.ports[node]:
                     got = classes.get(p.ifname, {}).get("rate")
-                    if got is None or abs(got * 8 - self.rates[p.link]) > self.rates[p.link] * 0.001:
-                        problems.append(f"{p.ifname}: htb rate {got} B/s, wanted {self.rates[p.link]} bit/s")
+                    if got is None or abs(got * 8 - self.link_rate_bps[p.link]) > self.link_rate_bps[p.link] * 0.001:
+                        problems.append(f"{p.ifname}: htb rate {got} B/s, wanted {self.link_rate_bps[p.link]} bit/s")
         if problems:
             raise RunError(f"shaping not as planned on {len(problems)} cable end(s): {'; '.join(problems[:3])}")
 
@@ -345,11 +371,6 @@ class ClusterNetwork:
         """No planes: a per-destination allocation is not built across machines."""
         return {}
 
-    @property
-    def time_scale(self) -> float:
-        """Emulated seconds per planned second (docs/emulation.md section 2)."""
-        return time_scale(self.reference_gbps or self.network.link_gbps, self.link_mbps)
-
     def cable_tx_bytes(self) -> dict[tuple[int, int], int]:
         """``{(node, peer): bytes sent}`` over every cable, read on each machine in one round
         trip (what `emulator.counters.cable_tx_bytes` reads locally on one machine)."""
@@ -373,11 +394,6 @@ class ClusterNetwork:
                     if p.ifname in sent:
                         out[(node, p.peer)] = out.get((node, p.peer), 0) + int(sent[p.ifname])
         return out
-
-    @property
-    def link_rate_bps(self) -> list[int]:
-        """Shaped rate of every cable (what `emulator.checks` measures against)."""
-        return self.rates
 
     # ---- teardown -------------------------------------------------------------------------
     def stop(self) -> None:

@@ -46,7 +46,6 @@ def check(student, emulate: bool) -> list[str]:
 def run_emulated(student) -> list[str]:
     """The schedule on the emulated 12-server network, executed and verified by the workers."""
     import subprocess
-    from dataclasses import asdict
 
     from emulator import EmulatedNetwork
     from planner import build_plan, load_scenario
@@ -56,7 +55,7 @@ def run_emulated(student) -> list[str]:
     plan = build_plan(scenario)
     sched = student.ring_allreduce(plan.servers, EMULATED_BYTES)
     problems = []
-    with EmulatedNetwork(plan, asdict(scenario.emulation)) as net:
+    with EmulatedNetwork(plan, scenario.emulation) as net:
         hosts = [net.host_address(i) for i in range(plan.servers)]
 
         def spawn(rank, argv):

@@ -7,7 +7,7 @@ per-server egress goodput (docs/algorithms.md section 7)."""
 from dataclasses import replace
 from pathlib import Path
 
-from contract.physics import tcp_goodput_fraction
+from contract.physics import DEFAULT_MTU, tcp_goodput_fraction
 from contract.schedule import Check, ScheduleBuilder
 from planner import build_plan, load_scenario
 from planner.collectives.from_plan import allreduce_rings
@@ -21,7 +21,6 @@ SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "topoopt-12.toml"
 SLOW_STRIDE = 5
 SLOW_GBPS = 10.0  # 10 Gbps cables left over from an older cluster
 NBYTES = 64 << 20
-MTU = 9000
 EMULATED_MBPS = 100.0  # predicted as emulated (a 25 Gbps cable at 100 Mbit/s), reported in real time
 WITHIN_BOUND = 1.10  # the weighted split must come within 10% of the bound
 EQUAL_OVER_BOUND_AT_LEAST = 1.5  # sanity: the equal split is far from it on this network
@@ -48,12 +47,12 @@ def predicted_seconds(plan, rings, weights) -> float:
     b.buffer("grad", NBYTES)
     add_multiring_allreduce(b, rings, "grad", 0, NBYTES, weights=weights)
     b.check(Check("allreduce", "grad", 0, NBYTES, groups=[list(range(plan.servers))]))
-    return predicted_real_seconds(plan, b.build(), EMULATED_MBPS, MTU)
+    return predicted_real_seconds(plan, b.build(), EMULATED_MBPS, DEFAULT_MTU)
 
 
 def bound_seconds(plan) -> float:
     n = plan.servers
-    egress = sum(link.gbps for link in plan.links if 0 in (link.a, link.b)) * 1e9 * tcp_goodput_fraction(MTU)
+    egress = sum(link.gbps for link in plan.links if 0 in (link.a, link.b)) * 1e9 * tcp_goodput_fraction(DEFAULT_MTU)
     return 2 * (n - 1) * NBYTES * 8 / (n * egress)
 
 

@@ -39,7 +39,9 @@ from typing import Any
 
 import networkx as nx
 
-from contract.physics import tcp_goodput_fraction
+from contract.emulation import EmulatedRates
+from contract.network import cable_capacities
+from contract.physics import DEFAULT_MTU
 from contract.schedule import Check, Schedule, ScheduleBuilder, split_region
 
 from .rings import weighted_split
@@ -69,13 +71,20 @@ class ForestTree:
     length: int
 
 
-def plan_capacities(plan: Any, link_bps: float | None = None, mtu: int = 9000) -> dict[Edge, float]:
+def per_direction(capacities: Mapping[Edge, float]) -> dict[Edge, float]:
+    """A network's directed capacities (`contract.network.cable_capacities`, an emulated
+    network's ``capacities``) keyed as the packing takes them: each cable's rate per
+    direction, keys ``(a, b)`` with ``a < b``."""
+    return {(a, b): c for (a, b), c in capacities.items() if a < b}
+
+
+def plan_capacities(plan: Any, link_bps: float | None = None, mtu: int = DEFAULT_MTU) -> dict[Edge, float]:
     """Cable goodput of ``plan`` in bytes/s per direction, parallel cables summed; with
     ``link_bps`` a cable of ``plan.link_gbps`` runs at ``link_bps`` (the emulated rate), as in
     `planner.predict.plan_network`."""
-    scale = 1.0 if link_bps is None else link_bps / (plan.link_gbps * 1e9)
-    good = tcp_goodput_fraction(mtu)
-    return normalize_capacities({(link.a, link.b): link.gbps * 1e9 * scale * good / 8.0 for link in plan.links})
+    if link_bps is None:
+        return per_direction(cable_capacities(plan.links, mtu))
+    return per_direction(EmulatedRates(plan.link_gbps, link_bps / 1e6, mtu).capacities(plan.links))
 
 
 def _choose_root(tree: nx.Graph, servers: int, root_bytes: dict[int, int]) -> int:
@@ -198,7 +207,7 @@ def forest_allreduce(
     window: int = DEFAULT_WINDOW_SEGMENTS,
     max_trees: int | None = None,
     link_bps: float | None = None,
-    mtu: int = 9000,
+    mtu: int = DEFAULT_MTU,
 ) -> Schedule:
     """Forest AllReduce of ``nbytes`` float32 over all servers of a `Plan` (cable goodput
     from its links) or of ``capacities[(a, b)]`` (nodes ``>= servers`` are switches;

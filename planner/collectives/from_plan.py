@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from math import gcd
 from typing import Any
 
-from contract.physics import tcp_goodput_fraction
+from contract.physics import DEFAULT_MTU, cable_goodput
 from contract.schedule import Schedule
 
 from .forest import DEFAULT_SEGMENT_BYTES as FOREST_SEGMENT_BYTES
@@ -49,7 +49,6 @@ AUTO = "auto"  # the iteration's rule (module docstring)
 UNIFORM_WHY = "uniform cables: the plan's rings, split equally (TopoOpt)"
 HETEROGENEOUS_WHY = "cables of different rates"
 Rings = tuple[tuple[int, ...], ...]  # ring orders (server sequences)
-FOREST_MTU = 9000  # only the ratio of the trees' and the rings' rates matters: any MTU
 # The shallow trees' pipelined schedule takes up to this multiple of its bound S / tau
 # (TopoOpt-12, 64 MiB, 1-6 slow cables: 1.07-1.23x predicted, 1.065x measured with 3; rings
 # have no pipeline to fill), so the rate-weighted rings run unless the trees' tau beats
@@ -165,11 +164,13 @@ def choose_forest(plan: Any, nbytes: int) -> AllReduceChoice:
     kept trees about ``TREE_SCHEDULE_OVERHEAD x S / tau``; on uniform cables the rings
     reach the packing bound with no pipeline to fill, so they are the better choice there."""
     n = int(plan.servers)
-    capacities = plan_capacities(plan, mtu=FOREST_MTU)  # bytes/s of goodput at the plan's rates
+    # bytes/s of goodput at the plan's rates; only the trees' rate against the rings' matters,
+    # so any MTU would do
+    capacities = plan_capacities(plan, mtu=DEFAULT_MTU)
     forest, packing = build_forest(capacities, n, nbytes)
     rings = allreduce_rings(plan)
     weights = ring_weights(plan, rings)
-    bytes_per_gbit = 1e9 * tcp_goodput_fraction(FOREST_MTU) / 8  # plan_capacities' unit
+    bytes_per_gbit = cable_goodput(1e9, DEFAULT_MTU)  # plan_capacities' unit
     ring_rate = n * sum(weights) * bytes_per_gbit / (2 * (n - 1))  # S / time, as tau
     if ring_rate * TREE_SCHEDULE_OVERHEAD >= packing.tau:
         why = (

@@ -1,6 +1,6 @@
 """The network of a `Plan` as the flow-level cost model sees it: directed links and routes.
 
-Links carry TCP goodput (`contract.physics.tcp_goodput_fraction`), as in `planner.predict`.
+Links carry TCP goodput (`contract.network.cable_capacities`), as in `planner.predict`.
 
 Reference: docs/algorithms.md section 6. Every cable is full duplex, so each direction is a
 serial resource of its own; parallel cables between the same two nodes are merged into one
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from contract.physics import tcp_goodput_fraction
+from contract.network import cable_capacities
+from contract.physics import DEFAULT_MTU
 from contract.plan import Plan
 
 from ..collectives.from_plan import AllReduceChoice, choose_allreduce
 
-PLANNED_MTU = 9000  # jumbo frames, the default of planner.predict.plan_network
 FOREST_SHARE_BYTES = 64 << 20  # any size: a forest's trees share it in proportion to their rates
 
 
@@ -47,7 +47,7 @@ class NetworkModel:
     """Directed links (capacity in bytes/s) and per-hop link tables of a plan's routes."""
 
     plan: Plan
-    mtu: int = PLANNED_MTU  # links carry TCP goodput at this MTU, as planner.predict assumes
+    mtu: int = DEFAULT_MTU  # links carry TCP goodput at this MTU, as planner.predict assumes
     link_id: np.ndarray = field(init=False)  # nodes x nodes, -1 where no cable
     capacity: np.ndarray = field(init=False)  # bytes/s per directed link
     hop_links: list[np.ndarray] = field(init=False)  # per hop k: servers x servers link ids
@@ -56,11 +56,7 @@ class NetworkModel:
     def __post_init__(self) -> None:
         plan = self.plan
         nodes, n = plan.nodes, plan.servers
-        cables: dict[tuple[int, int], float] = {}
-        goodput = tcp_goodput_fraction(self.mtu)
-        for link in plan.links:
-            for a, b in ((link.a, link.b), (link.b, link.a)):
-                cables[(a, b)] = cables.get((a, b), 0.0) + link.gbps * 1e9 / 8 * goodput
+        cables = cable_capacities(plan.links, self.mtu)
         self.link_id = np.full((nodes, nodes), -1, dtype=np.int32)
         keys = sorted(cables)
         for i, (a, b) in enumerate(keys):

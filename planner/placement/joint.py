@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from contract.physics import tcp_goodput_fraction
+from contract.network import cable_capacities
+from contract.physics import DEFAULT_MTU
 from contract.plan import Plan
 
 from .cost import Placement, TaskGraph, makespan
@@ -53,18 +54,15 @@ def traffic_matrix(tasks: TaskGraph, assignment: Sequence[int], servers: int) ->
     return traffic
 
 
-def plan_capacity(plan: Plan, mtu: int = 9000) -> tuple[np.ndarray, np.ndarray]:
+def plan_capacity(plan: Plan, mtu: int = DEFAULT_MTU) -> tuple[np.ndarray, np.ndarray]:
     """(pair rates, egress per server) of ``plan`` in bytes/s of TCP goodput: a pair's rate
     is the slowest cable on its route (what one flow gets alone), a server's egress the sum
     of its cables."""
-    good = tcp_goodput_fraction(mtu) / 8.0
-    cable: dict[tuple[int, int], float] = {}
+    cable = cable_capacities(plan.links, mtu)
     egress = np.zeros(plan.servers)
-    for link in plan.links:
-        for a, b in ((link.a, link.b), (link.b, link.a)):
-            cable[(a, b)] = cable.get((a, b), 0.0) + link.gbps * 1e9 * good
-            if a < plan.servers:
-                egress[a] += link.gbps * 1e9 * good
+    for (a, _b), capacity in cable.items():
+        if a < plan.servers:
+            egress[a] += capacity
     rates = np.full((plan.servers, plan.servers), np.inf)
     for s in range(plan.servers):
         for d in range(plan.servers):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.physics import tunnel_mtu
 from tests.fixtures.standins import StandIns
 
 pytestmark = pytest.mark.root
@@ -126,6 +127,13 @@ def test_cluster_cli_run_over_three_machines_shares_no_file(standins: StandIns, 
     assert results["summary"]["verified"] is True
     assert results["emulation"]["machines"] == addresses.split(",") and results["emulation"]["tunnels"] == 12
     assert "verification passed" in done.stdout
+    # the cables' MTU is the tunnels' (1450), not the scenario's 9000: recorded, and predicted at
+    assert results["scenario"]["emulation"]["mtu"] == 9000
+    assert results["emulation"]["mtu"] == tunnel_mtu() == 1450
+    assert results["predicted"]["mtu"] == 1450
+    assert results["predicted"]["time_scale"] == results["emulation"]["time_scale"] == 250.0
+    assert "MTU 1450" in done.stderr
+    print(f"3 stand-ins: {done.stdout.strip().splitlines()[0]}")  # measured, predicted, error (pytest -s)
     assert [_machine_state(standins, i) for i in range(3)] == before
 
 
@@ -296,7 +304,7 @@ def test_cluster_cli_killed_verify_is_cleaned_on_every_machine(standins: StandIn
             {"ssh_identity": "/nonexistent/key"},
             "emulation.ssh_identity = '/nonexistent/key': no such file",
         ),
-        ("192.0.2.9", {"ssh_user": "a b"}, "emulation.ssh_user = 'a b': must be a user name"),
+        ("192.0.2.9", {"ssh_user": "a b"}, "topoopt-12.toml: emulation.ssh_user: must be a user name, got 'a b'"),
     ],
 )
 def test_cluster_cli_bad_machine_input_is_one_line(tmp_path: Path, flag: str, emulation: dict, names: str) -> None:

@@ -58,6 +58,7 @@ def test_smoke_run_end_to_end(tmp_path):
     assert all(it["verified"] and it["measured_s"] > 0 for it in results["iterations"])
     assert results["predicted"]["emulated_s"] > 0 and results["calibration"]["op_overhead_s"] > 0
     assert results["emulation"]["time_scale"] == pytest.approx(250.0)
+    assert results["emulation"]["mtu"] == results["predicted"]["mtu"] == 9000  # one machine: the scenario's
     env = results["environment"]
     assert env["cpus"] == os.cpu_count() and env["kernel"] and len(env["scenario_sha256"]) == 64
     assert results["tolerance"] == 1.0  # the smoke scenario's own

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.emulation import EmulatedRates
 from contract.network import Link, Network, PairAllocation, PathShare, Routes, circulant_network
 from emulator import EmulatedNetwork, EmulationConfig, EmulationInputError, ShapingError, identity, nsutil, shaping
 from emulator.addressing import (
@@ -30,7 +31,6 @@ from emulator.addressing import (
     plane_of_address,
     ports_of,
 )
-from emulator.cable import emulated_bps_per_gbps
 from emulator.checks import check_paths, check_plane_paths
 from emulator.planes import RULE_PRIORITY, destination_rates, node_planes, table_of, validate_allocation
 
@@ -108,7 +108,7 @@ def test_node_planes_put_each_plane_on_its_path_only():
 def test_destination_rates_are_dilated_like_the_cables():
     network = _network()
     ports = ports_of(network.links, network.nodes, network.servers)
-    rates = destination_rates(network, ports, emulated_bps_per_gbps(network.link_gbps, LINK_MBPS))
+    rates = destination_rates(network, ports, EmulatedRates(network.link_gbps, LINK_MBPS).bps_per_gbps)
     by_edge = {(w, next(p.peer for p in ports[w] if p.ifname == name)): r for (w, name), r in rates.items()}
     assert by_edge == {
         (0, 2): {3: 60_000_000},

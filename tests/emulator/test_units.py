@@ -7,6 +7,7 @@ import ipaddress
 
 import pytest
 
+from contract.emulation import EmulationConfigError, emulated_rates
 from contract.network import circulant_network
 from contract.physics import tcp_goodput_fraction
 from contract.plan import Link
@@ -50,24 +51,45 @@ def test_tcp_maximum_matches_the_measured_fractions():
         ({"link_mbps": 0}, "link_mbps"),
         ({"link_mbps": -5}, "link_mbps"),
         ({"mtu": 100}, "mtu"),
+        ({"mtu": 1500.0}, "mtu"),
         ({"netem": "maybe"}, "netem"),
         ({"link_mbps": "fast"}, "link_mbps"),
+        ({"ssh_user": "a b"}, "ssh_user"),
+        ({"machines": ["localhost"]}, "machines"),
+        ({"run_dir": "/tmp/x", "mtu": 9000, "lock_wait_s": -1.0}, "lock_wait_s"),
+        ({"reference_gbps": 0.0}, "reference_gbps"),
+        ({"destination_classes": "yes"}, "destination_classes"),
     ],
 )
-def test_bad_emulation_table_names_the_field(table, field):
-    with pytest.raises(EmulationInputError, match=f"emulation.{field}"):
-        EmulationConfig.from_any(table)
+def test_bad_emulation_setting_is_one_line_naming_the_key(table, field):
+    with pytest.raises(EmulationConfigError) as err:
+        EmulationConfig(**table)
+    message = str(err.value)
+    assert err.value.key == f"emulation.{field}" and message.startswith(f"emulation.{field}: ")
+    assert "\n" not in message and err.value.exit_code == 2
 
 
-def test_config_accepts_any_object_with_the_fields():
-    @dataclasses.dataclass
-    class Emulation:  # what the scenario loader hands over
-        link_mbps: float = 250.0
-        mtu: int = 1500
-        netem: str = "off"
+def test_a_replaced_setting_is_checked_like_a_new_one():
+    config = EmulationConfig(link_mbps=250, mtu=1500, netem="off")
+    assert (config.link_mbps, type(config.link_mbps), config.mtu) == (250.0, float, 1500)
+    assert dataclasses.replace(config, lock_wait_s=3).lock_wait_s == 3.0
+    with pytest.raises(EmulationConfigError, match=r"^emulation\.mtu: must be <= 65535, got 70000$"):
+        dataclasses.replace(config, mtu=70000)
 
-    config = EmulationConfig.from_any(Emulation())
-    assert (config.link_mbps, config.mtu, config.netem) == (250.0, 1500, "off")
+
+def test_a_table_sets_only_scenario_keys():
+    assert EmulationConfig.from_table({"ssh_identity": "", "machines": ["10.0.0.1"]}).machines == ("10.0.0.1",)
+    with pytest.raises(EmulationConfigError, match=r"^emulation\.lock_wait_s: unknown key"):
+        EmulationConfig.from_table({"lock_wait_s": 5})
+
+
+def test_emulated_rates_decide_the_time_scale_once():
+    network = circulant_network(4, (1,), link_gbps=25.0)
+    plain = emulated_rates(network, EmulationConfig(link_mbps=100))
+    assert (plain.reference_gbps, plain.time_scale, plain.mtu) == (25.0, 250.0, 9000)
+    pinned = emulated_rates(network, EmulationConfig(link_mbps=100, reference_gbps=100.0), mtu=1450)
+    assert (pinned.time_scale, pinned.mtu) == (1000.0, 1450)
+    assert pinned.link_rate_bps(network.links) == [25_000_000] * 4
 
 
 def test_plan_with_a_link_to_a_nonexistent_server_is_refused():
@@ -135,3 +157,20 @@ def test_circulant_network_routes_are_shortest_and_valid(n, strides):
 def test_disconnected_circulant_is_refused():
     with pytest.raises(ValueError, match="not connected"):
         circulant_network(12, (2,))
+
+
+def test_both_networks_expose_the_rates_they_are_built_at():
+    # not started: the rates are decided when a network is made, by contract.emulation
+    from emulator import EmulatedNetwork
+    from emulator.cluster import ClusterNetwork
+
+    network = circulant_network(6, (1, 2), link_gbps=25.0)
+    config = EmulationConfig(link_mbps=100, reference_gbps=50.0)
+    one = EmulatedNetwork(network, config)
+    several = ClusterNetwork(network, [0, 0, 1, 1, 2, 2], [], None, config)  # type: ignore[arg-type]
+    for net in (one, several):
+        assert (net.time_scale, net.link_mbps, net.reference_gbps) == (500.0, 100.0, 50.0)
+        assert net.link_rate_bps == [50_000_000] * 12
+    assert (one.mtu, several.mtu) == (9000, 1450)  # a multi-machine network's cables are its tunnels'
+    for net in (one, several):
+        assert net.capacities[(0, 1)] == pytest.approx(50e6 * tcp_goodput_fraction(net.mtu) / 8)

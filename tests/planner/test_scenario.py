@@ -115,22 +115,33 @@ def test_docs_list_every_key_with_its_default_and_range():
     from dataclasses import fields
     from pathlib import Path
 
+    from contract import emulation
+    from contract.physics import MAX_MTU
     from planner import scenario
 
     docs = Path(__file__).resolve().parents[2] / "docs" / "scenarios.md"
     text = docs.read_text()
     assert "docs/scenarios.md" in scenario.__doc__
+    # the [emulation] table's maxima live with its schema (contract.emulation)
+    bounds = scenario.BOUNDS | {
+        ("emulation", "link_mbps"): (emulation.MIN_LINK_MBPS, True, emulation.MAX_LINK_MBPS),
+        ("emulation", "budget_mbps"): (0, True, emulation.MAX_LINK_MBPS),
+        ("emulation", "mtu"): (576, True, MAX_MTU),
+    }
     for section, cls in scenario._SECTIONS.items():
         part = text.split(f"## [{section}]")[1].split("\n## ")[0]
         for f in fields(cls):
+            if section == "emulation" and f.name not in emulation.TABLE_KEYS:
+                assert f"| `{f.name}` |" not in part, f"run-time setting {f.name} documented as a scenario key"
+                continue
             row = next((line for line in part.splitlines() if line.startswith(f"| `{f.name}` |")), None)
             assert row is not None, f"{section}.{f.name} missing from {docs}"
-            if isinstance(f.default, str):
-                default = f'`"{f.default}"`'
+            if isinstance(f.default, str) or f.default is None:  # None: the file's ""
+                default = f'`"{f.default or ""}"`'
             else:
                 default = "`[]`" if f.default == () else f"{f.default:g}"
             assert row.split("|")[2].strip() == default, row
-            bound = scenario.BOUNDS.get((section, f.name))
+            bound = bounds.get((section, f.name))
             if bound is not None and f.name not in ("seed", "mp_degree"):
                 documented_max = row.split("|")[3].split("..")[1].split()[0].rstrip(",")
                 assert float(documented_max) == bound[2], row

@@ -2,14 +2,13 @@
 
 import pytest
 
-from contract.physics import tcp_goodput_fraction
+from contract.physics import DEFAULT_MTU, tcp_goodput_fraction
 from planner import build_plan, parse_scenario
 from planner.costmodel import CostConfig, NetworkModel, Simulator
-from planner.costmodel.network import PLANNED_MTU
 from planner.opgraph import Operator, OpGraph
 from planner.strategy import OpChoice, data_parallel, strategy_demand
 
-GOODPUT = tcp_goodput_fraction(PLANNED_MTU)  # the cost model carries TCP goodput
+GOODPUT = tcp_goodput_fraction(DEFAULT_MTU)  # the cost model carries TCP goodput
 MB = 1 << 20
 
 

@@ -1,0 +1,247 @@
+"""`EmulationConfig`: how a network is emulated, the one schema of a scenario's ``[emulation]``
+table and of the settings a command adds when it builds a network; `EmulatedRates`: the
+rates and MTU a network is emulated at.
+
+The table's keys (`TABLE_KEYS`; docs/scenarios.md gives each its default, range and meaning)
+are ``link_mbps``, ``mtu``, ``netem``, ``budget_mbps``, ``machines``, ``ssh_user``,
+``ssh_identity`` and ``ssh_known_hosts``. The run-time fields ``reference_gbps``, ``run_dir``,
+``lock_wait_s``, ``destination_classes`` and ``host_memory_mib`` are set by a command with
+``dataclasses.replace``; a scenario file cannot set them. Every field is checked whenever a
+config is made (by the scenario loader, a constructor call or ``dataclasses.replace``): a bad
+value raises `EmulationConfigError`, one line naming the key and the value.
+
+Time dilation (docs/emulation.md section 2): a cable planned at ``gbps`` is emulated at
+``gbps / reference_gbps * link_mbps`` Mbit/s, where ``reference_gbps`` is the real rate that
+``link_mbps`` stands for: the config's ``reference_gbps`` when set (so plans of different
+``link_gbps`` can share one time scale), else the network's ``link_gbps``. `emulated_rates`
+makes that choice, once, for both emulators (one machine, several machines) and for the
+prediction made before a network is built; the result, `EmulatedRates`, gives the time
+scale, every cable's shaped rate and the network's directed goodput at the MTU its cables
+really have.
+
+Why ``link_mbps = 100`` by default (the rate every scenario uses): the emulated run must be
+limited by the shaped links, not by the 2-core machine. At 100 Mbit/s per link the workers'
+per-operation software cost stays small next to transfer times (the end-to-end prediction
+error stays under 10%; at 400 Mbit/s it reached 70%), a 12-worker ring AllReduce measured
+1.007x its TCP-limited ideal, and even the switch baseline, whose ports run at ``link_mbps``
+as well (its plan's ``link_gbps`` is the port rate), moves under 10 Gbit/s of shaped traffic
+in total, far below the 45-55 Gbit/s at which both cores saturate. HTB itself holds its rate
+from 10 Mbit/s to 5 Gbit/s (docs/emulation.md section 3), so the default is chosen for the
+workers, not for tc.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .errors import UsageError
+from .network import Link, Network, cable_capacities
+from .physics import DEFAULT_MTU, MAX_MTU, MIN_MTU, cable_goodput, time_scale
+
+NETEM_MODES = ("auto", "on", "off")
+DEFAULT_LINK_MBPS = 100.0  # see the module docstring for why 100
+MIN_LINK_MBPS, MAX_LINK_MBPS = 0.1, 100_000.0  # HTB on a veth; below 0.1 a 1 MB transfer takes minutes
+HOST_MEMORY_MIB = 8.0  # measured cost of one emulated host (shell, namespace, link buffers), rounded up
+DEFAULT_RUN_DIR = "/run/topolab"  # tmpfs: a reboot forgets the lock and state files, as it forgets namespaces
+DEFAULT_SSH_USER = "root"  # the emulator creates namespaces and interfaces on every machine
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+"""Names of this machine that the other machines cannot reach it at (see `check_machines`)."""
+TABLE_KEYS = ("link_mbps", "mtu", "netem", "budget_mbps", "machines", "ssh_user", "ssh_identity", "ssh_known_hosts")
+"""The keys a scenario's ``[emulation]`` table may set; the other fields are run-time settings."""
+
+
+class EmulationConfigError(UsageError):
+    """A bad emulation setting: ``key`` (``emulation.mtu``, or the flag that set it) and the
+    ``problem``, which names the value. Exit 2."""
+
+    def __init__(self, key: str, problem: str):
+        self.key, self.problem = key, problem
+        super().__init__(f"{key}: {problem}")
+
+
+@dataclass(frozen=True)
+class EmulationConfig:
+    """How to emulate a network. The first eight fields are the ``[emulation]`` table's keys."""
+
+    link_mbps: float = DEFAULT_LINK_MBPS
+    """Emulated rate of a cable of ``reference_gbps`` (every other cable scales with it)."""
+    mtu: int = DEFAULT_MTU
+    """MTU of every cable built on one machine (several machines: their tunnels' MTU)."""
+    netem: str = "auto"
+    """``auto``: apply the plan latency with netem where the kernel has it; ``on``: require
+    netem; ``off``: never use it."""
+    budget_mbps: float = 0.0
+    """Hierarchical networks: the emulated budget of one server (the loader sets
+    ``link_mbps`` to it); 0: unset."""
+    machines: tuple[str, ...] = ()
+    """ssh addresses of the machines to emulate the network over (docs/cluster.md); empty:
+    this machine alone. The same address carries the VXLAN tunnels, so it must be one the
+    other machines reach: never ``localhost`` or a loopback address."""
+    ssh_user: str = DEFAULT_SSH_USER
+    """The user ssh logs in as on every machine (it must be root there)."""
+    ssh_identity: str | None = None
+    """Private key file for ssh (None, or ``""`` in a scenario: ssh's own defaults)."""
+    ssh_known_hosts: str | None = None
+    """known_hosts file holding the machines' host keys (None: ssh's own defaults)."""
+    reference_gbps: float | None = None
+    """The real rate that ``link_mbps`` stands for; None: the network's ``link_gbps``."""
+    run_dir: str = DEFAULT_RUN_DIR
+    """Where the run lock and the state files of running networks live."""
+    lock_wait_s: float = 0.0
+    """How long to wait for another run to release the lock before giving up."""
+    destination_classes: bool = True
+    """Enforce a per-destination allocation's rates with HTB classes (docs/emulation.md
+    section 6); False keeps its planes' paths but shares each cable in one class, which is
+    how the ablation measures multipath routing without the rates."""
+    host_memory_mib: float = HOST_MEMORY_MIB
+    """Memory one emulated host costs, for the up-front check that the network fits."""
+
+    def __post_init__(self) -> None:
+        _number(self, "link_mbps", MIN_LINK_MBPS, MAX_LINK_MBPS)
+        _number(self, "mtu", MIN_MTU, MAX_MTU, integer=True)
+        _choice(self, "netem", NETEM_MODES)
+        _number(self, "budget_mbps", 0.0, MAX_LINK_MBPS)
+        if isinstance(self.machines, list):
+            object.__setattr__(self, "machines", tuple(self.machines))
+        check_machines(self.machines, "emulation.machines")
+        user = self.ssh_user
+        if not isinstance(user, str) or not user or any(c in user for c in " @:\t"):
+            raise EmulationConfigError("emulation.ssh_user", f"must be a user name, got {user!r}")
+        for key in ("ssh_identity", "ssh_known_hosts"):
+            value = getattr(self, key)
+            if value == "":  # the scenario's way to say "unset"
+                object.__setattr__(self, key, None)
+            elif value is not None and not isinstance(value, str):
+                raise EmulationConfigError(f"emulation.{key}", f"must be a file path, got {value!r}")
+        _number(self, "reference_gbps", 0.0, math.inf, low_inclusive=False, optional=True)
+        if not isinstance(self.run_dir, str) or not self.run_dir:
+            raise EmulationConfigError("emulation.run_dir", f"must be a folder, got {self.run_dir!r}")
+        _number(self, "lock_wait_s", 0.0, math.inf)
+        if not isinstance(self.destination_classes, bool):
+            raise EmulationConfigError(
+                "emulation.destination_classes", f"expected true or false, got {self.destination_classes!r}"
+            )
+        _number(self, "host_memory_mib", 0.0, math.inf, low_inclusive=False)
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any]) -> EmulationConfig:
+        """The config a scenario's ``[emulation]`` table describes (only `TABLE_KEYS`)."""
+        for key in table:
+            if key not in TABLE_KEYS:
+                raise EmulationConfigError(f"emulation.{key}", f"unknown key (known: {', '.join(TABLE_KEYS)})")
+        return cls(**table)
+
+    def table(self) -> dict[str, Any]:
+        """The table keys that differ from their defaults, as a scenario file would write them."""
+        defaults = {f.name: f.default for f in fields(self)}
+        return {key: getattr(self, key) for key in TABLE_KEYS if getattr(self, key) != defaults[key]}
+
+
+def _number(
+    config: EmulationConfig,
+    name: str,
+    low: float,
+    high: float,
+    *,
+    integer: bool = False,
+    low_inclusive: bool = True,
+    optional: bool = False,
+) -> None:
+    """Check the number ``config.<name>`` (a float field also takes an int, stored as float)."""
+    key, value = f"emulation.{name}", getattr(config, name)
+    if value is None and optional:
+        return
+    want = "int" if integer else "float"
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        raise EmulationConfigError(key, f"expected {want}, got {type(value).__name__} {value!r}")
+    if not integer:
+        if isinstance(value, int) and abs(value) > 2**53:  # beyond every maximum; float() may overflow
+            raise EmulationConfigError(key, f"out of range, got {value!r}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise EmulationConfigError(key, f"expected a finite number, got {value!r}")
+        object.__setattr__(config, name, value)
+    if value < low or (not low_inclusive and value == low):
+        raise EmulationConfigError(key, f"must be {'>=' if low_inclusive else '>'} {low:g}, got {value!r}")
+    if value > high:
+        raise EmulationConfigError(key, f"must be <= {high:g}, got {value!r}")
+
+
+def _choice(config: EmulationConfig, name: str, choices: tuple[str, ...]) -> None:
+    value = getattr(config, name)
+    if not isinstance(value, str):
+        raise EmulationConfigError(f"emulation.{name}", f"expected str, got {type(value).__name__} {value!r}")
+    if value not in choices:
+        raise EmulationConfigError(f"emulation.{name}", f"{value!r} is not one of {', '.join(choices)}")
+
+
+def check_machines(machines: object, key: str) -> None:
+    """Raise `EmulationConfigError` naming ``key`` unless ``machines`` are distinct, non-empty
+    ssh addresses that other machines can reach (no loopback: the address carries tunnels)."""
+    if not isinstance(machines, (tuple, list)) or not all(isinstance(m, str) for m in machines):
+        raise EmulationConfigError(key, f"expected a list of machine addresses, got {machines!r}")
+    for m in machines:
+        if not m or m != m.strip() or any(c in m for c in " ,@\t"):
+            raise EmulationConfigError(key, f"{m!r} is not a machine address (a host name or IP address)")
+        if m.lower() in LOOPBACK_NAMES or _is_loopback(m):
+            raise EmulationConfigError(
+                key, f"{m!r} is this machine's loopback; give the address the other machines reach it at"
+            )
+    if len(set(machines)) != len(machines):
+        raise EmulationConfigError(key, f"a machine is listed twice in {list(machines)}")
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False  # a host name; resolved when the network is built
+
+
+@dataclass(frozen=True)
+class EmulatedRates:
+    """The rates and MTU a network is emulated at: a cable of ``reference_gbps`` runs at
+    ``link_mbps``, every other in proportion, all with MTU ``mtu``."""
+
+    reference_gbps: float
+    link_mbps: float
+    mtu: int = DEFAULT_MTU
+
+    @property
+    def time_scale(self) -> float:
+        """Emulated seconds per real second (`contract.physics.time_scale`)."""
+        return time_scale(self.reference_gbps, self.link_mbps)
+
+    @property
+    def bps_per_gbps(self) -> float:
+        """Emulated bit/s of one planned Gbit/s."""
+        return self.link_mbps * 1e6 / self.reference_gbps
+
+    def rate_bps(self, gbps: float) -> int:
+        """The shaped rate (whole bit/s, as tc takes it) of a cable planned at ``gbps``."""
+        return round(gbps * self.bps_per_gbps)
+
+    def link_rate_bps(self, links: Iterable[Link]) -> list[int]:
+        """The shaped rate of every cable, in order."""
+        return [self.rate_bps(link.gbps) for link in links]
+
+    def goodput(self, gbps: float) -> float:
+        """Bytes/s of TCP goodput of ``gbps`` planned (a cable's, or an allocated path's)."""
+        return cable_goodput(gbps * self.bps_per_gbps, self.mtu)
+
+    def capacities(self, links: Iterable[Link]) -> dict[tuple[int, int], float]:
+        """Directed goodput (bytes/s) of ``links`` as emulated (`cable_capacities`)."""
+        links = list(links)
+        return cable_capacities(links, self.mtu, self.link_rate_bps(links))
+
+
+def emulated_rates(network: Network, config: EmulationConfig, mtu: int | None = None) -> EmulatedRates:
+    """The rates ``network`` is emulated at under ``config``: ``link_mbps`` stands for the
+    config's ``reference_gbps``, else for the network's ``link_gbps``; cables of MTU ``mtu``
+    (default: the config's; a network over several machines passes its tunnels')."""
+    reference = network.link_gbps if config.reference_gbps is None else config.reference_gbps
+    return EmulatedRates(float(reference), float(config.link_mbps), config.mtu if mtu is None else mtu)
