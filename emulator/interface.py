@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from contract.emulation import EmulatedRates
 from contract.network import Network
 
 from .addressing import Port
@@ -78,6 +79,23 @@ class RunningNetwork(Protocol):
     @property
     def link_rate_bps(self) -> Sequence[float]:
         """The shaped rate of every cable, in the order of ``network.links``."""
+        ...
+
+    @property
+    def reference_gbps(self) -> float:
+        """The real rate ``link_mbps`` stands for."""
+        ...
+
+    @property
+    def rates(self) -> EmulatedRates:
+        """The rates and MTU it was built at (`contract.emulation.emulated_rates`), what every
+        prediction of a measured run takes."""
+        ...
+
+    @property
+    def capacities(self) -> dict[tuple[int, int], float]:
+        """Directed goodput of its cables, bytes/s, parallel cables summed
+        (`contract.network.cable_capacities` at its rates and MTU)."""
         ...
 
     def host_address(self, i: int, /) -> str:

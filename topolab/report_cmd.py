@@ -76,9 +76,16 @@ def report_sweep(folder: Path, label: str) -> str:
 
 
 def report_collective(folder: Path, label: str, doc: dict[str, Any]) -> str:
+    source = str(folder / RESULTS_FILE)
+    try:
+        return _report_collective(folder, doc, source)
+    except (KeyError, TypeError, ValueError) as err:
+        raise UsageError(f"{source}: not the results of topolab collective ({type(err).__name__}: {err})") from None
+
+
+def _report_collective(folder: Path, doc: dict[str, Any], source: str) -> str:
     from .collective_results import ALLTOALL_FORMAT, AlltoallResults, CollectiveResults, write_collective_report
 
-    source = str(folder / RESULTS_FILE)
     if str(doc.get("format", "")).startswith(ALLTOALL_FORMAT.split("/")[0] + "/"):
         from .routing_phase import format_results
 

@@ -46,12 +46,16 @@ def test_results_read_back_as_written(tmp_path):
     assert _through_json(read_results(tmp_path).to_dict()) == doc
 
 
-def test_emulation_facts_keep_the_networks_own_facts_flat():
+def test_emulation_facts_are_the_built_networks_and_stay_flat():
     results = smoke_results("running", [], 2.0)
-    results.emulation.add_network({"build_s": 1.5, "time_scale": 1.0, "netem": True, "tunnels": 12}, netem=False)
+    planned = results.emulation.time_scale
+    built = {"build_s": 1.5, "time_scale": planned * 2, "mtu": 1450, "netem": True, "tunnels": 12}
+    results.emulation.add_network(built, netem=False)
     doc = results.to_dict()["emulation"]
     assert doc["build_s"] == 1.5 and doc["tunnels"] == 12
-    assert doc["time_scale"] == results.emulation.time_scale != 1.0  # the run's own, not overwritten
+    # the network as built decides its time scale and MTU (over machines: the tunnels' 1450)
+    assert doc["time_scale"] == results.emulation.time_scale == planned * 2
+    assert doc["mtu"] == results.emulation.mtu == 1450
     assert doc["netem"] is False
     assert RunResults.from_dict(_through_json(results.to_dict())).emulation == results.emulation
 
@@ -89,7 +93,8 @@ def test_a_killed_runs_journal_is_read_with_its_results(tmp_path):
     ("fmt", "fragment"),
     [
         ("topolab.results/2", "is newer than this topolab reads (topolab.results/1)"),
-        ("topolab.collective/1", "is not one this topolab reads (topolab.results/1)"),
+        ("topolab.collective/1", "not the results of topolab collective"),  # a run's, relabelled
+        ("topolab.collective/2", "is newer than this topolab reads (topolab.collective/1)"),
         ("topolab.results/x", "is not one this topolab reads"),
         (None, "format None is not one this topolab reads"),
     ],

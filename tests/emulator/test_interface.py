@@ -13,6 +13,7 @@ from tests.fixtures.sample_plans import circulant_plan
 # what the commands read of the network they get (topolab run, collective, verify, place, alloc)
 USED_BY_COMMANDS = (
     "network facts netem delay_us link_mbps ports hosts servers nodes mtu time_scale link_rate_bps "
+    "reference_gbps rates capacities "
     "host_address host_name popen plane_addresses relay_control cable_tx_bytes"
 ).split()
 
