@@ -2,7 +2,7 @@
 `collective --algorithm alltoall`, `place --run` and `alloc --measure`'s measurement over three
 stand-in machines (tests/fixtures/standins.py), from inside their underlay, reached with the
 scenario's ``ssh_identity`` and ``ssh_known_hosts``; and the one-line errors for bad machine
-input. (What refuses several machines is refused before any ssh: tests/cli/test_network_options.py.)"""
+input. (What refuses several machines is refused before any ssh: tests/topolab/test_network_options.py.)"""
 
 from __future__ import annotations
 
