@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from contract.emulation import EmulatedRates
-from contract.network import Network
+from contract.network import Network, cable_capacities
 
 from .addressing import Port
 
@@ -120,3 +120,39 @@ class RunningNetwork(Protocol):
     def cable_tx_bytes(self) -> dict[tuple[int, int], int]:
         """``{(node, peer): bytes sent}`` over every cable so far."""
         ...
+
+
+class BuiltRates:
+    """The rate facts of a built network, read from its ``rates`` (the one decision,
+    `contract.emulation.emulated_rates`) and its cables' current ``link_rate_bps`` (live changes
+    update them); both network classes take them from here."""
+
+    rates: EmulatedRates
+    link_rate_bps: list[int]
+    network: Network
+
+    @property
+    def time_scale(self) -> float:
+        """Emulated seconds per planned second (docs/emulation.md section 2)."""
+        return self.rates.time_scale
+
+    @property
+    def link_mbps(self) -> float:
+        """The emulated rate of a link of the reference rate."""
+        return self.rates.link_mbps
+
+    @property
+    def reference_gbps(self) -> float:
+        """The real rate ``link_mbps`` stands for."""
+        return self.rates.reference_gbps
+
+    @property
+    def mtu(self) -> int:
+        """The MTU of every cable (on several machines, the tunnels')."""
+        return self.rates.mtu
+
+    @property
+    def capacities(self) -> dict[tuple[int, int], float]:
+        """Directed goodput (bytes/s) of the cables at their shaped rates and MTU, parallel
+        cables summed (`contract.network.cable_capacities`)."""
+        return cable_capacities(self.network.links, self.mtu, self.link_rate_bps)

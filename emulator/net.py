@@ -46,7 +46,7 @@ import pyroute2  # noqa: F401  (imported up front: it takes 0.15 s)
 from mininet.net import Mininet
 
 from contract.emulation import emulated_rates
-from contract.network import Network, cable_capacities
+from contract.network import Network
 from contract.physics import tcp_goodput_fraction
 
 from . import counters, nsutil, shaping
@@ -56,6 +56,7 @@ from .config import EmulationConfig
 from .errors import EmulationError, EmulationInputError
 from .host import HOST_START_TIMEOUT_S, EmulatedHost, end_hosts
 from .hostconfig import apply_qdiscs, check_qdiscs, configure_host
+from .interface import BuiltRates
 from .live import LiveChanges
 from .planes import destination_rates, node_planes
 from .state import ENV_MARK, RunLock, RunState, run_dir_path, terminate_pids
@@ -87,7 +88,7 @@ def as_network(description: Any) -> Network:
 POPEN_ENTER_TIMEOUT_S = 5.0  # mnexec's setns takes microseconds; seconds only on a stalled machine
 
 
-class EmulatedNetwork:
+class EmulatedNetwork(BuiltRates):
     """A network (or a plan's network) built as an emulated network; use as a context manager.
 
     ``net.host_address(i)``, ``net.popen(i, argv)``, the rates (``net.rates``, the
@@ -134,30 +135,6 @@ class EmulatedNetwork:
         self.live = LiveChanges(self)  # cable down/up, rate, routes while running (emulator.live)
 
     # ---- public interface ------------------------------------------------------------
-    @property
-    def time_scale(self) -> float:
-        """Emulated seconds per real second (`contract.emulation.EmulatedRates.time_scale`)."""
-        return self.rates.time_scale
-
-    @property
-    def link_mbps(self) -> float:
-        return self.rates.link_mbps
-
-    @property
-    def reference_gbps(self) -> float:
-        """The real rate ``link_mbps`` stands for."""
-        return self.rates.reference_gbps
-
-    @property
-    def mtu(self) -> int:
-        """The MTU of every cable."""
-        return self.rates.mtu
-
-    @property
-    def capacities(self) -> dict[tuple[int, int], float]:
-        """Directed goodput (bytes/s) of the cables at their shaped rates, parallel cables
-        summed (`contract.network.cable_capacities`)."""
-        return cable_capacities(self.network.links, self.mtu, self.link_rate_bps)
 
     def host_address(self, i: int) -> str:
         """Identity IPv4 address of node ``i`` (reachable from every host)."""

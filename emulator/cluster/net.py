@@ -66,12 +66,13 @@ from mininet.node import Node
 
 from contract.emulation import EmulatedRates, EmulationConfig, emulated_rates
 from contract.errors import RunError
-from contract.network import Network, cable_capacities
+from contract.network import Network
 from contract.physics import ETHERNET_MTU, tcp_goodput_fraction, tunnel_mtu
 
 from .. import shaping
 from ..addressing import Port, identity, node_name, ports_of
 from ..hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
+from ..interface import BuiltRates
 from ..nsutil import process_id
 from .ssh import Machine, SshOptions, check_machines
 from .state import control_socket, kill_script, record_script, state_file
@@ -115,7 +116,7 @@ class ClusterLink(RemoteLink):
 
 
 @dataclass
-class ClusterNetwork:
+class ClusterNetwork(BuiltRates):
     """``network`` built over ``machines``: node ``u`` runs on ``machines[assignment[u]]``,
     at the rates of ``config`` (its ``link_mbps`` and ``reference_gbps``; every cable gets the
     tunnels' MTU, whatever ``config.mtu`` says). ``rates``, ``time_scale``, ``link_mbps``,
@@ -145,30 +146,6 @@ class ClusterNetwork:
         # one MTU for the whole network, tunnelled or not (module docstring)
         self.rates = emulated_rates(self.network, self.config, mtu=tunnel_mtu(self.underlay_mtu))
         self.link_rate_bps = self.rates.link_rate_bps(self.network.links)
-
-    @property
-    def mtu(self) -> int:
-        """The MTU of every cable: the tunnels' (the underlay's less VXLAN's 50 bytes)."""
-        return self.rates.mtu
-
-    @property
-    def link_mbps(self) -> float:
-        return self.rates.link_mbps
-
-    @property
-    def reference_gbps(self) -> float:
-        """The real rate ``link_mbps`` stands for."""
-        return self.rates.reference_gbps
-
-    @property
-    def time_scale(self) -> float:
-        """Emulated seconds per planned second (docs/emulation.md section 2)."""
-        return self.rates.time_scale
-
-    @property
-    def capacities(self) -> dict[tuple[int, int], float]:
-        """Directed goodput (bytes/s) of the cables at their shaped rates and the tunnels' MTU."""
-        return cable_capacities(self.network.links, self.mtu, self.link_rate_bps)
 
     @property
     def nodes(self) -> int:
