@@ -147,6 +147,8 @@ class Prediction:
     alpha_s: float  # per-hop latency the model charged
     op_overhead_s: float  # the workers' cost per op (0 before calibration)
     model_seconds: float  # how long the model took
+    time_scale: float | None = None  # the network's it predicts (the built network's once it is up)
+    mtu: int | None = None  # its cables' MTU (over several machines: the tunnels')
     link_bytes: list[LinkBytes] = field(default_factory=list)
     relayed_link_bytes: list[LinkBytes] = field(default_factory=list)  # of those, relayed by another server
     phase_end_s: dict[str, float] = field(default_factory=dict)  # when each phase ends (topolab.prediction.phase_ends)
