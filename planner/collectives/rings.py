@@ -83,20 +83,42 @@ def add_ring_allreduce(
     ``after[rank]`` lists ops the rank's first op of this collective waits on (e.g. the
     backward compute of the bucket). Returns each member's last op id (or its dependency
     when the member has nothing to do) so later ops can wait for the collective."""
+    chunks = split_region(offset, length, len(ring), b.buffers[buffer].itemsize)
+    return add_ring_steps(b, ring, buffer, chunks, stream, ("reduce", "copy"), after, tag)
+
+
+def add_ring_steps(
+    b: ScheduleBuilder,
+    ring: Sequence[int],
+    buffer: str,
+    chunks: Sequence[tuple[int, int]],
+    stream: str,
+    phases: Sequence[str] = ("reduce", "copy"),
+    after: Deps | None = None,
+    tag: int | None = None,
+) -> dict[int, int]:
+    """The ring's steps over ``chunks`` (k = len(ring) regions, (offset, length) each):
+    ``"reduce"`` is reduce-scatter (k-1 steps; afterwards position j holds the sum of chunk
+    (j + 1) mod k), ``"copy"`` all-gather (k-1 steps circulating chunk (j + 1) mod k from
+    position j); both in turn are the ring AllReduce. Chunk c = rank ring[c - 1]'s own slot
+    makes them a reduce-scatter or an all-gather of one slot per rank. Returns each member's
+    last op id."""
     k = len(ring)
     if len(set(ring)) != k:
         raise ValueError(f"ring {list(ring)} visits a rank twice")
-    itemsize = b.buffers[buffer].itemsize
-    chunks = split_region(offset, length, k, itemsize)
+    if len(chunks) != k:
+        raise ValueError(f"{len(chunks)} chunks for a ring of {k}")
     tag = b.new_tag() if tag is None else tag
     after = after or {}
     last: dict[int, int] = {}
     for j, rank in enumerate(ring):
         right, left = ring[(j + 1) % k], ring[(j - 1) % k]
         deps = list(after.get(rank, ()))
-        steps = [(c, "reduce") for c in ((j - s) % k for s in range(k - 1))]
-        steps += [(c, "copy") for c in ((j + 1 - s) % k for s in range(k - 1))]
-        for _s, (send_chunk, mode) in enumerate(steps):
+        steps = []
+        for mode in phases:
+            first = j if mode == "reduce" else j + 1
+            steps += [((first - s) % k, mode) for s in range(k - 1)]
+        for send_chunk, mode in steps:
             recv_chunk = (send_chunk - 1) % k
             so, sl = chunks[send_chunk]
             ro, rl = chunks[recv_chunk]
