@@ -31,6 +31,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("topolab.sweep", "iteration time per model and topology at scale, with the flow-level model"),
     "lab": ("topolab.lab", "course exercises: list them, check a student's solution (PASS or what is wrong)"),
     "alloc": ("topolab.alloc", "LIBRA bandwidth split of a hierarchical network vs equal shares; --sweep [--measure]"),
+    "train": (
+        "topolab.train",
+        "run a PyTorch training script on the emulated network, one rank per server (--backend topolab|gloo)",
+    ),
     "place": (
         "topolab.place",
         "place fused operator groups on servers jointly with bandwidth allocation; --run measures it",
