@@ -91,7 +91,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         "--run-dir", default=None, metavar="DIR", help="where the run lock and state file live (default: /run/topolab)"
     )
     parser.add_argument(
-        "command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]", help="what to run on every server"
+        "command", nargs="*", metavar="-- COMMAND [ARGS...]", help="what to run on every server (after --)"
     )
 
 
@@ -202,7 +202,9 @@ def train(
             summary = job_summary(folder, n, run.wall_s, {k: v for k, v in gloo.items() if v is not None})
             summary["gloo_predicted_s"] = gloo_communication(summary)
             doc["jobs"][backend] = summary
-            log(f"  {backend}: {len(summary['steps'])} steps, median {_ms(summary['step_s'])}, {time.monotonic() - t0:.1f} s")
+            log(
+                f"  {backend}: {len(summary['steps'])} steps, median {_ms(summary['step_s'])}, {time.monotonic() - t0:.1f} s"
+            )
     comparison = compare(doc["jobs"])
     if comparison:
         doc["comparison"] = comparison

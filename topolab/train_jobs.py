@@ -6,7 +6,8 @@ Each rank gets the caller's environment, what torchrun gives (``RANK``, ``WORLD_
 ``MASTER_PORT``), ``OMP_NUM_THREADS=1`` and ``PYTHONUNBUFFERED=1`` unless the caller set
 them, and topolab's own variables (`topolab_torch.protocol`); its PYTHONPATH starts with
 topolab_torch's autoload folder (which registers the ``topolab`` backend once the script
-imports torch) and the repository. It runs in the caller's working directory; its stdout
+imports torch) and the repository. It runs in the caller's working directory, with the
+host's name as hostname (`named_host`); its stdout
 and stderr go to ``rank-<r>.stdout`` / ``.stderr`` in the job's folder, and rank 0's are
 also streamed to ours.
 
@@ -86,6 +87,21 @@ def rank_environment(
     return env
 
 
+NAMED_HOST = 'mount --bind "$1" /etc/hosts && echo "$2" > /proc/sys/kernel/hostname && shift 2 && exec "$@"'
+
+
+def named_host(net: Any, n: int, rank: int, private: Path, command: list[str]) -> list[str]:
+    """``command`` run with the host's name (``h<rank>``) as hostname, and an /etc/hosts of its
+    own that names every server's address, in mount and UTS namespaces of its own (gone with
+    the process): PyTorch's Gloo binds the address the hostname resolves to, which is then
+    the emulated host's, not the machine's loopback."""
+    names = [f"{net.host_address(i)} h{i}" for i in range(n)]
+    hosts = private / f"hosts-{rank}"
+    hosts.write_text("127.0.0.1 localhost\n" + "\n".join(names) + "\n")
+    return ["unshare", "--mount", "--uts", "--propagation", "private", "--", "/bin/sh", "-c", NAMED_HOST,
+            "topolab-rank", str(hosts), f"h{rank}", *command]  # fmt: skip
+
+
 def stderr_tail(folder: Path, rank: int, lines: int = TAIL_LINES) -> str:
     try:
         text = Path(protocol.rank_file(str(folder), rank, "stderr")).read_text(errors="replace")
@@ -104,7 +120,7 @@ class _Tail(threading.Thread):
         self.done = threading.Event()
 
     def run(self) -> None:
-        handles = [(open(path, errors="replace"), out) for path, out in self.pairs]  # noqa: SIM115
+        handles = [(open(path, errors="replace"), out) for path, out in self.pairs]
         try:
             while True:
                 finished = self.done.is_set()
@@ -125,6 +141,8 @@ def run_job(net: Any, n: int, opts: JobOptions, control: str, log: Callable[[str
     """Start the command on every server of ``net``, wait for all, fail fast (module docstring)."""
     folder = opts.folder
     folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("rank-*.*"):  # an earlier job's files (--force): records are appended
+        old.unlink()
     master = net.host_address(0)
     procs: dict[int, subprocess.Popen] = {}
     files: list[TextIO] = []
@@ -137,10 +155,11 @@ def run_job(net: Any, n: int, opts: JobOptions, control: str, log: Callable[[str
             )
             env[protocol.ENV_TIMEOUT] = f"{opts.timeout_s:g}"
             env[protocol.ENV_CHUNK] = str(opts.chunk_bytes)
-            out = open(protocol.rank_file(str(folder), rank, "stdout"), "w")  # noqa: SIM115
-            err = open(protocol.rank_file(str(folder), rank, "stderr"), "w")  # noqa: SIM115
+            out = open(protocol.rank_file(str(folder), rank, "stdout"), "w")
+            err = open(protocol.rank_file(str(folder), rank, "stderr"), "w")
             files += [out, err]
-            procs[rank] = net.popen(rank, list(opts.command), env=env, cwd=os.getcwd(), stdout=out, stderr=err)
+            argv = named_host(net, n, rank, Path(control.removeprefix("ipc://")).parent, list(opts.command))
+            procs[rank] = net.popen(rank, argv, env=env, cwd=os.getcwd(), stdout=out, stderr=err)
         log(f"  started {n} ranks ({opts.backend}): {' '.join(opts.command)}")
         if opts.stream is not None:
             tail = _Tail(

@@ -71,18 +71,18 @@ def job_summary(folder: Path, n: int, wall_s: float, gloo_predictions: dict[int,
     for c in collectives:
         row = sizes.setdefault(
             (c["kind"], c["bytes"]),
-            {"kind": c["kind"], "bytes": c["bytes"], "algorithm": c["algorithm"], "times": [], "steps": set()},
+            {"kind": c["kind"], "bytes": c["bytes"], "algorithm": c["algorithm"], "times": [], "steps": []},
         )
         row["times"].append(c["seconds"])
-        row["steps"].add(c["step"])
+        row["steps"].append(c["step"])
         row["predicted_s"] = c["predicted_s"]
     rows = []
     for row in sizes.values():
-        stepped = [s for s in row.pop("steps") if s >= 0]
+        in_steps = sum(1 for s in row.pop("steps") if 0 <= s < count)
         times = row.pop("times")
         row.update(
             count=len(times),
-            per_step=len(times) / len(stepped) if stepped else 0.0,
+            per_step=in_steps / count if count else 0.0,
             measured_s=_median(times),
             gloo_predicted_s=gloo_predictions.get(row["bytes"]) if row["kind"] == "allreduce" else None,
         )
@@ -127,7 +127,7 @@ def gloo_communication(summary: dict[str, Any]) -> float | None:
 
 
 def _s(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+    return "-" if value is None else f"{value:.4g}"
 
 
 def format_report(doc: dict[str, Any]) -> str:
@@ -170,7 +170,9 @@ def format_report(doc: dict[str, Any]) -> str:
             "",
             f"Step, gloo minus topolab: measured {_s(c['measured_s'])} s, predicted {_s(c['predicted_s'])} s "
             f"(Gloo's predicted communication per step minus topolab's); step time gloo / topolab "
-            f"{c['speedup']:.2f}x." if c.get("speedup") else "",
+            f"{c['speedup']:.2f}x."
+            if c.get("speedup")
+            else "",
         ]
     return "\n".join(lines).rstrip() + "\n"
 

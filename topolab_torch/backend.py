@@ -82,7 +82,12 @@ class _Engine:
             self.sock.setsockopt(zmq.LINGER, 0)
             self.sock.connect(self.control)
             self.session = Session(
-                self.rank, self.size, f"{self.address}:0", chunk_bytes=self.chunk, timeout_s=self.timeout_s, ctx=self.ctx
+                self.rank,
+                self.size,
+                f"{self.address}:0",
+                chunk_bytes=self.chunk,
+                timeout_s=self.timeout_s,
+                ctx=self.ctx,
             )
             reply = self._ask("hello", address=self.session.address)
             self.session.connect({int(r): a for r, a in reply["peers"].items() if int(r) != self.rank})

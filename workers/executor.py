@@ -109,7 +109,9 @@ class Executor:
         """Run ``program`` to completion as iteration ``iteration`` on the buffers ``raw``
         (bytes) / ``arrays`` (typed views of the same memory, by buffer name): the worker's
         own buffers, or a caller's (`workers.session`). No fill, no verification."""
-        run = IterationRun(program, self.spec, self.channels, (raw, arrays, self.scratch), iteration, control, heartbeat)
+        run = IterationRun(
+            program, self.spec, self.channels, (raw, arrays, self.scratch), iteration, control, heartbeat
+        )
         cpu0 = time.process_time()
         t_start = now()
         run.execute()

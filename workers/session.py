@@ -18,6 +18,7 @@ overwrite it at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 import zmq
 
@@ -96,4 +97,3 @@ class Session:
         self.executor.close()
         if self._own_ctx:
             self.ctx.term()
-

@@ -1,6 +1,6 @@
 """A small CNN (about 240 K parameters) trained with DDP on synthetic 16 x 16 images.
 
-    topolab train scenarios/topoopt-12.toml --backend topolab,gloo -- .venv/bin/python examples/train/cnn.py
+topolab train scenarios/topoopt-12.toml --backend topolab,gloo -- .venv/bin/python examples/train/cnn.py
 """
 
 import torch

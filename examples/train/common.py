@@ -34,7 +34,9 @@ def arguments(description: str) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=8, help="samples per rank and step")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb")
-    parser.add_argument("--save", metavar="FILE", help="rank 0 (or the single process) saves the parameters here")
+    parser.add_argument(
+        "--save", metavar="FILE", help="rank 0 (or the single process) saves the parameters here; {backend} is replaced"
+    )
     parser.add_argument("--single", type=int, metavar="W", help="one process on the batches of W ranks")
     parser.add_argument("--crash", type=int, nargs=2, metavar=("RANK", "STEP"), help="rank RANK fails at step STEP")
     return parser.parse_args()
@@ -71,6 +73,7 @@ def train(model_fn: Callable[[], nn.Module], batch_fn: Callable[[int, int, int],
         if rank == 0 and (step % 5 == 0 or step == args.steps - 1):
             print(f"step {step:3d}  loss {loss.item():.4f}  {time.monotonic() - t0:.1f} s", flush=True)
     if rank == 0 and args.save:
-        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, args.save)
+        backend = "single" if args.single else os.environ.get("TOPOLAB_BACKEND", "gloo")
+        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, args.save.format(backend=backend))
     if not args.single:
         dist.destroy_process_group()

@@ -48,7 +48,9 @@ def test_alltoall_moves_slot_d_of_s_to_slot_s_of_d():
     for s in range(n):
         for d in range(n):
             if s != d:
-                assert np.array_equal(final[d, s * items : (s + 1) * items], inputs["in"][s, d * items : (d + 1) * items])
+                assert np.array_equal(
+                    final[d, s * items : (s + 1) * items], inputs["in"][s, d * items : (d + 1) * items]
+                )
 
 
 def test_bad_rings_and_roots_are_refused():
