@@ -3,7 +3,7 @@ and the step helper of `topolab train` (docs/train.md).
 
 Under `topolab train` nothing needs importing: the backend is registered in every rank
 before the script runs, so ``dist.init_process_group(os.environ["TOPOLAB_BACKEND"])`` works
-with either backend. Elsewhere ``import topolab_torch`` registers it (`register`).
+with either backend. Elsewhere ``topolab_torch.register()`` registers it.
 
 The step helper times the script's training steps for the report::
 
