@@ -221,3 +221,20 @@ def test_a_script_that_never_initializes_is_named_after_the_wait(tmp_path, capsy
     line = [x for x in err.splitlines() if x.startswith("topolab:")]
     assert len(line) == 1 and "did not call torch.distributed.init_process_group within 3 s" in line[0], err
     assert _our_processes(tmp_path / "out") == []
+
+
+def test_a_rank_gets_torchruns_environment_and_the_autoload_first(tmp_path):
+    from topolab.train_jobs import AUTOLOAD_DIR, REPO_ROOT, rank_environment
+
+    base = {"PYTHONPATH": "/mine", "OMP_NUM_THREADS": "4", "KEEP": "1"}
+    env = rank_environment(base, 5, 12, "198.18.0.1", "gloo", tmp_path, "ipc:///x", "198.18.0.6")
+    assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR")} == {
+        "RANK": "5",
+        "WORLD_SIZE": "12",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "198.18.0.1",
+    }
+    assert env["TOPOLAB_BACKEND"] == "gloo" and env["TOPOLAB_ADDRESS"] == "198.18.0.6" and env["KEEP"] == "1"
+    assert env["OMP_NUM_THREADS"] == "4"  # the caller's choice stays
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(AUTOLOAD_DIR), str(REPO_ROOT), "/mine"]
