@@ -130,6 +130,11 @@ def run_train(args: argparse.Namespace) -> int:
             f"--world-size {args.world_size}: {args.scenario} has {servers} servers, one rank each; "
             f"use a scenario with {args.world_size} servers"
         )
+    if scenario.emulation.machines:
+        raise UsageError(
+            f"emulation.machines in {args.scenario}: topolab train runs on one "
+            "machine (the ranks share its files); remove the key"
+        )
     out = results_folder(args.out, scenario.name, args.force, prefix="train")
     require_root("train")
     plan = build_plan(scenario)
