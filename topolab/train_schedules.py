@@ -162,7 +162,11 @@ class ScheduleService:
             gloo = self.predict(scaled(gloo_ring(n, 4 * count), itemsize))
         d = sched.to_dict()
         why = str(sched.params.get("why", ""))
-        algorithm = sched.algorithm + (f" ({sched.params['shape']})" if "shape" in sched.params else "")
+        algorithm = sched.algorithm
+        if "shape" in sched.params:  # the forest: trees or rings
+            algorithm += f" ({sched.params['shape']})"
+        elif len(sched.params.get("rings", ())) > 1:
+            algorithm += f" ({len(sched.params['rings'])} rings)"
         return Made(
             key=dict(key),
             algorithm=algorithm,

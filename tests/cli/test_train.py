@@ -45,7 +45,7 @@ def test_bad_input_is_one_line_exit_2(capsys):
 def test_schedules_are_the_plans_and_scale_to_the_item_size(plan4):
     service = ScheduleService(plan4, 100.0, 9000)
     made = service.get({"kind": "allreduce", "count": 1 << 20, "itemsize": 4, "root": 0})
-    assert made.algorithm == "topoopt" and set(made.buffers) == {"grad"}
+    assert made.algorithm == "topoopt (2 rings)" and set(made.buffers) == {"grad"}
     # both directions of the ring at once: half Gloo's one ring in rank order
     assert made.gloo_predicted_s == pytest.approx(2 * made.predicted_s, rel=0.05)
     assert service.get({"kind": "allreduce", "count": 1 << 20, "itemsize": 4, "root": 0}) is made  # made once
