@@ -166,7 +166,7 @@ def train(
     """Build the network, run the job once per backend, write results.json and report.md."""
     from .machines import open_network
     from .train_jobs import JobOptions, control_endpoint, run_job
-    from .train_report import compare, format_report, gloo_communication, job_summary
+    from .train_report import calibration_seconds, compare, format_report, gloo_communication, job_summary
     from .train_schedules import ControlServer, ScheduleService
 
     n = int(plan.servers)
@@ -196,15 +196,26 @@ def train(
             t0 = time.monotonic()
             try:
                 run = run_job(net, n, opts, endpoint, log)
-            except BaseException:
+            except BaseException as exc:
                 doc["status"] = "failed"
+                doc["failure"] = {
+                    "backend": backend,
+                    "message": str(exc),
+                    "rank": getattr(exc, "rank", None),
+                    "detected_at": getattr(
+                        exc, "detected_at", time.monotonic()
+                    ),  # CLOCK_MONOTONIC, as the ranks' files
+                }
                 _write(out, doc, format_report)
                 raise
             finally:
                 server.stop()
                 shutil.rmtree(private, ignore_errors=True)
-            gloo = {m.key["count"] * m.key["itemsize"]: m.gloo_predicted_s for m in service.made.values()}
-            summary = job_summary(folder, n, run.wall_s, {k: v for k, v in gloo.items() if v is not None})
+            gloo = {m.nbytes: m.gloo_predicted_s for m in service.made.values() if m.gloo_predicted_s is not None}
+            calibration_s = calibration_seconds(folder, n)
+            op_overhead_s = service.op_overhead(calibration_s)
+            summary = job_summary(folder, n, run.wall_s, gloo, service.predictions(op_overhead_s))
+            summary["calibration"] = {"barrier_s": calibration_s, "op_overhead_s": op_overhead_s}
             summary["gloo_predicted_s"] = gloo_communication(summary)
             doc["jobs"][backend] = summary
             log(

@@ -44,6 +44,15 @@ END_GRACE_S = 2.0  # between SIGTERM and SIGKILL of the ranks still running afte
 TAIL_LINES = 3  # lines of a failed rank's stderr quoted in the one-line error
 
 
+class RankFailure(RunError):
+    """A rank failed (``rank``); ``detected_at``: when the driver saw it (CLOCK_MONOTONIC)."""
+
+    def __init__(self, message: str, rank: int) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.detected_at = time.monotonic()
+
+
 @dataclass
 class JobOptions:
     backend: str
@@ -195,19 +204,21 @@ def _watch(procs: dict[int, subprocess.Popen], folder: Path, init_timeout_s: flo
             codes[rank] = code
             if code != 0:
                 tail = stderr_tail(folder, rank)
-                raise RunError(
+                raise RankFailure(
                     f"rank {rank} exited with code {code} after {time.monotonic() - t0:.1f} s"
-                    + (f": {tail}" if tail else " (nothing on its stderr)")
+                    + (f": {tail}" if tail else " (nothing on its stderr)"),
+                    rank,
                 )
             if not _initialized(folder, rank):
-                raise RunError(f"rank {rank} exited without calling torch.distributed.init_process_group")
+                raise RankFailure(f"rank {rank} exited without calling torch.distributed.init_process_group", rank)
         if time.monotonic() - t0 > init_timeout_s:
             missing = [r for r in procs if r not in codes and not _initialized(folder, r)]
             if missing:
                 others = f" (nor did ranks {missing[1:]})" if len(missing) > 1 else ""
-                raise RunError(
+                raise RankFailure(
                     f"rank {missing[0]} did not call torch.distributed.init_process_group within "
-                    f"{init_timeout_s:g} s (--init-timeout){others}"
+                    f"{init_timeout_s:g} s (--init-timeout){others}",
+                    missing[0],
                 )
         time.sleep(POLL_S)
     return [codes[r] for r in sorted(codes)]

@@ -8,7 +8,9 @@ report beside the model's predictions (and Gloo's, when both backends ran).
   rank's end: the schedule cannot finish before every rank has joined, and a rank that joins
   early only waits (in DDP, for the others' backward).
 - Predictions are the flow-level model's for the schedule that ran
-  (`topolab.train_schedules`); Gloo's AllReduce is predicted as one ring in rank order.
+  (`topolab.train_schedules`), with the software's cost per op that the backend's
+  calibration barriers measured (kind ``calibration``, left out of the tables); Gloo's
+  AllReduce is predicted as one ring in rank order (bandwidth and hops only).
 
 Times are emulated seconds (what the emulated network takes); the planned cluster's are
 these divided by the time scale.
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from topolab_torch import protocol
+
+CALIBRATION = "calibration"  # the kind the backend records its calibration barriers as
 
 
 def _records(folder: Path, rank: int, what: str) -> list[dict[str, Any]]:
@@ -46,27 +50,47 @@ def steady(values: list[float]) -> list[float]:
     return values[1:] if len(values) > 1 else values
 
 
-def job_summary(folder: Path, n: int, wall_s: float, gloo_predictions: dict[int, float]) -> dict[str, Any]:
-    """Steps, collectives per size, communication per step: measured and predicted.
-    ``gloo_predictions``: bytes -> Gloo's predicted AllReduce seconds."""
-    per_rank_steps = [_records(folder, r, "steps.jsonl") for r in range(n)]
-    count = min((len(s) for s in per_rank_steps), default=0)
-    steps = [max(per_rank_steps[r][k]["seconds"] for r in range(n)) for k in range(count)]
+def collectives_of(folder: Path, n: int, predicted: dict[tuple[str, int], float] | None = None) -> list[dict]:
+    """Every collective of the job (the k-th line of every rank's file), its time from the
+    last rank's start to the last rank's end, and its prediction (``predicted`` by (kind,
+    bytes), else the one the rank recorded)."""
     per_rank = [_records(folder, r, "collectives.jsonl") for r in range(n)]
     ncoll = min((len(c) for c in per_rank), default=0)
-    collectives = []
+    out = []
     for k in range(ncoll):
         first = per_rank[0][k]
-        collectives.append(
+        out.append(
             {
                 "kind": first["kind"],
                 "bytes": first["bytes"],
                 "algorithm": first["algorithm"],
                 "step": first["step"],
                 "seconds": max(c[k]["t_end"] for c in per_rank) - max(c[k]["t_start"] for c in per_rank),
-                "predicted_s": first["predicted_s"],
+                "predicted_s": (predicted or {}).get((first["kind"], first["bytes"]), first["predicted_s"]),
             }
         )
+    return out
+
+
+def calibration_seconds(folder: Path, n: int) -> float | None:
+    """The median time of the backend's calibration barriers (None: there are none)."""
+    return _median([c["seconds"] for c in collectives_of(folder, n) if c["kind"] == CALIBRATION])
+
+
+def job_summary(
+    folder: Path,
+    n: int,
+    wall_s: float,
+    gloo_predictions: dict[int, float],
+    predicted: dict[tuple[str, int], float] | None = None,
+) -> dict[str, Any]:
+    """Steps, collectives per size, communication per step: measured and predicted
+    (``predicted``: (kind, bytes) -> seconds; ``gloo_predictions``: bytes -> Gloo's
+    predicted AllReduce seconds)."""
+    per_rank_steps = [_records(folder, r, "steps.jsonl") for r in range(n)]
+    count = min((len(s) for s in per_rank_steps), default=0)
+    steps = [max(per_rank_steps[r][k]["seconds"] for r in range(n)) for k in range(count)]
+    collectives = [c for c in collectives_of(folder, n, predicted) if c["kind"] != CALIBRATION]
     sizes: dict[tuple[str, int], dict[str, Any]] = {}
     for c in collectives:
         row = sizes.setdefault(
@@ -133,11 +157,17 @@ def _s(value: float | None) -> str:
 def format_report(doc: dict[str, Any]) -> str:
     """report.md: the jobs side by side, the communication per step, per bucket size."""
     jobs = doc["jobs"]
+    overhead = [job["calibration"]["op_overhead_s"] for job in jobs.values() if job.get("calibration")]
     lines = [
         f"# topolab train: {doc['scenario']}",
         "",
         f"{doc['servers']} ranks on the emulated {doc['topology']} network, {doc['link_mbps']:g} Mbit/s per cable "
-        f"(time scale x{doc['time_scale']:g}); command: `{' '.join(doc['command'])}`. Times are emulated seconds.",
+        f"(time scale x{doc['time_scale']:g}); command: `{' '.join(doc['command'])}`. Times are emulated seconds"
+        + (
+            f"; topolab's predictions include {overhead[0] * 1e3:.2f} ms of software per op (measured)."
+            if overhead and overhead[0]
+            else "."
+        ),
         "",
         "| backend | steps | step (median) | communication per step, measured | predicted | wall |",
         "|---|---:|---:|---:|---:|---:|",

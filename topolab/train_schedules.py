@@ -13,7 +13,9 @@ and the root. `ScheduleService` makes it once per key, for every rank:
   (`planner.collectives.phases`); ``alltoall``: every pair directly; ``barrier``: an
   AllReduce of one element per rank;
 
-and predicts its time with the flow-level model (`planner.predict`) on the emulated links.
+and predicts its time with the flow-level model (`planner.predict`) on the emulated links;
+after the job, again with the software's cost per op that the backend's calibration barriers
+measured (`ScheduleService.op_overhead`, `predictions`).
 Schedules are generated for float32 elements and scaled to the tensor's item size (every
 offset and length is a multiple of 4 bytes, so of whole items after scaling).
 """
@@ -21,7 +23,7 @@ offset and length is a multiple of 4 bytes, so of whole items after scaling).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import zmq
@@ -93,8 +95,14 @@ class Made:
     buffers: dict[str, int]  # name -> bytes
     programs: list[dict[str, Any]]  # per rank: {stream: [op, ...]}
     predicted_s: float
+    schedule: Schedule
     gloo_predicted_s: float | None = None  # allreduce only: one ring in rank order
     uses: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        """One rank's bytes of the collective (as the backend records it)."""
+        return int(self.key["count"]) * int(self.key["itemsize"])
 
     def reply(self, rank: int) -> dict[str, Any]:
         return {
@@ -138,6 +146,22 @@ class ScheduleService:
     def predict(self, schedule: Schedule) -> float:
         return float(predict(schedule, self.network).seconds)
 
+    def op_overhead(self, calibration_s: float | None) -> float:
+        """The software's cost per op: the calibration barriers' measured time over the ops
+        on their critical path (`topolab.calibrate.critical_op_count`); 0 without them."""
+        from .calibrate import critical_op_count
+
+        made = self.made.get(protocol.key_name(protocol.CALIBRATION_KEY))
+        if not calibration_s or made is None:
+            return 0.0
+        ops = critical_op_count(made.schedule, self.plan.path)
+        return calibration_s / ops if ops > 0 else 0.0
+
+    def predictions(self, op_overhead_s: float) -> dict[tuple[str, int], float]:
+        """(kind, bytes) -> seconds of every schedule made, with ``op_overhead_s`` per op."""
+        network = replace(self.network, op_overhead_s=op_overhead_s)
+        return {(m.key["kind"], m.nbytes): float(predict(m.schedule, network).seconds) for m in self.made.values()}
+
     def _make(self, key: dict[str, Any]) -> Made:
         kind, count, itemsize = str(key["kind"]), int(key["count"]), int(key["itemsize"])
         n = self.n
@@ -174,6 +198,7 @@ class ScheduleService:
             buffers={b["name"]: int(b["bytes"]) for b in d["buffers"]},
             programs=d["programs"],
             predicted_s=self.predict(sched),
+            schedule=sched,
             gloo_predicted_s=gloo,
         )
 

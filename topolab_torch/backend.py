@@ -18,11 +18,14 @@ schedule's fixed order and every rank ends with the same bits.
 
 Every collective is one line of ``rank-<RANK>.collectives.jsonl`` in the results folder:
 kind, bytes, algorithm, start and end (CLOCK_MONOTONIC), seconds, the model's prediction,
-and the step (`topolab_torch.step`) it belongs to.
+and the step (`topolab_torch.step`) it belongs to. Before the first, right after connecting,
+every rank runs `protocol.CALIBRATION_RUNS` barriers (kind ``calibration``): with no payload
+they measure the software's cost per op, which the driver's predictions then include.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import threading
@@ -91,6 +94,9 @@ class _Engine:
             )
             reply = self._ask("hello", address=self.session.address)
             self.session.connect({int(r): a for r, a in reply["peers"].items() if int(r) != self.rank})
+            for _ in range(protocol.CALIBRATION_RUNS):  # the software's cost per op, for the predictions
+                token = np.zeros(self.size, dtype=np.float32)
+                self.execute(protocol.CALIBRATION_KEY, {"grad": token}, protocol.CALIBRATION_STEP, "calibration")
         except BaseException as exc:  # reported by the constructor
             self.failed = exc
             self._started.set()
@@ -130,8 +136,9 @@ class _Engine:
             self.cache[name] = reply
         return self.cache[name]
 
-    def execute(self, key: dict[str, Any], buffers: dict[str, np.ndarray], step: int) -> None:
-        """Run the key's schedule on ``buffers`` and record it (engine thread)."""
+    def execute(self, key: dict[str, Any], buffers: dict[str, np.ndarray], step: int, kind: str = "") -> None:
+        """Run the key's schedule on ``buffers`` and record it (as ``kind``, default the key's)
+        (engine thread)."""
         made = self.schedule(key)
         for name, nbytes in made["buffers"].items():
             if buffers[name].nbytes < nbytes:
@@ -139,7 +146,7 @@ class _Engine:
         timing = self.session.run(made["program"], buffers)
         if self.folder:
             record = {
-                "kind": key["kind"],
+                "kind": kind or key["kind"],
                 "bytes": int(key["count"]) * int(key["itemsize"]),
                 "algorithm": made["algorithm"],
                 "t_start": timing.t_start,
@@ -157,8 +164,12 @@ class _Engine:
         return _create_work_from_future(future)
 
     def close(self) -> None:
-        self.jobs.put(None)
-        self._thread.join(self.timeout_s)
+        """Run what is queued, then close the sockets and end the thread (idempotent). Also
+        called at exit: a daemon thread still holding ZeroMQ sockets while the interpreter
+        finalizes can crash the process (SIGSEGV seen at the end of a run)."""
+        if self._thread.is_alive():
+            self.jobs.put(None)
+            self._thread.join(self.timeout_s)
 
 
 def _check(tensors: list[torch.Tensor], what: str) -> None:
@@ -186,6 +197,7 @@ class TopolabProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._rank, self._size = rank, size
         self.engine = _Engine(rank, size, dict(os.environ if env is None else env))
+        atexit.register(self.engine.close)
 
     def getBackendName(self) -> str:
         return protocol.BACKEND
@@ -375,6 +387,9 @@ class TopolabProcessGroup(dist.ProcessGroup):
         return self.engine.submit("barrier", run)
 
     def shutdown(self) -> None:
+        self.engine.close()
+
+    def abort(self) -> None:
         self.engine.close()
 
 

@@ -35,6 +35,13 @@ ENV_TIMEOUT = "TOPOLAB_TIMEOUT_S"
 ENV_CHUNK = "TOPOLAB_CHUNK_BYTES"
 
 KINDS = ("allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier")
+CALIBRATION_RUNS = 5
+"""Barriers every rank runs right after connecting (recorded as kind ``calibration``, step
+`CALIBRATION_STEP`): their time is the executor's software cost on these hosts, which the
+driver turns into a cost per op for its predictions (as `topolab run` does with its
+zero-payload twin)."""
+CALIBRATION_KEY = {"kind": "barrier", "count": 1, "itemsize": 4, "root": 0}
+CALIBRATION_STEP = -2
 
 
 def rank_file(folder: str, rank: int, what: str) -> str:
