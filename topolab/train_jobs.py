@@ -14,7 +14,10 @@ also streamed to ours.
 Faults, each one line (`contract.errors.RunError`, exit 1) after every other rank is ended
 (SIGTERM to its process group, SIGKILL after `END_GRACE_S`):
 
-- a rank exits with a non-zero code: it is named, with the last lines of its stderr;
+- a rank exits with a non-zero code: it is named, with the last lines of its stderr; when
+  those blame a peer (the topolab backend's ``peer rank N``, or N's address in Gloo's) that
+  exits non-zero within `CULPRIT_GRACE_S`, that peer is named instead: the rank that failed
+  first, not the ones that lost it;
 - a rank has not called ``init_process_group`` `init_timeout_s` after the start (the
   autoload writes ``rank-<r>.init`` when it does), or exits without calling it.
 """
@@ -22,6 +25,7 @@ Faults, each one line (`contract.errors.RunError`, exit 1) after every other ran
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -178,7 +182,7 @@ def run_job(net: Any, n: int, opts: JobOptions, control: str, log: Callable[[str
                 ]
             )
             tail.start()
-        codes = _watch(procs, folder, opts.init_timeout_s, t0)
+        codes = _watch(procs, folder, opts.init_timeout_s, t0, [net.host_address(r) for r in range(n)])
         return JobRun(time.monotonic() - t0, codes)
     finally:
         _end(procs)
@@ -193,7 +197,51 @@ def _initialized(folder: Path, rank: int) -> bool:
     return os.path.exists(protocol.rank_file(str(folder), rank, "init"))
 
 
-def _watch(procs: dict[int, subprocess.Popen], folder: Path, init_timeout_s: float, t0: float) -> list[int]:
+PEER_RE = re.compile(r"peer rank (\d+)")
+CULPRIT_GRACE_S = 5.0
+"""How long a rank named by the first failure (``peer rank N`` in the topolab backend's line,
+or its address in Gloo's) may take to exit: a rank that raised runs its exit handlers and
+tears torch down while its peers, which lost it, have already ended."""
+
+
+def named_peer(tail: str, addresses: list[str], rank: int) -> int | None:
+    """The other rank a failed rank's last lines blame, if any."""
+    match = PEER_RE.search(tail)
+    if match and int(match.group(1)) != rank:
+        return int(match.group(1))
+    for peer, address in enumerate(addresses):
+        if peer != rank and re.search(rf"{re.escape(address)}(?!\d)", tail):
+            return peer
+    return None
+
+
+def _failure(procs: dict[int, subprocess.Popen], folder: Path, rank: int, addresses: list[str], t0: float) -> None:
+    """Raise the one-line failure of ``rank``, or of the peer it names, once that one exited."""
+    tail = stderr_tail(folder, rank)
+    seen = {rank}
+    deadline = time.monotonic() + CULPRIT_GRACE_S
+    while (culprit := named_peer(tail, addresses, rank)) is not None and culprit not in seen:  # follow the blame
+        seen.add(culprit)
+        while procs[culprit].poll() is None and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        if procs[culprit].poll() is None:
+            raise RankFailure(
+                f"rank {culprit} failed (still running {CULPRIT_GRACE_S:g} s later): rank {rank}: {tail}", culprit
+            )
+        if procs[culprit].poll() == 0:
+            break
+        rank, tail = culprit, stderr_tail(folder, culprit)
+    code = procs[rank].poll()
+    raise RankFailure(
+        f"rank {rank} exited with code {code} after {time.monotonic() - t0:.1f} s"
+        + (f": {tail}" if tail else " (nothing on its stderr)"),
+        rank,
+    )
+
+
+def _watch(
+    procs: dict[int, subprocess.Popen], folder: Path, init_timeout_s: float, t0: float, addresses: list[str]
+) -> list[int]:
     """Until every rank exited 0; raises RunError at the first fault."""
     codes: dict[int, int] = {}
     while len(codes) < len(procs):
@@ -203,12 +251,7 @@ def _watch(procs: dict[int, subprocess.Popen], folder: Path, init_timeout_s: flo
                 continue
             codes[rank] = code
             if code != 0:
-                tail = stderr_tail(folder, rank)
-                raise RankFailure(
-                    f"rank {rank} exited with code {code} after {time.monotonic() - t0:.1f} s"
-                    + (f": {tail}" if tail else " (nothing on its stderr)"),
-                    rank,
-                )
+                _failure(procs, folder, rank, addresses, t0)
             if not _initialized(folder, rank):
                 raise RankFailure(f"rank {rank} exited without calling torch.distributed.init_process_group", rank)
         if time.monotonic() - t0 > init_timeout_s:

@@ -16,6 +16,10 @@ Supported: ``allreduce`` (SUM, AVG), ``broadcast``, ``allgather`` (and into one 
 on CPU tensors of float32, float64, float16, int32, int64, int8 or uint8. Sums run in the
 schedule's fixed order and every rank ends with the same bits.
 
+A collective that fails (a peer died or went silent) ends the rank at once with one line on
+stderr naming the peer (`_Engine.fail`), which `topolab train` reads to name the rank that
+failed first.
+
 Every collective is one line of ``rank-<RANK>.collectives.jsonl`` in the results folder:
 kind, bytes, algorithm, start and end (CLOCK_MONOTONIC), seconds, the model's prediction,
 and the step (`topolab_torch.step`) it belongs to. Before the first, right after connecting,
@@ -28,6 +32,7 @@ from __future__ import annotations
 import atexit
 import os
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -107,17 +112,23 @@ class _Engine:
             if job is None:
                 break
             run, future, what = job
-            if self.failed is not None:
-                future.set_exception(BackendError(f"topolab backend, rank {self.rank}: {what}: {self.failed}"))
-                continue
             try:
-                future.set_result(run())
+                result = run()
             except BaseException as exc:
-                self.failed = exc
-                future.set_exception(BackendError(f"topolab backend, rank {self.rank}: {what}: {exc}"))
+                self.fail(what, exc)
+            future.set_result(result)
         self.session.close()
         self.sock.close(linger=0)
         self.ctx.term()
+
+    def fail(self, what: str, exc: BaseException) -> None:
+        """A collective failed (a peer died or went silent, ...): one line on stderr and the
+        process ends at once, as NCCL's asynchronous error handling does. A future completed
+        with an exception under DDP crashes its reducer (SIGSEGV in torch 2.13), which would
+        hide which rank failed first."""
+        sys.stderr.write(f"topolab backend, rank {self.rank}: {what}: {exc}\n")
+        sys.stderr.flush()
+        os._exit(1)
 
     def _ask(self, kind: str, **fields: Any) -> dict[str, Any]:
         self.sock.send(protocol.encode(kind, rank=self.rank, **fields))

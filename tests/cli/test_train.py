@@ -238,3 +238,15 @@ def test_a_rank_gets_torchruns_environment_and_the_autoload_first(tmp_path):
     assert env["TOPOLAB_BACKEND"] == "gloo" and env["TOPOLAB_ADDRESS"] == "198.18.0.6" and env["KEEP"] == "1"
     assert env["OMP_NUM_THREADS"] == "4"  # the caller's choice stays
     assert env["PYTHONPATH"].split(os.pathsep) == [str(AUTOLOAD_DIR), str(REPO_ROOT), "/mine"]
+
+
+def test_the_blame_goes_to_the_peer_a_failed_rank_names():
+    from topolab.train_jobs import named_peer
+
+    addresses = ["198.18.0.1", "198.18.0.2", "198.18.0.11"]
+    line = "topolab backend, rank 0: allreduce: rank 0: peer rank 2 (198.18.0.11:4000) disconnected"
+    assert named_peer(line, addresses, 0) == 2
+    assert named_peer("Connection closed by peer [198.18.0.11]:36785", addresses, 0) == 2
+    assert named_peer("Connection closed by peer [198.18.0.1]:36785", addresses, 1) == 0
+    assert named_peer("RuntimeError: rank 1 fails at step 3", addresses, 1) is None
+    assert named_peer("peer rank 1 said hello", addresses, 1) is None  # itself
