@@ -3,7 +3,15 @@
 # Used by scripts/run.sh and scripts/test.sh (the README's two commands), by `make` and by the
 # Vagrant VM. Works on a bare (minbase) Debian 12 as root: it installs python3 itself.
 # Safe to run again: it only does what is missing.
+#   bash scripts/setup.sh [--with-torch]   (--with-torch: also the [torch] extra, for topolab train)
 set -euo pipefail
+with_torch=""
+for arg in "$@"; do
+  case "$arg" in
+    --with-torch) with_torch=1 ;;
+    *) echo "setup: unknown option $arg (only --with-torch)" >&2; exit 2 ;;
+  esac
+done
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
@@ -58,4 +66,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e ".[test]"
   touch "$stamp"
+fi
+# torch only where asked (scripts/test.sh; `topolab train` users): pyproject.toml pins the CPU
+# build these machines install, so nothing here can pull a CUDA build.
+if [ -n "$with_torch" ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  echo "setup: installing the [torch] extra (topolab train)"
+  .venv/bin/python -m pip install -q -e ".[test,torch]"
 fi

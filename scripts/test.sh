@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The README's second command, and exactly what CI runs: set-up (idempotent), then the checks
 # that keep the code in shape (lint, format, layer contracts, types of the contract), then the
-# whole test suite.
+# whole test suite (with torch, for topolab train's tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --with-torch
 echo "test: ruff (lint and format)"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

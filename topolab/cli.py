@@ -38,12 +38,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("topolab.sweep", "iteration time per model and topology at scale, with the flow-level model"),
     "lab": ("topolab.lab", "course exercises: list them, check a student's solution (PASS or what is wrong)"),
     "alloc": ("topolab.alloc", "LIBRA bandwidth split of a hierarchical network vs equal shares; --sweep [--measure]"),
+    "train": (
+        "topolab.train",
+        "run a PyTorch training script on the emulated network, one rank per server (--backend topolab|gloo)",
+    ),
     "place": (
         "topolab.place",
         "place fused operator groups on servers jointly with bandwidth allocation; --run measures it",
     ),
 }
 
+AFTER_DASHES = ("train",)
+"""Subcommands that take a command line of their own after ``--`` (in ``args.command``)."""
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
@@ -119,7 +125,14 @@ def _one_line(text: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; returns its exit code (0 ok, 1 run failed, 2 bad input, 130 interrupted)."""
     try:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        trailing = None
+        if _chosen_command(argv) in AFTER_DASHES and "--" in argv:  # argparse's own "--" stops at the top parser
+            cut = argv.index("--")
+            argv, trailing = argv[:cut], argv[cut + 1 :]
         args = build_parser(argv).parse_args(argv)
+        if trailing is not None:
+            args.command = trailing
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         print("topolab: interrupted", file=sys.stderr)

@@ -422,15 +422,16 @@ def run_alltoall(args: argparse.Namespace) -> int:
     return 0 if all(r.verified for r in results) else 1
 
 
-def results_folder(out: str | None, scenario_name: str, force: bool) -> Path:
-    """``--out`` (refused when it exists, unless ``force``) or a new timestamped folder."""
+def results_folder(out: str | None, scenario_name: str, force: bool, prefix: str = "collective") -> Path:
+    """``--out`` (refused when it exists, unless ``force``) or a new timestamped folder
+    ``results/<prefix>-<scenario>-<time>``."""
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = Path("results") / f"collective-{scenario_name}-{stamp}"
+        target = Path("results") / f"{prefix}-{scenario_name}-{stamp}"
         suffix = 1
         while target.exists():  # two runs in one second: never share a folder
             suffix += 1
-            target = Path("results") / f"collective-{scenario_name}-{stamp}-{suffix}"
+            target = Path("results") / f"{prefix}-{scenario_name}-{stamp}-{suffix}"
         check_output_dir(target, "--out")
         return target
     target = check_output_dir(out, "--out")

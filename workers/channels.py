@@ -62,6 +62,12 @@ class Channels:
         self.peer_address: dict[int, str] = dict(spec.peers)
         self.peer_down: dict[int, float] = {}
         self.trackers: deque = deque()  # (buffer, lo, hi, MessageTracker, peer) of sends in flight
+        self.keep_early = False
+        """Keep a message of a later iteration for it (`workers.session`: each collective is
+        an iteration and a peer may start the next before this rank finished the current
+        one); off, such a message fails the iteration (the coordinator's barrier makes it
+        impossible, so it would be a bug)."""
+        self.early: dict[int, list[tuple[int, int, zmq.Frame]]] = {}  # iteration -> [(src, tag, frame)]
 
     def connect(self, peers: dict[int, str]) -> None:
         """Connect a PUSH socket (and its monitor) to every peer, at the bound addresses, and

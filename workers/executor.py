@@ -97,6 +97,36 @@ class Executor:
             patterns.fill_input(arr, self.rank, self.buffer_index[name], iteration)
         self.filled = iteration
 
+    def run_program(
+        self,
+        program: Program,
+        raw: dict[str, np.ndarray],
+        arrays: dict[str, np.ndarray],
+        iteration: int,
+        control: zmq.Socket | None = None,
+        heartbeat: Callable[[int, int], None] | None = None,
+    ) -> tuple[IterationReport, IterationRun]:
+        """Run ``program`` to completion as iteration ``iteration`` on the buffers ``raw``
+        (bytes) / ``arrays`` (typed views of the same memory, by buffer name): the worker's
+        own buffers, or a caller's (`workers.session`). No fill, no verification."""
+        run = IterationRun(
+            program, self.spec, self.channels, (raw, arrays, self.scratch), iteration, control, heartbeat
+        )
+        cpu0 = time.process_time()
+        t_start = now()
+        run.execute()
+        t_end = now()
+        report = IterationReport(
+            iteration,
+            True,
+            t_start,
+            t_end,
+            bytes_sent=run.xfer.bytes_sent,
+            bytes_received=run.xfer.bytes_received,
+            cpu_s=time.process_time() - cpu0,
+        )
+        return report, run
+
     def run_iteration(
         self, iteration: int, control: zmq.Socket | None = None, heartbeat: Callable[[int, int], None] | None = None
     ) -> IterationReport:
@@ -105,26 +135,10 @@ class Executor:
         if self.filled != iteration:
             self.fill_inputs(iteration)
         self.filled = None
-        run = IterationRun(
-            self.program, self.spec, self.channels, (self.raw, self.arrays, self.scratch), iteration, control, heartbeat
-        )
-        cpu0 = time.process_time()
-        t_start = now()
-        run.execute()
-        t_end = now()
-        cpu = time.process_time() - cpu0
-        mismatches = verify(self.rank, self.spec.checks, self.arrays, self.buffer_index, iteration)
+        report, run = self.run_program(self.program, self.raw, self.arrays, iteration, control, heartbeat)
+        report.mismatches = verify(self.rank, self.spec.checks, self.arrays, self.buffer_index, iteration)
+        report.ok = not report.mismatches
         self.fill_inputs(iteration + 1)
-        report = IterationReport(
-            iteration,
-            not mismatches,
-            t_start,
-            t_end,
-            mismatches,
-            bytes_sent=run.xfer.bytes_sent,
-            bytes_received=run.xfer.bytes_received,
-            cpu_s=cpu,
-        )
         program = self.program
         if self.spec.timestamps in ("streams", "ops"):
             for si, name in enumerate(program.stream_names):

@@ -10,7 +10,8 @@ straight into place: copy mode with ``recv_into`` the target region; reduce mode
 ``np.add(target, chunk, out=target)`` straight from libzmq's message (a zero-copy frame; a
 chunk under `FRAME_REDUCE_MIN` goes through a preallocated scratch chunk). A chunk that
 arrives before its recv is posted, or while a send of its target region is still in flight,
-is kept as a zmq frame (no copy) in ``stash`` and applied once allowed. Costs and profile:
+is kept as a zmq frame (no copy) in ``stash`` and applied once allowed; so is a chunk of a
+later iteration where the channels keep them (``Channels.keep_early``). Costs and profile:
 docs/dataplane.md.
 
 Nothing here blocks: the scheduler (`workers.scheduler`) polls and calls in. ``complete`` is
@@ -99,6 +100,9 @@ class Transfers:
         self.last_progress = now()
         self.bytes_sent = 0
         self.bytes_received = 0
+        for src, tag, frame in channels.early.pop(iteration, ()):  # kept by an earlier iteration
+            self.stash[(src, tag)].append(frame)
+            self.stashed += 1
 
     # ---- sending ---------------------------------------------------------------------
     def start_send(self, act: Active) -> None:
@@ -209,6 +213,9 @@ class Transfers:
             if len(header) != HEADER.size:
                 raise PeerFailure(f"rank {self.rank}: malformed message header ({len(header)} bytes)")
             iteration, src, tag, n = HEADER.unpack(header)
+            if iteration > self.iteration and channels.keep_early:
+                channels.early.setdefault(iteration, []).append((src, tag, pull.recv(copy=False)))
+                continue
             if iteration != self.iteration:
                 raise PeerFailure(
                     f"rank {self.rank}: {channels.describe(src)} sent data of iteration "
