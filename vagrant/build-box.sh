@@ -24,6 +24,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=vagrant/local.env
 source "$here/local.env"
+# shellcheck source=vagrant/lib.sh
+source "$here/lib.sh"
 force=""
 [ "${1:-}" = "--force" ] && force=1
 
@@ -56,17 +58,8 @@ packages=(
   systemd-sysv udev linux-image-amd64 initramfs-tools grub-pc-bin
   ifupdown isc-dhcp-client netbase iproute2 openssh-server sudo rsync ca-certificates procps
 )
-sources=()
-. /etc/os-release
-if [ "${ID:-}" = debian ] && [ "${VERSION_CODENAME:-}" = bookworm ]; then
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-    # only Debian's own archives: a third-party repository's key is not in the image
-    [ -s "$f" ] && grep -q 'debian\.org\|debian-security' "$f" && sources+=("$f")
-  done
-fi
-[ ${#sources[@]} -gt 0 ] || sources=("deb http://deb.debian.org/debian bookworm main"
-  "deb http://deb.debian.org/debian bookworm-updates main"
-  "deb http://deb.debian.org/debian-security bookworm-security main")
+mapfile -t sources < <(box_apt_sources)
+[ ${#sources[@]} -gt 0 ] || sources=("${BOX_DEFAULT_SOURCES[@]}")
 aptopts=()
 for f in /etc/apt/apt.conf /etc/apt/apt.conf.d/*; do
   # proxies, validity checks of a snapshot mirror, ...: how this machine reaches the archive
@@ -130,7 +123,7 @@ if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
   cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
   chroot "$root" update-ca-certificates >/dev/null
 fi
-for f in /etc/pip.conf /etc/xdg/pip/pip.conf /etc/xdg/pip/constraints.txt; do
+for f in "${BOX_PIP_FILES[@]}"; do
   [ -f "$f" ] && install -D -m 644 "$f" "$root$f"
 done
 for v in http_proxy https_proxy no_proxy; do
