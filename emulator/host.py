@@ -1,10 +1,11 @@
 """`EmulatedHost`: one node of the network as a Mininet host in a network namespace of its own.
 
-A host is a bash shell started by ``mnexec -cdn`` (new network namespace), as Mininet's
-``Host`` is, named ``h<i>`` (server) or ``s<j>`` (switch node, which only forwards). Its shell
-is started in two halves (`EmulatedHost.startShell` spawns, `EmulatedHost.finishShell` waits
-for the prompt, bounded) so that all hosts boot in parallel: Mininet waits for each shell in
-turn. A shell counts as started only once it lives in a namespace that is not the creator's.
+A host is a bash shell started by ``mnexec -dn`` (new network namespace), as Mininet's
+``Host`` is (Popen closes the inherited descriptors that Mininet's ``mnexec -c`` would), named
+``h<i>`` (server) or ``s<j>`` (switch node, which only forwards). Its shell is started in
+two halves (`EmulatedHost.startShell` spawns, `EmulatedHost.finishShell` waits for the
+prompt, bounded) so that all hosts boot in parallel: Mininet waits for each shell in turn.
+A shell counts as started only once it lives in a namespace that is not the creator's.
 
 Mininet's CLI (``topolab shell``) lists a host by its interfaces: `IdentityIntf` answers with
 the host's identity address (``h0 ping h6`` pings the identity), `PortIntf` is one cable end.
@@ -91,10 +92,14 @@ class EmulatedHost(Host):
     def startShell(self, mnopts=None):
         if self.shell:
             return
-        opts = ("-cd" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
+        # Popen's close_fds, not Mininet's `mnexec -c`: mnexec closes every descriptor number
+        # up to RLIMIT_NOFILE, which the network raises to the hard limit (a million under
+        # systemd), a minute per host where system calls are slow (software emulation in a VM);
+        # Popen closes only the open ones.
+        opts = ("-d" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
         cmd = ["mnexec", opts, "env", "PS1=" + PROMPT, "bash", "--norc", "--noediting", "-is", "mininet:" + self.name]
         self.master, self.slave = pty.openpty()
-        self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave, close_fds=False)
+        self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave, close_fds=True)
         # the shell holds the terminal now; without our copy, its death is a hang-up we see at once
         os.close(self.slave)
         self.slave = None
