@@ -88,13 +88,15 @@ class Channels:
             self.push[key] = sock
             self.monitors[mon] = peer
 
-    def close(self) -> None:
+    def close(self, linger_ms: int = 0) -> None:
+        """Close every socket; ``linger_ms``: how long the context's end may still spend
+        delivering messages queued on the PUSH sockets (0: drop them)."""
         for sock in self.push.values():
             sock.disable_monitor()
         for mon in self.monitors:
             mon.close(linger=0)
         for sock in self.push.values():
-            sock.close(linger=0)
+            sock.close(linger=linger_ms)
         self.pull.close(linger=0)
 
     def describe(self, peer: int) -> str:

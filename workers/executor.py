@@ -83,8 +83,8 @@ class Executor:
     def wait_sends(self, timeout: float) -> None:
         self.channels.wait_sends(timeout)
 
-    def close(self) -> None:
-        self.channels.close()
+    def close(self, linger_ms: int = 0) -> None:
+        self.channels.close(linger_ms)
 
     def fill_inputs(self, iteration: int) -> None:
         """Write ``iteration``'s inputs (once every send reading the buffers was released).

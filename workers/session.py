@@ -26,6 +26,8 @@ from .executor import Executor
 from .program import Program
 from .spec import DEFAULT_CHUNK, WorkerSpec
 
+LINGER_S = 10.0  # on close, queued messages get this long to reach their peers
+
 
 @dataclass
 class RunTiming:
@@ -94,6 +96,9 @@ class Session:
         )
 
     def close(self) -> None:
-        self.executor.close()
+        """Close the sockets, delivering what is still queued: a rank done with its last run
+        may still hold small (copied) messages its peers need to finish theirs; dropped, a
+        peer would see this rank disconnect with its data missing. Bounded by `LINGER_S`."""
+        self.executor.close(int(LINGER_S * 1000))
         if self._own_ctx:
             self.ctx.term()

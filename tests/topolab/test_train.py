@@ -166,7 +166,7 @@ def _relative(a: dict, b: dict) -> float:
 def test_ddp_trains_the_same_parameters_as_gloo_and_one_process(tmp_path, capsys, monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.chdir(tmp_path)
-    steps = ["--steps", "6", "--save", "params-{backend}.pt"]
+    steps = ["--steps", "6", "--double", "--save", "params-{backend}.pt"]
     argv = ["train", TRAIN4, "--backend", "topolab,gloo", "--run-dir", str(tmp_path), "--out", "out"]
     assert main([*argv, "--", sys.executable, str(EXAMPLES / "cnn.py"), *steps]) == 0
     subprocess.run([sys.executable, str(EXAMPLES / "cnn.py"), "--single", "4", *steps], check=True)
