@@ -25,12 +25,13 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from contract.emulation import EmulationConfig
 from contract.errors import UsageError
 
+from .network import NetworkFlags, network_config
 from .options import MAX_LINK_MBPS, MAX_TIMEOUT_S, MAX_WAIT_S, MIN_LINK_MBPS, bounded_float, bounded_int, require_root
 
 BACKENDS = ("topolab", "gloo")
@@ -138,11 +139,8 @@ def run_train(args: argparse.Namespace) -> int:
     out = results_folder(args.out, scenario.name, args.force, prefix="train")
     require_root("train")
     plan = build_plan(scenario)
-    config: dict[str, Any] = dict(asdict(scenario.emulation), lock_wait_s=args.wait)
-    if args.link_mbps is not None:
-        config["link_mbps"] = args.link_mbps
-    if args.run_dir:
-        config["run_dir"] = args.run_dir
+    changes = {} if args.link_mbps is None else {"link_mbps": args.link_mbps}
+    config = network_config(scenario.emulation, NetworkFlags(run_dir=args.run_dir or None, wait_s=args.wait), **changes)
     out.mkdir(parents=True, exist_ok=True)
     doc = train(plan, scenario.name, config, backends, command, out, args.init_timeout, args.timeout)
     print(f"results in {out}/ (report.md, results.json, rank-*.stdout/stderr per job)", file=sys.stderr)
@@ -156,7 +154,7 @@ def log(msg: str) -> None:
 def train(
     plan: Any,
     name: str,
-    config: dict[str, Any],
+    config: EmulationConfig,
     backends: list[str],
     command: list[str],
     out: Path,
@@ -164,7 +162,7 @@ def train(
     timeout_s: float,
 ) -> dict[str, Any]:
     """Build the network, run the job once per backend, write results.json and report.md."""
-    from .machines import open_network
+    from .network import open_network
     from .train_jobs import JobOptions, control_endpoint, run_job
     from .train_report import calibration_seconds, compare, format_report, gloo_communication, job_summary
     from .train_schedules import ControlServer, ScheduleService
