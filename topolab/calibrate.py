@@ -20,11 +20,21 @@ from contract.errors import RunError
 from contract.plan import Plan
 from contract.schedule import Schedule
 from planner.iteration import IterationOptions
-from planner.iteration_prediction import predict_iteration
+from planner.iteration_prediction import NetworkArgs, predict_iteration
+from planner.predict import plan_network, predict
 
 # Links so fast that a twin's 4-byte messages take no time next to the unit op cost (finite:
 # the max-min fair sharing subtracts rates, and inf - inf is not a rate).
 UNBOUNDED_LINK_BPS = 1e30
+# The network on which a schedule's predicted time is K, its critical path in ops: a unit
+# cost per op, no latency, no reduce time, links that take no time.
+UNIT_OPS = NetworkArgs(link_bps=UNBOUNDED_LINK_BPS, alpha_s=0.0, op_overhead_s=1.0, reduce_bytes_per_s=float("inf"))
+
+
+def critical_ops(plan: Plan, schedule: Schedule) -> float:
+    """K of any ``schedule`` on ``plan``'s network: its predicted time with a unit op cost (the
+    ops on its critical path, counting the serialization of each rank's ops on its processor)."""
+    return float(predict(schedule, plan_network(plan, **UNIT_OPS)).seconds)
 
 
 def zero_payload_twin(plan: Plan, opts: IterationOptions) -> tuple[Schedule, float]:
@@ -34,14 +44,7 @@ def zero_payload_twin(plan: Plan, opts: IterationOptions) -> tuple[Schedule, flo
     # every AllReduce region must still give each ring a non-empty chunk per member
     floor = 4 * plan.servers * 2 * max(1, len(plan.strides))
     twin_opts = replace(opts, payload_scale=1e-12, time_scale=0.0, min_transfer_bytes=floor)
-    twin, unit = predict_iteration(
-        plan,
-        twin_opts,
-        link_bps=UNBOUNDED_LINK_BPS,
-        alpha_s=0.0,
-        op_overhead_s=1.0,
-        reduce_bytes_per_s=float("inf"),
-    )
+    twin, unit = predict_iteration(plan, twin_opts, **UNIT_OPS)
     return twin, unit.seconds
 
 

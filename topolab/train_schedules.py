@@ -148,13 +148,13 @@ class ScheduleService:
 
     def op_overhead(self, calibration_s: float | None) -> float:
         """The software's cost per op: the calibration barriers' measured time over the ops
-        on their critical path (`topolab.calibrate.critical_op_count`); 0 without them."""
-        from .calibrate import critical_op_count
+        on their critical path (`topolab.calibrate.critical_ops`); 0 without them."""
+        from .calibrate import critical_ops
 
         made = self.made.get(protocol.key_name(protocol.CALIBRATION_KEY))
         if not calibration_s or made is None:
             return 0.0
-        ops = critical_op_count(made.schedule, self.plan.path)
+        ops = critical_ops(self.plan, made.schedule)
         return calibration_s / ops if ops > 0 else 0.0
 
     def predictions(self, op_overhead_s: float) -> dict[tuple[str, int], float]:
