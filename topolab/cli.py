@@ -38,6 +38,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("topolab.sweep", "iteration time per model and topology at scale, with the flow-level model"),
     "lab": ("topolab.lab", "course exercises: list them, check a student's solution (PASS or what is wrong)"),
     "alloc": ("topolab.alloc", "LIBRA bandwidth split of a hierarchical network vs equal shares; --sweep [--measure]"),
+    "import": (
+        "topolab.import_cmd",
+        "a PyTorch model (file.py:factory) or a Chakra trace as an operator-graph file for [workload] graph",
+    ),
     "place": (
         "topolab.place",
         "place fused operator groups on servers jointly with bandwidth allocation; --run measures it",
