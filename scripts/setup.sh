@@ -59,3 +59,16 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e ".[test]"
   touch "$stamp"
 fi
+
+# `setup.sh --models` (the test command) adds the optional extra for imported models: torch
+# (the CPU build: pinned, so pip never resolves a CUDA one), transformers, and Chakra's
+# trace format. mlc-chakra goes in without its dependencies: its converter needs protobuf
+# alone (from the extra), the rest (HolisticTraceAnalysis: jupyterlab, pandas) is for tools
+# topolab does not use.
+models_stamp=.venv/.topolab-models-installed
+if [ "${1:-}" = "--models" ] && { [ ! -f "$models_stamp" ] || [ pyproject.toml -nt "$models_stamp" ]; }; then
+  echo "setup: installing the models extra (torch CPU, transformers, mlc-chakra) into .venv"
+  .venv/bin/python -m pip install -q -e ".[test,models]"
+  .venv/bin/python -m pip install -q --no-deps "mlc-chakra==1.0.0"
+  touch "$models_stamp"
+fi

@@ -4,7 +4,7 @@
 # whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --models  # the test suite traces PyTorch models (the run does not need them)
 echo "test: ruff (lint and format)"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
