@@ -154,7 +154,7 @@ def model_graph(model: Model | str) -> OpGraph:
         model = get_model(model)
     inputs = _edges(model)
     ops = {
-        l.name: Operator(l.name, l.kind, l.params, l.flops, l.out_bytes, inputs[l.name], (l.name,))
+        l.name: Operator(l.name, l.kind, l.params, l.flops, l.out_bytes, inputs[l.name], (l.name,), l.bwd_flops)
         for l in model.layers
     }
     order: list[str] = []

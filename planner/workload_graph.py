@@ -72,11 +72,18 @@ def describe_workload(w: Workload) -> str:
     """One line: the model, where it came from, its parameters, FLOPs and operators."""
     g = workload_graph(w)
     origin = f"imported from {w.graph.source}" if w.graph is not None else "zoo"
+    backward = sum(op.backward_flops for op in g.ops)
     return (
-        f"{g.model} ({origin}): {g.params:,} parameters ({g.param_bytes / 1e6:,.1f} MB of gradients), "
-        f"{g.flops / 1e9:,.3f} + {sum(op.backward_flops for op in g.ops) / 1e9:,.3f} GFLOPs per sample "
-        f"(forward + backward), {len(g)} operators"
+        f"{g.model} ({origin}): {g.params:,} parameters ({_si(g.param_bytes, 'B')} of gradients), "
+        f"{_si(g.flops, 'FLOP')} + {_si(backward, 'FLOP')} per sample (forward + backward), {len(g)} operators"
     )
+
+
+def _si(x: float, unit: str) -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= scale:
+            return f"{x / scale:.4g} {prefix}{unit}"
+    return f"{x:.4g} {unit}"
 
 
 def has_tables(w: Workload) -> bool:

@@ -40,6 +40,9 @@ def run_import(args: argparse.Namespace) -> int:
         os.close(fd)
         try:
             write_graph(graph, tmp)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would create it
             os.replace(tmp, out)
         finally:
             Path(tmp).unlink(missing_ok=True)
