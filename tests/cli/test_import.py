@@ -30,3 +30,11 @@ def test_a_failing_import_is_one_line_and_leaves_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "build_raises() raised RuntimeError" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_graph_file_is_one_line_naming_the_field(tmp_path, capsys):
+    (tmp_path / "g.json").write_text('{"format": "topolab.opgraph/1", "name": "m", "batch": 1, "ops": [{"name": "a"}]}')
+    (tmp_path / "s.toml").write_text('[workload]\ngraph = "g.json"\n')
+    assert main(["plan", str(tmp_path / "s.toml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"topolab: {tmp_path / 'g.json'}: ops[0].kind: missing"

@@ -245,3 +245,13 @@ def test_the_workload_section_names_one_model(tmp_path):
         _scenario({"model": "gpt5"})
     with pytest.raises(UsageError, match="no such operator-graph file"):
         _scenario({"graph": str(tmp_path / "missing.json")})
+
+
+def test_overrides_keep_an_imported_graph_and_another_model_replaces_it(tiny, tmp_path):
+    from planner.scenario import with_overrides
+
+    write_graph(tiny, tmp_path / "g.json")
+    s = _scenario({"graph": str(tmp_path / "g.json")})
+    wider = with_overrides(s, cluster={"degree": 6})
+    assert wider.workload == s.workload and wider.cluster.degree == 6
+    assert with_overrides(s, workload={"model": "bert"}).workload.graph is None
