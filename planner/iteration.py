@@ -76,11 +76,13 @@ def scaled_bytes(nbytes: float, opts: IterationOptions) -> int:
 
 
 def _merge(deps: Iterable[Deps]) -> Deps:
-    out: Deps = {}
+    """The union of ``deps``, each op once (branches that join again would otherwise double
+    their common ancestors' ops at every join: exponential in a residual network's depth)."""
+    out: dict[int, dict[int, None]] = {}
     for d in deps:
         for r, ops in d.items():
-            out.setdefault(r, []).extend(ops)
-    return out
+            out.setdefault(r, {}).update(dict.fromkeys(ops))
+    return {r: list(ops) for r, ops in out.items()}
 
 
 class _IterationBuilder:

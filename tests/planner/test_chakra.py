@@ -72,3 +72,43 @@ def test_a_file_that_is_not_a_trace(trace, tmp_path):
     shutil.copy(bad, tmp_path / "folder" / "b.et")
     with pytest.raises(UsageError, match="b.et: not a Chakra execution trace"):
         import_chakra(tmp_path / "folder")
+
+
+def _rewrite(trace: Path, out: Path, change) -> Path:
+    """A copy of ``trace`` with ``change(node)`` applied to every node (Chakra's own schema)."""
+    from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
+    from chakra.src.third_party.utils.protolib import encodeMessage
+
+    from planner.chakra import _messages
+
+    messages = _messages(trace.read_bytes())
+    with out.open("wb") as f:
+        meta = GlobalMetadata()
+        meta.ParseFromString(messages[0])
+        encodeMessage(f, meta)
+        for m in messages[1:]:
+            node = Node()
+            node.ParseFromString(m)
+            change(node)
+            encodeMessage(f, node)
+    return out
+
+
+def test_durations_override_the_flops(trace, tmp_path):
+    def timed(node):
+        node.duration_micros = 10
+
+    g = import_chakra(_rewrite(trace, tmp_path / "timed.et", timed))
+    assert all(op.forward_us is not None and op.forward_us % 10 == 0 for op in g.ops)
+    assert sum(op.forward_us + op.backward_us for op in g.ops) > 0
+    plain = import_chakra(trace)
+    assert [op.param_bytes for op in g.ops] == [op.param_bytes for op in plain.ops]
+
+
+def test_an_all_to_all_is_refused_naming_it(trace, tmp_path):
+    def alltoall(node):
+        if node.name == "c10d::allreduce_":
+            node.name = "c10d::alltoall_base_"
+
+    with pytest.raises(UsageError, match="alltoall 27,688 bytes"):
+        import_chakra(_rewrite(trace, tmp_path / "a2a.et", alltoall))

@@ -255,3 +255,21 @@ def test_overrides_keep_an_imported_graph_and_another_model_replaces_it(tiny, tm
     wider = with_overrides(s, cluster={"degree": 6})
     assert wider.workload == s.workload and wider.cluster.degree == 6
     assert with_overrides(s, workload={"model": "bert"}).workload.graph is None
+
+
+def test_a_deep_residual_graph_schedules_without_repeating_dependencies():
+    from contract.graph import GraphOperator
+
+    ops, prev = [GraphOperator("stem", "dense", 10, 40, 1e6, 2e6, 64)], "stem"
+    for i in range(40):  # x -> a -> b -> add(x, b): every join doubled the ancestors' ops before
+        ops += [
+            GraphOperator(f"a{i}", "dense", 10, 40, 1e6, 2e6, 64, (prev,)),
+            GraphOperator(f"b{i}", "dense", 10, 40, 1e6, 2e6, 64, (f"a{i}",)),
+            GraphOperator(f"add{i}", "other", 0, 0, 0.0, 0.0, 64, (prev, f"b{i}")),
+        ]
+        prev = f"add{i}"
+    graph = OperatorGraph("residual", "test", 1, tuple(ops))
+    plan = build_plan(_scenario({"graph": graph}))
+    schedule = iteration_schedule(plan)
+    afters = [op.after for program in schedule.programs for ops in program.values() for op in ops]
+    assert afters and all(len(a) == len(set(a)) for a in afters)
