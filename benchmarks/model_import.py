@@ -9,7 +9,8 @@ shipped beside them (examples/models/*.json).
 
 Part ``placement`` (no torch: it reads examples/models/bert_large.json): ``topolab place``
 on the imported BERT-large (scenarios/bert-large-imported-12.toml), with and without
-fusion, from the CLI (``--json``): the search speed-up of fusion + fused search over the
+fusion, from the CLI (``--json``), at the default memory per server and at one that forces
+the model over several servers (``--memory-gb``): the search speed-up of fusion + fused search over the
 unfused search, and the gap between their predicted makespans. The fused placement is also
 scored on the operator graph itself (every operator on its group's server, in the fused
 order), with the allocation of its own traffic, as the unfused one is. And the time to fuse
@@ -108,13 +109,17 @@ def _place(*flags: str) -> dict:
     return json.loads(out.stdout)
 
 
-def placement(time_limit: float) -> dict:
+def placement(time_limit: float, memory_gb: list[float]) -> list[dict]:
+    return [placement_at(time_limit, m) for m in memory_gb]
+
+
+def placement_at(time_limit: float, memory_gb: float) -> dict:
     from planner import build_plan, load_scenario
     from planner.fusion import FusionConfig, fuse
     from planner.placement import allocate_rates, makespan, plan_capacity, task_graph, traffic_matrix
     from planner.workload_graph import workload_graph
 
-    limit = ("--time-limit", f"{time_limit:g}")
+    limit = ("--time-limit", f"{time_limit:g}", "--memory-gb", f"{memory_gb:g}")
     fused = _place(*limit)
     unfused = _place("--no-fusion", *limit)
     s = load_scenario(PLACE_SCENARIO)
@@ -136,6 +141,7 @@ def placement(time_limit: float) -> dict:
     fused_total = fused["fusion_s"] + fused["search_s"]
     doc = {
         "scenario": str(PLACE_SCENARIO.relative_to(REPO)),
+        "memory_gb": memory_gb,
         "operators": unfused["operators"],
         "groups": fused["groups"],
         "time_limit_s": time_limit,
@@ -151,7 +157,7 @@ def placement(time_limit: float) -> dict:
         "largest_graph_fusion_s": fuse_s,
     }
     print(
-        f"BERT-large imported: {doc['operators']} operators -> {doc['groups']} groups; fusion {doc['fusion_s']:.3f} s "
+        f"BERT-large imported, {memory_gb:g} GB per server: {doc['operators']} operators -> {doc['groups']} groups; fusion {doc['fusion_s']:.3f} s "
         f"+ fused search {doc['fused_search_s']:.3f} s vs unfused search {doc['unfused_search_s']:.1f} s: "
         f"{doc['speedup']:.0f}x faster; makespan {doc['fused_makespan_ms']:.3f} ms vs {doc['unfused_makespan_ms']:.3f} ms "
         f"({100 * doc['makespan_gap']:+.2f}%; the fused placement on the operator graph "
@@ -168,6 +174,7 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(TWINS), help="zoo part: the models to import (others keep their rows)")
     ap.add_argument("--write-graphs", action="store_true", help="rewrite examples/models/*.json from the twins")
     ap.add_argument("--time-limit", type=float, default=30.0, help="topolab place --time-limit")
+    ap.add_argument("--memory-gb", default="80,2", help="topolab place --memory-gb, each in turn")
     args = ap.parse_args()
     parts = args.parts.split(",")
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
@@ -178,7 +185,11 @@ def main() -> None:
         zoo = [r for r in zoo if r["model"] not in done] + fresh
     doc = {
         "zoo": sorted(zoo, key=lambda r: list(TWINS).index(r["model"].split()[0])),
-        "placement": placement(args.time_limit) if "placement" in parts else previous.get("placement", {}),
+        "placement": (
+            placement(args.time_limit, [float(m) for m in args.memory_gb.split(",")])
+            if "placement" in parts
+            else previous.get("placement", [])
+        ),
     }
     off = [
         r["model"]

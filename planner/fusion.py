@@ -149,8 +149,8 @@ def _merged(
     name: str, kind: str, ops: list[Operator], out_bytes: int, inputs: tuple[str, ...], members: tuple[str, ...]
 ) -> Operator:
     """``ops`` as one operator: parameters, FLOPs (forward and backward) and gradient bytes
-    summed; a zoo group keeps the zoo's implicit backward and gradient size."""
-    imported = any(o.bwd_flops is not None or o.grad_bytes is not None for o in ops)
+    summed; a group none of whose operators has its own keeps the implicit ones (2x, float32)."""
+    own = any(o.bwd_flops is not None or o.grad_bytes is not None for o in ops)
     return Operator(
         name,
         kind,
@@ -159,8 +159,8 @@ def _merged(
         out_bytes,
         inputs,
         members,
-        sum(o.backward_flops for o in ops) if imported else None,
-        sum(o.param_bytes for o in ops) if imported else None,
+        sum(o.backward_flops for o in ops) if own else None,
+        sum(o.param_bytes for o in ops) if own else None,
     )
 
 

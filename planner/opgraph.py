@@ -12,7 +12,8 @@ becomes a transfer task (docs/algorithms.md section 6). This module derives that
 - BERT, ResNet-50, VGG16: chains in layer order.
 
 Every operator keeps the zoo's per-sample figures (parameters, forward FLOPs, output
-activation bytes; backward = `BACKWARD_FLOPS_RATIO` x forward). Fused operators
+activation bytes; backward = `BACKWARD_FLOPS_RATIO` x forward unless the layer gives its
+own). Fused operators
 (planner.fusion) are `Operator`s too, with ``members`` naming the zoo layers they contain.
 An imported model's graph (planner.workload_graph) is built of the same `Operator`s, with
 its own backward FLOPs and gradient bytes.
@@ -31,8 +32,9 @@ BACKWARD_FLOPS_RATIO = 2.0  # a zoo operator's backward costs 2x its forward FLO
 @dataclass(frozen=True)
 class Operator:
     """One (possibly fused) operator: per-sample forward FLOPs and output activation bytes.
-    ``bwd_flops`` and ``grad_bytes`` are an imported operator's own backward FLOPs per sample
-    and gradient bytes; None (the zoo) means `BACKWARD_FLOPS_RATIO` x forward and float32."""
+    ``bwd_flops`` and ``grad_bytes`` are its own backward FLOPs per sample and gradient bytes
+    (an imported operator; ``bwd_flops`` also a zoo layer that gives it); None means
+    `BACKWARD_FLOPS_RATIO` x forward and float32 gradients."""
 
     name: str
     kind: str  # dense | conv | attention | embedding | interaction | head | other
