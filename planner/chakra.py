@@ -16,16 +16,22 @@ node to the forward node that recorded it; it does not keep the call nesting. Th
   the nodes after it (the backward kernels) with it;
 - FLOPs: nodes torch's FLOP counter has a formula for (matrix products, convolutions,
   attention) re-run on ``meta`` tensors of the recorded shapes under
-  ``torch.utils.flop_counter.FlopCounterMode`` (a node returning the tensor a counted node
-  already returned, a composite's inner call, is not counted twice);
+  ``torch.utils.flop_counter.FlopCounterMode`` (a node returning the tensor the last counted
+  node returned, a composite's inner call, is not counted twice; only the last, as freed
+  tensors' ids are reused);
 - durations: when the trace has them (``duration_micros``, exclusive time, from a linked
   Kineto trace), each operator's forward and backward nodes add up to its ``forward_us`` /
   ``backward_us``, which override the FLOP model;
 - collectives: AllReduce nodes (``COMM_COLL_NODE`` with ``comm_type = ALL_REDUCE``, or in a
   host-only trace such as a CPU run on gloo, ``c10d::allreduce_``) become gradient bytes of
   the operator whose backward ran just before them: with data parallelism the job's
-  AllReduce is then exactly the trace's. Broadcasts (DDP's start-up sync) and the optimizer
-  are not part of the iteration the planner models; other collectives are reported;
+  AllReduce is then exactly the trace's. A forward all-to-all (``ALL_TO_ALL``, or
+  ``c10d::alltoall_`` / ``c10d::alltoall_base_``) becomes an operator of kind ``alltoall``
+  whose output is the bytes each rank sends: the planner moves 1/n of them from every
+  server to every other, and their gradients back in the backward pass (which is how it
+  models the backward's all-to-all, the forward's mirror). Broadcasts (DDP's start-up
+  sync) and the optimizer are not part of the iteration the planner models; any other
+  collective is refused, naming it;
 - the micro-batch: the first dimension of the first operator's first tensor input.
 
 A file that is not a Chakra trace is one `UsageError` line naming it.
@@ -83,6 +89,7 @@ class _Op:
     grad_elems: int = 0
     deps: set[int] = field(default_factory=set)  # node ids it follows
     nodes: set[int] = field(default_factory=set)
+    exchange_bytes: int = -1  # a forward all-to-all: the bytes each rank sends (-1: a compute operator)
 
 
 def import_chakra(path: str | Path) -> OperatorGraph:
@@ -202,10 +209,11 @@ def _graph(nodes: list[_Node], trace: Path) -> OperatorGraph:
     ops: list[_Op] = []
     by_seq: dict[int, _Op] = {}
     owner: dict[int, _Op] = {}  # node id -> operator
-    counted: set[tuple[int, int]] = set()
+    counted: set[tuple[int, int]] = set()  # the outputs of the last node counted
     phase = "before"
     current: _Op | None = None
     other_collectives: dict[str, int] = {}
+    exchanges: list[int] = []  # forward all-to-all nodes the next operator waits for
     for n in nodes:
         if n.name.startswith("Optimizer.step"):
             phase = "optimizer"
@@ -219,7 +227,13 @@ def _graph(nodes: list[_Node], trace: Path) -> OperatorGraph:
             if kind == "allreduce" and current is not None:
                 current.grad_bytes += nbytes
                 current.grad_elems += elems
-            elif kind not in ("allreduce", "broadcast"):
+            elif kind == "alltoall" and phase == "forward":  # the backward's is its mirror
+                exchange = _Op(f"alltoall_{n.id}", n, exchange_bytes=nbytes)
+                exchange.deps.update(d for d in n.data_deps if d in owner)
+                ops.append(exchange)
+                owner[n.id] = exchange
+                exchanges.append(n.id)
+            elif kind not in ("allreduce", "alltoall", "broadcast"):
                 other_collectives[kind] = other_collectives.get(kind, 0) + nbytes
             continue
         if n.type != pb.COMP_NODE or n.name.startswith(("gloo:", "nccl:", "record_param_comms")):
@@ -230,6 +244,8 @@ def _graph(nodes: list[_Node], trace: Path) -> OperatorGraph:
             if n.seq_id >= 0 and n.seq_id not in by_seq:  # the autograd counter moved: a new operator
                 current = _Op("", n)
                 current.deps.update(d for d in n.data_deps if d in owner)
+                current.deps.update(exchanges)  # what follows an all-to-all reads what it brought
+                exchanges.clear()
                 ops.append(current)
             if current is None:
                 continue
@@ -257,7 +273,9 @@ def _graph(nodes: list[_Node], trace: Path) -> OperatorGraph:
         raise UsageError(f"{trace}: a Chakra trace without forward operators (no node with an autograd seq_id)")
     if other_collectives:
         kinds = ", ".join(f"{k} {v:,} bytes" for k, v in sorted(other_collectives.items()))
-        raise UsageError(f"{trace}: collectives the planner cannot take from a trace yet: {kinds} (AllReduce only)")
+        raise UsageError(
+            f"{trace}: collectives the planner cannot take from a trace: {kinds} (AllReduce, all-to-all only)"
+        )
     for op in ops:
         op.name = op.name or f"{op.first.name.removeprefix('aten::')}_{op.first.id}"
     timed = any(op.fwd_us or op.bwd_us for op in ops)
@@ -265,15 +283,16 @@ def _graph(nodes: list[_Node], trace: Path) -> OperatorGraph:
     out: list[GraphOperator] = []
     for i, op in enumerate(ops):
         inputs = sorted({index[id(owner[d])] for d in op.deps if d in owner and index[id(owner[d])] < i})
+        exchange = op.exchange_bytes >= 0
         out.append(
             GraphOperator(
                 op.name,
-                "dense" if op.fwd_flops else "other",
+                "alltoall" if exchange else "dense" if op.fwd_flops else "other",
                 op.grad_elems,
                 op.grad_bytes,
                 op.fwd_flops,
                 op.bwd_flops,
-                sum(e * b for _, e, b in _tensors(op.first.outputs)),
+                op.exchange_bytes if exchange else sum(e * b for _, e, b in _tensors(op.first.outputs)),
                 tuple(ops[j].name for j in inputs),
                 op.fwd_us if timed else None,
                 op.bwd_us if timed else None,
@@ -352,6 +371,7 @@ def _flops(n: _Node, counted: set[tuple[int, int]]) -> float:
                 packet(*call)
         except Exception:  # arguments this overload does not take
             continue
+        counted.clear()
         counted.update(outs)
         return float(counter.get_total_flops())
     return 0.0

@@ -7,7 +7,7 @@ its state space smaller and every cost evaluation cheaper, so the graph is shrun
    thesis. Adaptation: the search gives a merged group ONE configuration (the thesis only
    places groups), so a chain edge is merged only when u and v would want the same kind of
    configuration: same family (embedding tables are never merged: each is a placement
-   unit) and communication intensities (gradient-sync seconds per compute second) within a
+   unit; nor is a trace's all-to-all) and communication intensities (gradient-sync seconds per compute second) within a
    factor `intensity_ratio` of each other.
 2. Cheap operators: an edge touching an operator cheaper than ``alpha`` is merged whatever
    the chain structure (both ends non-embedding). ``alpha`` comes from the operator cost
@@ -164,6 +164,11 @@ def _merged(
     )
 
 
+def _apart(op: Operator) -> bool:
+    """Never merged: an embedding table (a placement unit) or a trace's all-to-all."""
+    return op.is_embedding or op.is_exchange
+
+
 def _kind(ops: list[Operator]) -> str:
     return max(ops, key=lambda o: (o.params, o.flops)).kind
 
@@ -188,7 +193,7 @@ def fuse(graph: OpGraph, cfg: FusionConfig | None = None) -> OpGraph:
 
     def edge_mergeable(u: int, v: int) -> bool:  # steps 1 and 2
         ou, ov = view(u), view(v)
-        if ou.is_embedding or ov.is_embedding:
+        if _apart(ou) or _apart(ov):
             return False
         chain = len(groups.succ[u]) + len(groups.pred[v]) == 2
         ratio = _intensity(ou, cfg) / _intensity(ov, cfg)
@@ -214,11 +219,11 @@ def fuse(graph: OpGraph, cfg: FusionConfig | None = None) -> OpGraph:
     while roots:
         r = heapq.heappop(roots)
         op = view(r) if r in groups.members else None
-        if op is None or op.is_embedding or operator_cost(op, cfg) >= beta:
+        if op is None or _apart(op) or operator_cost(op, cfg) >= beta:
             continue
         nbrs = [(b, o) for o, b in groups.succ[r].items()] + [(b, o) for o, b in groups.pred[r].items()]
         for _, other in sorted(nbrs, key=lambda t: (-t[0], t[1])):
-            if view(other).is_embedding:
+            if _apart(view(other)):
                 continue
             a, b = (r, other) if other in groups.succ[r] else (other, r)
             if not groups.creates_cycle(a, b):

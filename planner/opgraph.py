@@ -59,6 +59,12 @@ class Operator:
     def is_embedding(self) -> bool:
         return self.kind == "embedding"
 
+    @property
+    def is_exchange(self) -> bool:
+        """A trace's all-to-all (planner.chakra): every server sends 1/n of ``out_bytes`` to
+        every other, whatever the strategy, and the gradients back in the backward pass."""
+        return self.kind == "alltoall"
+
 
 @dataclass(frozen=True)
 class OpGraph:

@@ -22,6 +22,9 @@ The state of the MCMC search (docs/algorithms.md section 5). Every server proces
   placement when shards = 1): each shard serves the lookups of the samples whose rows it
   holds (out_bytes x batch / shards to every other server in the forward pass, the same
   gradients back in the backward pass) and performs those lookups (n x batch / shards).
+- a trace's all-to-all (kind ``alltoall``, planner.chakra): every server sends
+  out_bytes x batch / n to every other in the forward pass and the gradients back, whatever
+  the choice.
 """
 
 from __future__ import annotations
@@ -212,6 +215,11 @@ def op_traffic(graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int, d
     """The traffic and compute of operator ``i`` under ``strategy`` (module docstring)."""
     op, choice = graph.ops[i], strategy[i]
     forward, backward = (compute_seconds(f, batch, device_tflops) for f in (op.flops, op.backward_flops))
+    if op.is_exchange:  # a trace's all-to-all, whatever the choice
+        everyone = np.arange(n)
+        return OpTraffic(
+            Flows.empty(), owner_fanout(n, everyone, op.out_bytes * batch / n), np.zeros(n), 0, 0.0, np.zeros(n)
+        )
     if op.is_embedding:
         if choice.owner < 0:
             share = np.ones(n)

@@ -16,6 +16,7 @@ from contract.errors import UsageError
 from planner import build_plan, parse_scenario
 from planner.chakra import import_chakra
 from planner.iteration import iteration_schedule
+from planner.workload_graph import workload_graph
 
 REPO = Path(__file__).resolve().parents[2]
 MAKER = REPO / "tests/fixtures/models/chakra_trace.py"
@@ -105,10 +106,40 @@ def test_durations_override_the_flops(trace, tmp_path):
     assert [op.param_bytes for op in g.ops] == [op.param_bytes for op in plain.ops]
 
 
-def test_an_all_to_all_is_refused_naming_it(trace, tmp_path):
-    def alltoall(node):
-        if node.name == "c10d::allreduce_":
-            node.name = "c10d::alltoall_base_"
+def test_a_forward_all_to_all_becomes_the_jobs_all_to_all(trace, tmp_path):
+    renamed = []
 
-    with pytest.raises(UsageError, match="alltoall 27,688 bytes"):
-        import_chakra(_rewrite(trace, tmp_path / "a2a.et", alltoall))
+    def alltoall(node):  # DDP's first forward broadcast, as if it were an all-to-all
+        if node.name == "c10d::broadcast_" and not renamed:
+            node.name = "c10d::alltoall_base_"
+            renamed.append(node.id)
+
+    g = import_chakra(_rewrite(trace, tmp_path / "a2a.et", alltoall))
+    exchange = [op for op in g.ops if op.kind == "alltoall"]
+    assert len(exchange) == 1 and exchange[0].out_bytes > 0
+    assert g.param_bytes == 4 * PARAMS  # the AllReduce as before
+    following = g.ops[g.ops.index(exchange[0]) + 1]
+    assert exchange[0].name in following.inputs
+    s = parse_scenario(
+        {
+            "cluster": {"servers": 4, "degree": 2},
+            "workload": {"chakra": str(tmp_path / "a2a.et"), "batch_per_server": 8},
+            "parallelism": {"strategy": "data"},
+        },
+        str(tmp_path / "s.toml"),
+    )
+    plan = build_plan(s)
+    per_sample = workload_graph(plan.workload).ops[g.ops.index(exchange[0])].out_bytes
+    per_pair = per_sample * 8 / 4  # each server's 1/4 share of the batch, forward and back
+    assert {(f.src, f.dst) for f in plan.demand.mp} == {(a, b) for a in range(4) for b in range(4) if a != b}
+    assert all(f.bytes == round(2 * per_pair) for f in plan.demand.mp)
+    assert iteration_schedule(plan).op_count() > 0
+
+
+def test_other_collectives_are_refused_naming_them(trace, tmp_path):
+    def scatter(node):
+        if node.name == "c10d::allreduce_":
+            node.name = "c10d::reduce_scatter_"
+
+    with pytest.raises(UsageError, match="reduce_scatter 27,688 bytes"):
+        import_chakra(_rewrite(trace, tmp_path / "rs.et", scatter))
