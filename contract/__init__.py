@@ -3,6 +3,8 @@
 Imports nothing of topolab. The planner produces it, the emulator and the workers consume it:
 
 - `contract.plan`: the `Plan` (topology, routes, traffic, the strategy as a typed object);
+- `contract.graph`: an imported model's operator graph (the documented file format
+  ``topolab.opgraph/1``), which a plan's `Workload` carries;
 - `contract.network`: `Network`, the part of a plan an emulator builds (nodes, cables with
   their rates, routes, latency);
 - `contract.schedule`: collective and iteration schedules as data (streams of send / recv /

@@ -3,8 +3,8 @@
 A plan is the contract between the planner and the rest of topolab. The emulator builds
 hosts and cables from `links` and installs `next_hop` as static routes; the workers get
 schedules derived from `rings`; the end-to-end run compares the plan's prediction with
-what it measures. A plan is self-sufficient: with its `Workload` (the zoo model, the batch,
-the device rate) and its `Placement` it determines the training iteration, so the
+what it measures. A plan is self-sufficient: with its `Workload` (the zoo model or an
+imported operator graph, the batch, the device rate) and its `Placement` it determines the training iteration, so the
 iteration's schedule and its prediction need the plan alone, no scenario
 (planner.iteration_prediction). A plan round-trips through JSON exactly
 (``Plan.from_json(plan.to_json()) == plan``) so it can be stored next to results; a plan
@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .graph import OperatorGraph
 from .network import Link, Network, PairAllocation, PathShare, Routes
 
 
@@ -113,17 +114,21 @@ class Placement:
 class Workload:
     """The training job a plan is for: everything its iteration computes, besides the strategy.
 
-    ``model`` names a model of the planner's zoo (planner.zoo: its layers with their FLOPs,
-    parameters and activations, from which planner.opgraph builds the operator graph that
-    `Placement` refers to). Every server processes ``batch_per_server`` samples per iteration
-    at ``device_tflops`` effective TFLOP/s: an operator of ``f`` FLOPs per sample computes
-    ``f x batch / (device_tflops 10^12)`` seconds forward and twice that backward
-    (`contract.physics.compute_seconds`). The scenario's ``[workload]`` section is this type,
-    defaults included."""
+    Without ``graph``, ``model`` names a model of the planner's zoo (planner.zoo: its layers
+    with their FLOPs, parameters and activations, from which planner.opgraph builds the
+    operator graph that `Placement` refers to). With ``graph`` (an imported model:
+    contract.graph, docs/models.md), the graph itself is the model and ``model`` only says
+    where it came from; the plan carries the whole graph, so it stays self-sufficient.
+    Every server processes ``batch_per_server`` samples per iteration at ``device_tflops``
+    effective TFLOP/s: an operator of ``f`` FLOPs per sample computes
+    ``f x batch / (device_tflops 10^12)`` seconds forward (`contract.physics.compute_seconds`),
+    and its backward FLOPs likewise (twice the forward for a zoo model). The scenario's
+    ``[workload]`` section is this type, defaults included."""
 
     model: str = "dlrm"
     batch_per_server: int = 128
     device_tflops: float = 125.0
+    graph: OperatorGraph | None = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +167,7 @@ class Plan:
     # ---- derived views -------------------------------------------------------------
     @property
     def model(self) -> str:
-        """The zoo model the plan is for ("" without a workload)."""
+        """The model the plan is for: a zoo name, or where an imported graph came from ("" without a workload)."""
         return self.workload.model if self.workload is not None else ""
 
     @property
@@ -213,7 +218,7 @@ class Plan:
             "mp": [{"src": f.src, "dst": f.dst, "bytes": f.bytes} for f in self.demand.mp],
         }
         d["summary"] = asdict(self.summary)
-        d["workload"] = asdict(self.workload) if self.workload is not None else None
+        d["workload"] = _workload_dict(self.workload) if self.workload is not None else None
         d["placement"] = asdict(self.placement)
         d["strides"] = list(self.strides)
         d["rings"] = [list(r) for r in self.rings]
@@ -260,7 +265,12 @@ class Plan:
             ),
             summary=Summary(**d["summary"]),
             workload=(
-                Workload(str(workload["model"]), int(workload["batch_per_server"]), float(workload["device_tflops"]))
+                Workload(
+                    str(workload["model"]),
+                    int(workload["batch_per_server"]),
+                    float(workload["device_tflops"]),
+                    OperatorGraph.from_dict(workload["graph"]) if workload.get("graph") else None,
+                )
                 if workload
                 else None
             ),
@@ -304,6 +314,14 @@ class Plan:
 
     def __hash__(self) -> int:
         return hash((self.servers, self.degree, self.topology, self.links))
+
+
+def _workload_dict(w: Workload) -> dict[str, Any]:
+    """The workload as JSON-ready data; the graph (when imported) in its own file format."""
+    d: dict[str, Any] = {"model": w.model, "batch_per_server": w.batch_per_server, "device_tflops": w.device_tflops}
+    if w.graph is not None:
+        d["graph"] = w.graph.to_dict()
+    return d
 
 
 PLAN_FORMAT = "topolab.plan/1"

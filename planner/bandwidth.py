@@ -59,7 +59,7 @@ from contract.network import Network, PairAllocation, PathShare
 from contract.plan import Plan
 
 from .strategy import op_traffic, plan_workload, strategy_of
-from .zoo import get_model
+from .workload_graph import workload_graph
 
 K_PATHS = 4  # paths per pair: a degree-4 TopoOpt server has 4 first hops
 NEGLIGIBLE_SHARE = 0.01  # a path below this share of its pair's rate is not worth a plane
@@ -274,7 +274,7 @@ def embedding_alltoall_traffic(plan: Plan) -> dict[tuple[int, int], float]:
     table's shards send their lookups for the plan's batch to every other server
     (`planner.strategy.op_traffic`)."""
     job = plan_workload(plan)
-    graph, strategy = strategy_of(get_model(job.model), plan.placement)
+    graph, strategy = strategy_of(workload_graph(job), plan.placement)
     out: dict[tuple[int, int], float] = defaultdict(float)
     for i, op in enumerate(graph.ops):
         if op.is_embedding and strategy[i].owner >= 0:

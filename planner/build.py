@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from contract.plan import Plan, TrafficDemand
 
-from .opgraph import model_graph
 from .scenario import Scenario
 from .strategy import fixed_strategy, placement_of, strategy_demand
 from .topologies import plan_for_demand
+from .workload_graph import workload_graph
 
 
 def build_plan(s: Scenario, demand: TrafficDemand | None = None) -> Plan:
@@ -40,7 +40,7 @@ def _plan_routes(s: Scenario, demand: TrafficDemand | None) -> Plan:
 
         return search(s).plan
     n, p = s.cluster.servers, s.parallelism
-    graph = model_graph(s.workload.model)
+    graph = workload_graph(s.workload)
     strategy = fixed_strategy(graph, n, p.strategy, p.mp_degree)
     demand = strategy_demand(graph, strategy, n, s.workload.batch_per_server)
     return plan_for_demand(s, demand, placement_of(graph, strategy))

@@ -7,7 +7,7 @@ its state space smaller and every cost evaluation cheaper, so the graph is shrun
    thesis. Adaptation: the search gives a merged group ONE configuration (the thesis only
    places groups), so a chain edge is merged only when u and v would want the same kind of
    configuration: same family (embedding tables are never merged: each is a placement
-   unit) and communication intensities (gradient-sync seconds per compute second) within a
+   unit; nor is a trace's all-to-all) and communication intensities (gradient-sync seconds per compute second) within a
    factor `intensity_ratio` of each other.
 2. Cheap operators: an edge touching an operator cheaper than ``alpha`` is merged whatever
    the chain structure (both ends non-embedding). ``alpha`` comes from the operator cost
@@ -19,15 +19,16 @@ its state space smaller and every cost evaluation cheaper, so the graph is shrun
    total cost, `FusionConfig.beta_fraction`) to the neighbour it exchanges the largest
    tensor with.
 
-Operator cost = forward + backward compute (3 x forward FLOPs x batch at the device rate)
-+ the ring AllReduce time of its gradients at the server's total bandwidth. Merged
-operators add parameters and FLOPs; their output is the output of the group's sink.
+Operator cost = forward + backward compute (forward + backward FLOPs x batch at the device
+rate; backward = 2x forward for the zoo) + the ring AllReduce time of its gradients at the
+server's total bandwidth. Merged operators add parameters, gradient bytes and FLOPs; their
+output is the output of the group's sink.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -35,8 +36,6 @@ from contract.physics import compute_seconds
 
 from .opgraph import Operator, OpGraph
 from .zoo import DEFAULT_DEVICE_TFLOPS
-
-BACKWARD_PLUS_FORWARD = 3.0  # backward costs 2x the forward FLOPs
 
 
 @dataclass(frozen=True)
@@ -56,8 +55,8 @@ def operator_cost(op: Operator, cfg: FusionConfig) -> float:
 
 
 def _compute(op: Operator, cfg: FusionConfig) -> float:
-    """Forward + backward (2x) compute seconds of ``op``."""
-    return BACKWARD_PLUS_FORWARD * compute_seconds(op.flops, cfg.batch, cfg.device_tflops)
+    """Forward + backward compute seconds of ``op``."""
+    return compute_seconds(op.flops + op.backward_flops, cfg.batch, cfg.device_tflops)
 
 
 def _sync(op: Operator, cfg: FusionConfig) -> float:
@@ -133,7 +132,7 @@ class _Groups:
     def _summary(self, root: int) -> Operator:
         """The group's kind, parameters and FLOPs (summed in member order, as `op` does)."""
         ops = [self.graph.ops[i] for i in self.members[root]]
-        return Operator(ops[0].name, _kind(ops), sum(o.params for o in ops), sum(o.flops for o in ops), 0)
+        return _merged(ops[0].name, _kind(ops), ops, 0, (), ())
 
     def cost_view(self, root: int) -> Operator:
         """What the merge rules read of a group (kind, parameters, FLOPs), kept per root."""
@@ -142,15 +141,32 @@ class _Groups:
     def op(self, root: int) -> Operator:
         ops = [self.graph.ops[i] for i in self.members[root]]
         name = ops[0].name if len(ops) == 1 else f"{ops[0].name}+{len(ops) - 1}"
-        return Operator(
-            name,
-            ops[0].kind if len(ops) == 1 else _kind(ops),
-            sum(o.params for o in ops),
-            sum(o.flops for o in ops),
-            0,
-            (),
-            tuple(m for o in ops for m in o.members),
-        )
+        kind = ops[0].kind if len(ops) == 1 else _kind(ops)
+        return _merged(name, kind, ops, 0, (), tuple(m for o in ops for m in o.members))
+
+
+def _merged(
+    name: str, kind: str, ops: list[Operator], out_bytes: int, inputs: tuple[str, ...], members: tuple[str, ...]
+) -> Operator:
+    """``ops`` as one operator: parameters, FLOPs (forward and backward) and gradient bytes
+    summed; a group none of whose operators has its own keeps the implicit ones (2x, float32)."""
+    own = any(o.bwd_flops is not None or o.grad_bytes is not None for o in ops)
+    return Operator(
+        name,
+        kind,
+        sum(o.params for o in ops),
+        sum(o.flops for o in ops),
+        out_bytes,
+        inputs,
+        members,
+        sum(o.backward_flops for o in ops) if own else None,
+        sum(o.param_bytes for o in ops) if own else None,
+    )
+
+
+def _apart(op: Operator) -> bool:
+    """Never merged: an embedding table (a placement unit) or a trace's all-to-all."""
+    return op.is_embedding or op.is_exchange
 
 
 def _kind(ops: list[Operator]) -> str:
@@ -177,7 +193,7 @@ def fuse(graph: OpGraph, cfg: FusionConfig | None = None) -> OpGraph:
 
     def edge_mergeable(u: int, v: int) -> bool:  # steps 1 and 2
         ou, ov = view(u), view(v)
-        if ou.is_embedding or ov.is_embedding:
+        if _apart(ou) or _apart(ov):
             return False
         chain = len(groups.succ[u]) + len(groups.pred[v]) == 2
         ratio = _intensity(ou, cfg) / _intensity(ov, cfg)
@@ -203,11 +219,11 @@ def fuse(graph: OpGraph, cfg: FusionConfig | None = None) -> OpGraph:
     while roots:
         r = heapq.heappop(roots)
         op = view(r) if r in groups.members else None
-        if op is None or op.is_embedding or operator_cost(op, cfg) >= beta:
+        if op is None or _apart(op) or operator_cost(op, cfg) >= beta:
             continue
         nbrs = [(b, o) for o, b in groups.succ[r].items()] + [(b, o) for o, b in groups.pred[r].items()]
         for _, other in sorted(nbrs, key=lambda t: (-t[0], t[1])):
-            if view(other).is_embedding:
+            if _apart(view(other)):
                 continue
             a, b = (r, other) if other in groups.succ[r] else (other, r)
             if not groups.creates_cycle(a, b):
@@ -230,7 +246,7 @@ def _rebuild(graph: OpGraph, groups: _Groups) -> OpGraph:
         # with no successor keeps its last member's output.
         out = max(groups.succ[r].values(), default=graph.ops[groups.members[r][-1]].out_bytes)
         inputs = tuple(sorted({name[u] for u in groups.pred[r]}, key=lambda n: graph.index[n.split("+")[0]]))
-        ops[r] = Operator(base.name, base.kind, base.params, base.flops, out, inputs, base.members)
+        ops[r] = replace(base, out_bytes=out, inputs=inputs)
     waiting = {r: len(groups.pred[r]) for r in roots}
     ready = [r for r in roots if not waiting[r]]
     order: list[int] = []

@@ -1,6 +1,6 @@
 """One training iteration of a plan as a schedule the workers execute and the model predicts.
 
-The schedule executes the plan's job (`Plan.workload`: the zoo model, the batch per server,
+The schedule executes the plan's job (`Plan.workload`: its model, the batch per server,
 the device rate) under its strategy (`Plan.placement`, regrouped into the operator graph it
 was chosen on by `planner.strategy.strategy_of`), so it needs the plan alone, with the
 traffic model the
@@ -10,7 +10,7 @@ model-parallel byte of ``plan.demand`` is a transfer of the schedule and vice ve
 contract.schedule:
 
 - stream ``compute``: forward compute of every operator in topological order, then
-  backward in reverse order (backward = 2x forward FLOPs), as timed waits
+  backward in reverse order (the operator's backward FLOPs: 2x forward for a zoo model), as timed waits
   (`contract.physics.compute_seconds`) multiplied by the time-dilation factor so compute
   and the slowed-down emulated links keep the real cluster's ratio;
 - model-parallel transfers (streams ``mp>peer`` / ``mp<peer``): an operator's input
@@ -38,6 +38,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from contract.plan import Plan
 from contract.schedule import Check, Schedule, ScheduleBuilder
 
@@ -48,7 +50,7 @@ from .collectives.p2p import add_p2p_transfers
 from .collectives.rings import add_multiring_allreduce
 from .hierarchical import layout_span
 from .strategy import Flows, OpTraffic, op_traffic, plan_workload, strategy_of
-from .zoo import get_model
+from .workload_graph import workload_graph
 
 DDP_BUCKET_BYTES = 25 * 2**20
 ITEMSIZE = 4  # float32 buffers: every transfer is a whole number of elements
@@ -74,11 +76,13 @@ def scaled_bytes(nbytes: float, opts: IterationOptions) -> int:
 
 
 def _merge(deps: Iterable[Deps]) -> Deps:
-    out: Deps = {}
+    """The union of ``deps``, each op once (branches that join again would otherwise double
+    their common ancestors' ops at every join: exponential in a residual network's depth)."""
+    out: dict[int, dict[int, None]] = {}
     for d in deps:
         for r, ops in d.items():
-            out.setdefault(r, []).extend(ops)
-    return out
+            out.setdefault(r, {}).update(dict.fromkeys(ops))
+    return {r: list(ops) for r, ops in out.items()}
 
 
 class _IterationBuilder:
@@ -106,25 +110,26 @@ class _IterationBuilder:
         base = self.b.buffers["act"].bytes if "act" in self.b.buffers else 0
         return add_p2p_transfers(self.b, transfers, "act", base, "mp", after=after, network=self.plan.network)
 
-    def compute(self, t: OpTraffic, factor: float, after: Deps) -> Deps:
-        """The operator's compute (``factor`` x forward) on every server that has a share."""
+    def compute(self, seconds: np.ndarray, after: Deps) -> Deps:
+        """The operator's compute (forward or backward seconds per server) on every server
+        that has a share."""
         out: Deps = {}
         for r in range(self.n):
-            if t.compute[r] > 0:
-                secs = factor * float(t.compute[r]) * self.opts.time_scale
+            if seconds[r] > 0:
+                secs = float(seconds[r]) * self.opts.time_scale
                 out[r] = [self.b.compute(r, "compute", secs, after=after.get(r, ()))]
         return out
 
     def forward(self, t: OpTraffic, inputs: Deps) -> Deps:
         """Input all-gather -> compute -> output transfers; the ops consumers wait for."""
         ready = _merge([inputs, self.transfers(t.fwd_in, inputs)])
-        ready = _merge([ready, self.compute(t, 1.0, ready)])
+        ready = _merge([ready, self.compute(t.compute, ready)])
         return _merge([ready, self.transfers(t.fwd_out, ready)])
 
     def backward(self, t: OpTraffic, grads: Deps) -> Deps:
-        """Mirrored output transfers -> 2x compute -> mirrored input transfers."""
+        """Mirrored output transfers -> backward compute -> mirrored input transfers."""
         ready = _merge([grads, self.transfers(t.fwd_out.reversed(), grads)])
-        done = self.compute(t, 2.0, ready)
+        done = self.compute(t.backward, ready)
         ready = _merge([ready, done])
         return _merge([done, self.transfers(t.fwd_in.reversed(), ready)])
 
@@ -182,7 +187,7 @@ def iteration_schedule(plan: Plan, opts: IterationOptions | None = None) -> Sche
     and placement say what is computed and moved, ``opts`` how it is run."""
     opts = opts or IterationOptions()
     n, job = plan.servers, plan_workload(plan)
-    graph, strategy = strategy_of(get_model(job.model), plan.placement)
+    graph, strategy = strategy_of(workload_graph(job), plan.placement)
     it = _IterationBuilder(plan, opts)
     traffic = [op_traffic(graph, strategy, i, n, job.batch_per_server, job.device_tflops) for i in range(len(graph))]
 

@@ -12,8 +12,11 @@ becomes a transfer task (docs/algorithms.md section 6). This module derives that
 - BERT, ResNet-50, VGG16: chains in layer order.
 
 Every operator keeps the zoo's per-sample figures (parameters, forward FLOPs, output
-activation bytes). Fused operators (planner.fusion) are `Operator`s too, with ``members``
-naming the zoo layers they contain.
+activation bytes; backward = `BACKWARD_FLOPS_RATIO` x forward unless the layer gives its
+own). Fused operators
+(planner.fusion) are `Operator`s too, with ``members`` naming the zoo layers they contain.
+An imported model's graph (planner.workload_graph) is built of the same `Operator`s, with
+its own backward FLOPs and gradient bytes.
 """
 
 from __future__ import annotations
@@ -23,26 +26,44 @@ from functools import cached_property
 
 from .zoo import FLOAT_BYTES, Model, get_model
 
+BACKWARD_FLOPS_RATIO = 2.0  # a zoo operator's backward costs 2x its forward FLOPs (the 1:2 rule)
+
 
 @dataclass(frozen=True)
 class Operator:
-    """One (possibly fused) operator: per-sample forward FLOPs and output activation bytes."""
+    """One (possibly fused) operator: per-sample forward FLOPs and output activation bytes.
+    ``bwd_flops`` and ``grad_bytes`` are its own backward FLOPs per sample and gradient bytes
+    (an imported operator; ``bwd_flops`` also a zoo layer that gives it); None means
+    `BACKWARD_FLOPS_RATIO` x forward and float32 gradients."""
 
     name: str
-    kind: str  # dense | conv | attention | embedding | interaction | head
+    kind: str  # dense | conv | attention | embedding | interaction | head | other
     params: int
     flops: float
     out_bytes: int
     inputs: tuple[str, ...] = ()
     members: tuple[str, ...] = ()
+    bwd_flops: float | None = None
+    grad_bytes: int | None = None
 
     @property
     def param_bytes(self) -> int:
-        return self.params * FLOAT_BYTES
+        return self.grad_bytes if self.grad_bytes is not None else self.params * FLOAT_BYTES
+
+    @property
+    def backward_flops(self) -> float:
+        """Backward FLOPs per sample."""
+        return self.bwd_flops if self.bwd_flops is not None else BACKWARD_FLOPS_RATIO * self.flops
 
     @property
     def is_embedding(self) -> bool:
         return self.kind == "embedding"
+
+    @property
+    def is_exchange(self) -> bool:
+        """A trace's all-to-all (planner.chakra): every server sends 1/n of ``out_bytes`` to
+        every other, whatever the strategy, and the gradients back in the backward pass."""
+        return self.kind == "alltoall"
 
 
 @dataclass(frozen=True)
@@ -75,6 +96,10 @@ class OpGraph:
     @property
     def flops(self) -> float:
         return sum(op.flops for op in self.ops)
+
+    @property
+    def param_bytes(self) -> int:
+        return sum(op.param_bytes for op in self.ops)
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -137,7 +162,7 @@ def model_graph(model: Model | str) -> OpGraph:
         model = get_model(model)
     inputs = _edges(model)
     ops = {
-        l.name: Operator(l.name, l.kind, l.params, l.flops, l.out_bytes, inputs[l.name], (l.name,))
+        l.name: Operator(l.name, l.kind, l.params, l.flops, l.out_bytes, inputs[l.name], (l.name,), l.bwd_flops)
         for l in model.layers
     }
     order: list[str] = []

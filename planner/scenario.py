@@ -25,7 +25,7 @@ from contract.errors import UsageError
 from contract.plan import Workload
 
 from .totient import STRIDE_RANGES
-from .zoo import MODELS, get_model
+from .workload_graph import SOURCE_KEYS, has_tables, workload_from_table
 
 TOPOLOGIES = ("topoopt", "switch", "expander", "torus", "ring", "hierarchical")
 STRATEGIES = ("data", "hybrid", "search")
@@ -145,7 +145,6 @@ _SECTIONS: dict[str, type] = {
 }
 
 _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("workload", "model"): MODELS,
     ("parallelism", "strategy"): STRATEGIES,
     ("topology", "kind"): TOPOLOGIES,
     ("topology", "degree_split"): DEGREE_SPLITS,
@@ -236,6 +235,20 @@ def _section(cls: type, table: Any, section: str, source: str) -> Any:
     return cls(**values)
 
 
+def _workload(table: Any, source: str) -> Workload:
+    """The ``[workload]`` section: its numbers as every section's, the model it names (a zoo
+    name, a PyTorch factory, a graph file or a Chakra trace) by planner.workload_graph."""
+    if not isinstance(table, dict):
+        raise ScenarioError(source, "workload", f"expected a table [workload], got {type(table).__name__}")
+    numeric = ("batch_per_server", "device_tflops")
+    for key in table:
+        if key not in numeric + SOURCE_KEYS:
+            raise ScenarioError(source, f"workload.{key}", f"unknown key (known: {', '.join(SOURCE_KEYS + numeric)})")
+    w = _section(Workload, {k: v for k, v in table.items() if k in numeric}, "workload", source)
+    values = {k: getattr(w, k) for k in numeric}
+    return workload_from_table(values, table, source, lambda key, problem: ScenarioError(source, key, problem))
+
+
 def _fault(entry: Any, i: int, source: str, servers: int) -> Fault:
     """One ``[[faults]]`` entry, validated (the plan's cables are checked when it exists)."""
     where = f"faults[{i}]"
@@ -284,7 +297,7 @@ def _check_cross_fields(s: Scenario, explicit: set[tuple[str, str]]) -> None:
         raise ScenarioError(
             src, "cluster.degree", f"must be below cluster.servers ({n}) for a direct-connect topology, got {d}"
         )
-    has_tables = bool(get_model(s.workload.model).embeddings)
+    tables = has_tables(s.workload)
     if t.kind == "topoopt" and d % 2 and p.strategy == "data":
         raise ScenarioError(
             src, "cluster.degree", f"TopoOpt's bidirectional rings need an even degree for this job, got {d}"
@@ -300,7 +313,7 @@ def _check_cross_fields(s: Scenario, explicit: set[tuple[str, str]]) -> None:
         raise ScenarioError(src, "cluster.degree", f"a {d}-regular graph on {n} servers needs servers x degree even")
     if p.mp_degree > n:
         raise ScenarioError(src, "parallelism.mp_degree", f"must be <= cluster.servers ({n}), got {p.mp_degree}")
-    used = p.strategy == "hybrid" and not has_tables
+    used = p.strategy == "hybrid" and not tables
     if (used or ("parallelism", "mp_degree") in explicit) and n % p.mp_degree:
         raise ScenarioError(
             src, "parallelism.mp_degree", f"sub-group size must divide cluster.servers ({n}), got {p.mp_degree}"
@@ -383,7 +396,7 @@ def _check_hierarchical(s: Scenario, explicit: set[tuple[str, str]]) -> Scenario
             src, "parallelism.strategy", 'the search does not plan hierarchical networks; use "data" or "hybrid"'
         )
     prefixes = [math.prod(t.dims[:k]) for k in range(len(t.dims))]
-    if p.strategy == "hybrid" and not get_model(s.workload.model).embeddings and p.mp_degree not in prefixes:
+    if p.strategy == "hybrid" and not has_tables(s.workload) and p.mp_degree not in prefixes:
         raise ScenarioError(
             src,
             "parallelism.mp_degree",
@@ -444,7 +457,12 @@ def parse_scenario(data: dict[str, Any], source: str = "<scenario>", name: str =
     for section in data:
         if section not in _SECTIONS and section not in ("faults", "cables"):
             raise ScenarioError(source, section, f"unknown table (known: {', '.join(_SECTIONS)}, faults, cables)")
-    parts = {sec: _section(cls, data.get(sec, {}), sec, source) for sec, cls in _SECTIONS.items()}
+    parts = {
+        sec: _workload(data.get(sec, {}), source)
+        if sec == "workload"
+        else _section(cls, data.get(sec, {}), sec, source)
+        for sec, cls in _SECTIONS.items()
+    }
     entries = data.get("faults", [])
     if not isinstance(entries, list):
         raise ScenarioError(source, "faults", "expected an array of tables [[faults]]")
@@ -504,6 +522,8 @@ def with_overrides(s: Scenario, drop: Sequence[tuple[str, str]] = (), **sections
         )
         data[sec] = {key: value for key, value in table.items() if (sec, key) not in drop}
     for sec, overrides in sections.items():
+        if sec == "workload" and any(k in overrides for k in SOURCE_KEYS):
+            data[sec].pop("graph", None)  # another model: not the imported graph
         data[sec].update(overrides)
     faults: list[dict[str, Any]] = [
         {"iteration": f.iteration, "cable": list(f.cable), "action": f.action, "factor": f.factor, "reroute": f.reroute}

@@ -22,6 +22,9 @@ The state of the MCMC search (docs/algorithms.md section 5). Every server proces
   placement when shards = 1): each shard serves the lookups of the samples whose rows it
   holds (out_bytes x batch / shards to every other server in the forward pass, the same
   gradients back in the backward pass) and performs those lookups (n x batch / shards).
+- a trace's all-to-all (kind ``alltoall``, planner.chakra): every server sends
+  out_bytes x batch / n to every other in the forward pass and the gradients back, whatever
+  the choice.
 """
 
 from __future__ import annotations
@@ -35,8 +38,7 @@ from contract.physics import compute_seconds
 from contract.plan import AllReduceGroup, MPFlow, OperatorChoice, Placement, Plan, TrafficDemand, Workload
 
 from .fusion import regroup
-from .opgraph import Operator, OpGraph, model_graph
-from .zoo import Model
+from .opgraph import Operator, OpGraph
 
 
 @dataclass(frozen=True)
@@ -119,10 +121,10 @@ def placement_of(graph: OpGraph, strategy: Strategy) -> Placement:
     return Placement(tuple(OperatorChoice(op.members, c.mp, c.owner, c.shards) for op, c in zip(graph.ops, strategy)))
 
 
-def strategy_of(model: Model, placement: Placement) -> tuple[OpGraph, Strategy]:
+def strategy_of(base: OpGraph, placement: Placement) -> tuple[OpGraph, Strategy]:
     """The operator graph and strategy a plan's placement describes (its inverse of
-    `placement_of`): the model's graph regrouped as the placement's operators."""
-    base = model_graph(model)
+    `placement_of`): the job's graph ``base`` (`planner.workload_graph.workload_graph`)
+    regrouped as the placement's operators."""
     if not placement.operators:
         return base, data_parallel(base)
     graph = regroup(base, [op.layers for op in placement.operators])
@@ -203,25 +205,32 @@ class OpTraffic:
 
     fwd_in: Flows  # before its forward compute (input all-gather)
     fwd_out: Flows  # after its forward compute, before its consumers (output all-gather, lookups)
-    compute: np.ndarray  # forward seconds per server (backward = 2x)
+    compute: np.ndarray  # forward seconds per server
     ar_layout: int  # m of its AllReduce groups (cosets of step m); 0 = no AllReduce
     ar_bytes: float  # bytes each of its m groups AllReduces
+    backward: np.ndarray  # backward seconds per server (2x forward for a zoo operator)
 
 
 def op_traffic(graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int, device_tflops: float) -> OpTraffic:
     """The traffic and compute of operator ``i`` under ``strategy`` (module docstring)."""
     op, choice = graph.ops[i], strategy[i]
+    forward, backward = (compute_seconds(f, batch, device_tflops) for f in (op.flops, op.backward_flops))
+    if op.is_exchange:  # a trace's all-to-all, whatever the choice
+        everyone = np.arange(n)
+        return OpTraffic(
+            Flows.empty(), owner_fanout(n, everyone, op.out_bytes * batch / n), np.zeros(n), 0, 0.0, np.zeros(n)
+        )
     if op.is_embedding:
         if choice.owner < 0:
-            compute = np.full(n, compute_seconds(op.flops, batch, device_tflops))
-            return OpTraffic(Flows.empty(), Flows.empty(), compute, 1, float(op.param_bytes))
+            share = np.ones(n)
+            return OpTraffic(Flows.empty(), Flows.empty(), forward * share, 1, float(op.param_bytes), backward * share)
         owners = shard_servers(n, choice)
-        compute = np.zeros(n)
-        compute[owners] = compute_seconds(op.flops * n / choice.shards, batch, device_tflops)
+        share = np.zeros(n)
+        share[owners] = n / choice.shards
         lookups = owner_fanout(n, owners, op.out_bytes * batch / choice.shards)
-        return OpTraffic(Flows.empty(), lookups, compute, 0, 0.0)
+        return OpTraffic(Flows.empty(), lookups, forward * share, 0, 0.0, backward * share)
     m = choice.mp
-    compute = np.full(n, compute_seconds(op.flops, batch, device_tflops))
+    compute = np.full(n, forward)
     fwd_in = Flows.empty()
     if m > 1:
         in_bytes = sum(
@@ -230,7 +239,7 @@ def op_traffic(graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int, d
         fwd_in = block_allgather(n, m, in_bytes * batch)
     fwd_out = block_allgather(n, m, op.out_bytes * batch) if m > 1 and graph.succs[i] else Flows.empty()
     groups = n // m
-    return OpTraffic(fwd_in, fwd_out, compute, m if groups > 1 else 0, op.param_bytes / m)
+    return OpTraffic(fwd_in, fwd_out, compute, m if groups > 1 else 0, op.param_bytes / m, np.full(n, backward))
 
 
 def coset(n: int, m: int, s: int) -> tuple[int, ...]:

@@ -4,9 +4,12 @@ Each model is a chain of layers (plus, for DLRM and NCF, embedding tables that f
 interaction layer). A layer carries what the planner needs to derive traffic and compute
 time: parameter count (float32 gradients, 4 bytes each), forward FLOPs per sample, and the
 bytes of its output activation per sample (what crosses servers when the next layer lives
-elsewhere). Backward costs twice the forward FLOPs (the usual 1:2 rule).
+elsewhere). Backward costs twice the forward FLOPs (the usual 1:2 rule), except where a
+layer says otherwise (a first layer, whose input needs no gradient).
 
-Sources (sizes as the paper's scripts and the models' own papers give them, rounded):
+Sources (sizes as the paper's scripts and the models' own papers give them, rounded; each
+checked against its twin in plain torch.nn under examples/models/, traced and counted by
+torch, benchmarks/model_import.py: within 2% in parameters and FLOPs):
 - DLRM: Naumov et al. 2019 and TopoOpt section 6 (embedding-heavy recommendation model,
   tables model-parallel). Bottom MLP 13-512-256-128, top MLP 1024-1024-512-256-1, embedding
   dimension 128; TopoOpt's DLRM has large tables: here 16 tables of 4M rows (2 GiB each).
@@ -16,7 +19,8 @@ Sources (sizes as the paper's scripts and the models' own papers give them, roun
   about 340 M parameters.
 - NCF: He et al. 2017 (NeuMF) with large user/item tables (TopoOpt uses a large NCF):
   two tables of 8M rows x 64 (GMF + MLP), MLP 256-128-64.
-- ResNet-50: He et al. 2016, 25.6 M parameters, 4.1 GFLOPs per 224x224 image.
+- ResNet-50: He et al. 2016, 25,557,032 parameters, 4.09 G multiply-adds (8.18 GFLOPs) per
+  224x224 image.
 - VGG16: Simonyan and Zisserman 2015, 138 M parameters, 15.5 GFLOPs per image.
 
 Compute time uses a stated device throughput (`DEFAULT_DEVICE_TFLOPS`: one A100 at a
@@ -25,7 +29,7 @@ realistic 40% of its 312 TFLOPS fp16 peak, the 12-node prototype's server).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 FLOAT_BYTES = 4
 DEFAULT_DEVICE_TFLOPS = 125.0
@@ -36,13 +40,15 @@ MODELS = ("dlrm", "candle", "bert", "ncf", "resnet50", "vgg16")
 @dataclass(frozen=True)
 class Layer:
     """One operator: ``params`` weights, ``flops`` forward FLOPs per sample,
-    ``out_bytes`` activation bytes per sample it hands to the next layer."""
+    ``out_bytes`` activation bytes per sample it hands to the next layer; ``bwd_flops``
+    its backward FLOPs where the 1:2 rule is wrong (None: twice the forward)."""
 
     name: str
     kind: str  # dense | conv | attention | embedding | interaction | head
     params: int
     flops: float
     out_bytes: int
+    bwd_flops: float | None = None
 
     @property
     def param_bytes(self) -> int:
@@ -103,6 +109,11 @@ def _candle() -> Model:
     # Uno's towers are large but its head dominates depth; total about 0.02 G: TopoOpt scales
     # the layers up (4096-wide) to stress the network, as here.
     scaled = [Layer(l.name, l.kind, l.params * 16, l.flops * 16, l.out_bytes * 4) for l in towers + head]
+    # A tower's first layer reads the model's input, which needs no gradient: its backward
+    # is the weight gradient alone, 1x its forward (torch's count on the twin; the 1:2 rule
+    # put CANDLE's training FLOPs 15% too high, these layers being its largest)
+    firsts = {f"{t}_0" for t in ("gene", "drug1", "drug2")}
+    scaled = [replace(l, bwd_flops=l.flops) if l.name in firsts else l for l in scaled]
     return Model("candle", tuple(scaled), "ECP-CANDLE Pilot1 Uno, widened 4x as in TopoOpt's runs")
 
 
@@ -132,14 +143,16 @@ def _conv_stack(name: str, spec: list[tuple[str, int, float, int]], source: str)
 
 
 def _resnet50() -> Model:
-    # (stage, parameters, forward FLOPs per image, output activation bytes per image)
+    # (stage, parameters, forward MACs per image, output activation bytes per image); the
+    # parameters and MACs of each stage as torch counts them on examples/models/resnet50.py
+    # (benchmarks/model_import.py; conv1 includes its batch norm)
     spec = [
-        ("conv1", 9_408, 0.236e9, 64 * 56 * 56 * 4),
-        ("layer1", 215_808, 0.68e9, 256 * 56 * 56 * 4),
-        ("layer2", 1_219_584, 1.03e9, 512 * 28 * 28 * 4),
-        ("layer3", 7_098_368, 1.47e9, 1024 * 14 * 14 * 4),
-        ("layer4", 14_964_736, 0.81e9, 2048 * 7 * 7 * 4),
-        ("fc", 2_049_000, 0.004e9, 1000 * 4),
+        ("conv1", 9_536, 0.118e9, 64 * 56 * 56 * 4),
+        ("layer1", 215_808, 0.668e9, 256 * 56 * 56 * 4),
+        ("layer2", 1_219_584, 1.028e9, 512 * 28 * 28 * 4),
+        ("layer3", 7_098_368, 1.464e9, 1024 * 14 * 14 * 4),
+        ("layer4", 14_964_736, 0.809e9, 2048 * 7 * 7 * 4),
+        ("fc", 2_049_000, 0.002e9, 1000 * 4),
     ]
     return _conv_stack("resnet50", [(n, p, 2 * f, o) for n, p, f, o in spec], "He et al. 2016 (MACs x 2 = FLOPs)")
 

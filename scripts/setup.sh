@@ -3,13 +3,17 @@
 # Used by scripts/run.sh and scripts/test.sh (the README's two commands), by `make` and by the
 # Vagrant VM. Works on a bare (minbase) Debian 12 as root: it installs python3 itself.
 # Safe to run again: it only does what is missing.
-#   bash scripts/setup.sh [--with-torch]   (--with-torch: also the [torch] extra, for topolab train)
+#   bash scripts/setup.sh [--with-torch] [--models]
+#     --with-torch: also the [torch] extra, for topolab train
+#     --models:     also the [models] extra, for importing PyTorch models and Chakra traces
 set -euo pipefail
 with_torch=""
+with_models=""
 for arg in "$@"; do
   case "$arg" in
     --with-torch) with_torch=1 ;;
-    *) echo "setup: unknown option $arg (only --with-torch)" >&2; exit 2 ;;
+    --models) with_models=1 ;;
+    *) echo "setup: unknown option $arg (--with-torch or --models)" >&2; exit 2 ;;
   esac
 done
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -72,4 +76,17 @@ fi
 if [ -n "$with_torch" ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "setup: installing the [torch] extra (topolab train)"
   .venv/bin/python -m pip install -q -e ".[test,torch]"
+fi
+
+# `setup.sh --models` (the test command) adds the optional extra for imported models: torch
+# (the same CPU build: pinned, so pip never resolves a CUDA one), transformers, and Chakra's
+# trace format. mlc-chakra goes in without its dependencies: its converter needs protobuf
+# alone (from the extra), the rest (HolisticTraceAnalysis: jupyterlab, pandas) is for tools
+# topolab does not use.
+models_stamp=.venv/.topolab-models-installed
+if [ -n "$with_models" ] && { [ ! -f "$models_stamp" ] || [ pyproject.toml -nt "$models_stamp" ]; }; then
+  echo "setup: installing the models extra (torch CPU, transformers, mlc-chakra) into .venv"
+  .venv/bin/python -m pip install -q -e ".[test,models]"
+  .venv/bin/python -m pip install -q --no-deps "mlc-chakra==1.0.0"
+  touch "$models_stamp"
 fi

@@ -4,7 +4,9 @@
 # whole test suite (with torch, for topolab train's tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --with-torch
+# torch for topolab train's tests; the models extra because the suite traces PyTorch models
+# (the run needs neither)
+bash scripts/setup.sh --with-torch --models
 echo "test: ruff (lint and format)"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

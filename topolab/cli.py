@@ -42,6 +42,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "topolab.train",
         "run a PyTorch training script on the emulated network, one rank per server (--backend topolab|gloo)",
     ),
+    "import": (
+        "topolab.import_cmd",
+        "a PyTorch model (file.py:factory) or a Chakra trace as an operator-graph file for [workload] graph",
+    ),
     "place": (
         "topolab.place",
         "place fused operator groups on servers jointly with bandwidth allocation; --run measures it",

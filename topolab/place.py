@@ -144,7 +144,6 @@ def search(
     """Plan, fuse, place jointly and score the baselines; returns (figures, what `--run` needs)."""
     from planner import build_plan
     from planner.fusion import FusionConfig, fuse
-    from planner.opgraph import model_graph
     from planner.placement import (
         allocate_rates,
         contiguous_partition,
@@ -158,12 +157,13 @@ def search(
         traffic_matrix,
     )
     from planner.placement.cost import check_memory_feasible, server_memory
+    from planner.workload_graph import workload_graph
 
     w = s.workload
     plan = build_plan(s)
     k = plan.servers
     rates, egress = plan_capacity(plan, s.emulation.mtu)
-    graph = model_graph(w.model)
+    graph = workload_graph(w)
     t0 = time.perf_counter()
     searched = (
         fuse(

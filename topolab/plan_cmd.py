@@ -61,6 +61,10 @@ def describe(plan: Plan) -> str:
         + f", {rate_text(plan.topology, plan.link_gbps)}, {len(plan.links)} cables",
         f"job             {plan.model}, strategy {plan.strategy}",
     ]
+    if plan.workload is not None:
+        from planner.workload_graph import describe_workload
+
+        lines.append(f"model           {describe_workload(plan.workload)}")
     if plan.strides:
         lines.append(f"strides         {', '.join(f'±{p}' for p in plan.strides)}  (full-ring AllReduce, TotientPerms)")
     cls = plan.extra.get("class_strides")

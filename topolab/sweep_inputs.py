@@ -84,7 +84,8 @@ def cell_scenarios(base: Scenario, cells, prices: PriceModel) -> tuple[list, lis
     kept, skipped, first_error = [], [], None
     for model, d, b, net in cells:
         try:
-            scenario = with_overrides(base, workload={"model": model}, cluster={"degree": d, "link_gbps": b})
+            job = {} if model == base.workload.model else {"model": model}  # the scenario's own: kept as loaded
+            scenario = with_overrides(base, workload=job, cluster={"degree": d, "link_gbps": b})
             kept.append(((model, d, b, net), network_scenario(scenario, net, prices)))
         except ScenarioError as err:
             flag = _FLAG_OF_KEY.get(err.key, err.key)

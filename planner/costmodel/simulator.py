@@ -5,7 +5,7 @@ Task graph, in the order the tasks become ready:
 - forward, operators in topological order: input transfers (all-gather into a
   tensor-parallel block) -> forward compute -> output transfers (block all-gather, or an
   embedding shard's lookups to every server); consumers wait for their producers' outputs;
-- backward, in reverse order: backward compute (2x forward) once every consumer's
+- backward, in reverse order: backward compute (the operator's backward FLOPs) once every consumer's
   backward and the mirrored transfers are done -> mirrored input transfers -> the
   operator's gradients join an AllReduce bucket of its layout; a bucket is reduced when it
   reaches `CostConfig.bucket_bytes` (PyTorch DDP's 25 MiB), when the layout changes, or at
@@ -177,7 +177,7 @@ class Simulator:
                 mp_bytes += b
                 ready = done
             ready = self._compute(res, ready, t.compute)
-            compute_total += t.compute * 3
+            compute_total += t.compute + t.backward
             if len(t.fwd_out):
                 ids, secs, fill, b = self._flow_task(("fo", i, strategy[i]), t.fwd_out)
                 done = self._network(res, ready, ids, secs, fill)
@@ -211,7 +211,7 @@ class Simulator:
                 mp_time += done - ready
                 mp_bytes += b
                 ready = done
-            ready = self._compute(res, ready, 2 * t.compute)
+            ready = self._compute(res, ready, t.backward)
             if len(t.fwd_in):
                 ids, secs, fill, b = self._flow_task(
                     ("bi", i, strategy[i], tuple(strategy[p] for p in g.preds[i])), t.fwd_in.reversed()

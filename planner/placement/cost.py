@@ -9,7 +9,8 @@ One training iteration is modelled as
   for a producer ``p`` on another server (zero on the same server);
 - a loss barrier: the backward pass starts when the last forward ends (every model of the
   zoo has a single sink, the loss reads it);
-- backward: ``backward[g] = 2 x forward[g]`` seconds (the 1:2 rule of planner.zoo), in the
+- backward: ``backward[g]`` = the group's backward FLOPs at the device rate (2 x forward for
+  a zoo model, `planner.opgraph.Operator.backward_flops`), in the
   reverse direction: group ``g`` waits for the gradient of every consumer ``v``,
   ``end_b(v) + bytes(g, v) / rate[server(v)][server(g)]``.
 
@@ -35,7 +36,6 @@ from contract.physics import compute_seconds
 
 from ..opgraph import OpGraph
 
-BACKWARD_FLOPS_RATIO = 2.0  # backward = 2 x forward FLOPs (planner.zoo)
 MEMORY_COPIES_PER_PARAM = 4  # weights + gradients + two Adam moments
 
 
@@ -86,7 +86,7 @@ def task_graph(graph: OpGraph, batch: int, device_tflops: float) -> TaskGraph:
     return TaskGraph(
         tuple(op.name for op in graph.ops),
         tuple(forward),
-        tuple(BACKWARD_FLOPS_RATIO * f for f in forward),
+        tuple(compute_seconds(op.backward_flops, batch, device_tflops) for op in graph.ops),
         tuple(float(m) for m in memory),
         tuple(op.param_bytes for op in graph.ops),
         tuple(edges),

@@ -43,7 +43,7 @@ from contract.plan import Plan, TrafficDemand
 from ..costmodel.simulator import CostConfig, IterationCost, Simulator
 from ..fusion import FusionConfig, fuse
 from ..iteration_prediction import predict_iteration
-from ..opgraph import OpGraph, model_graph
+from ..opgraph import OpGraph
 from ..scenario import Scenario
 from ..strategy import (
     Strategy,
@@ -55,6 +55,7 @@ from ..strategy import (
     traffic_arrays,
 )
 from ..topologies import plan_for_demand
+from ..workload_graph import workload_graph
 from .config import DENSE_MP_PAIRS_PER_SERVER, SearchConfig
 from .proposals import propose
 from .topology import DemandSignature, TopologyCache
@@ -134,7 +135,7 @@ class _Scorer:
 def _search_graph(scenario: Scenario, cfg: SearchConfig) -> OpGraph:
     """The model's operator graph, fused unless `SearchConfig.fuse` is off."""
     c, w = scenario.cluster, scenario.workload
-    graph = model_graph(w.model)
+    graph = workload_graph(w)
     if not cfg.fuse:
         return graph
     return fuse(

@@ -56,7 +56,8 @@ def test_placement_fused_and_unfused_with_its_figures(candle, capsys):
     placed = sorted(m for row in fused["placement"] for m in row["members"])
     assert len(placed) == fused["operators"]  # every operator placed exactly once
     compute = sum(r["compute_ms"] for r in fused["per_server"])
-    assert fused["predicted_makespan_ms"] >= compute / len([r for r in fused["per_server"] if r["groups"]])
+    busy = len([r for r in fused["per_server"] if r["groups"]])
+    assert fused["predicted_makespan_ms"] >= compute / busy * (1 - 1e-9)  # sums in another order: an ulp apart
     baselines = fused["baselines_ms"]
     assert {"round-robin", "contiguous", "data_parallel", "placement_only"} <= set(baselines)
     # the joint search starts from the baselines, so it is never worse than they are

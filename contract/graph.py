@@ -1,0 +1,192 @@
+"""An imported model's operator graph as plain data: the documented file format ``topolab.opgraph/1``.
+
+A model the planner's zoo does not describe (a traced PyTorch model, a Chakra execution
+trace) reaches the planner as an `OperatorGraph`: its operators in a topological order, each
+with what the planner derives traffic and compute time from, counted for one server's
+micro-batch of ``batch`` samples:
+
+- ``params`` and ``param_bytes``: the parameters the operator reads (their gradients are
+  what data parallelism AllReduces);
+- ``forward_flops`` and ``backward_flops``: FLOPs of its forward and of its backward pass
+  (counted by torch's FLOP counter for a traced model);
+- ``out_bytes``: bytes of the activation it outputs (what crosses servers when a consumer
+  runs elsewhere);
+- ``inputs``: the operators whose outputs it reads (each precedes it);
+- ``forward_us`` and ``backward_us`` (optional): measured durations, which override the FLOP
+  model when present (a Chakra trace's compute nodes).
+
+`OperatorGraph.to_dict` and `OperatorGraph.from_dict` are the file format (docs/models.md);
+`from_dict` validates every field and raises `GraphFormatError` naming the first bad one.
+A plan of an imported model carries its graph in its `Workload`, so the plan alone still
+determines its training iteration.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+GRAPH_FORMAT = "topolab.opgraph/1"
+
+
+class GraphFormatError(ValueError):
+    """An operator-graph document that does not follow the format: ``field`` names where."""
+
+    def __init__(self, field: str, problem: str):
+        self.field, self.problem = field, problem
+        super().__init__(f"{field}: {problem}")
+
+
+@dataclass(frozen=True)
+class GraphOperator:
+    """One operator, its figures for the graph's micro-batch (module docstring)."""
+
+    name: str
+    kind: str
+    params: int
+    param_bytes: int
+    forward_flops: float
+    backward_flops: float
+    out_bytes: int
+    inputs: tuple[str, ...] = ()
+    forward_us: float | None = None
+    backward_us: float | None = None
+
+
+@dataclass(frozen=True)
+class OperatorGraph:
+    """A model as operators (module docstring). ``source`` says where it came from (a
+    factory, a trace); ``batch`` is the micro-batch its figures are counted for."""
+
+    name: str
+    source: str
+    batch: int
+    ops: tuple[GraphOperator, ...]
+
+    @property
+    def params(self) -> int:
+        return sum(op.params for op in self.ops)
+
+    @property
+    def param_bytes(self) -> int:
+        return sum(op.param_bytes for op in self.ops)
+
+    @property
+    def forward_flops(self) -> float:
+        return sum(op.forward_flops for op in self.ops)
+
+    @property
+    def backward_flops(self) -> float:
+        return sum(op.backward_flops for op in self.ops)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The graph as its JSON document (optional fields only where set)."""
+        ops: list[dict[str, Any]] = []
+        for op in self.ops:
+            d: dict[str, Any] = {
+                "name": op.name,
+                "kind": op.kind,
+                "params": op.params,
+                "param_bytes": op.param_bytes,
+                "forward_flops": op.forward_flops,
+                "backward_flops": op.backward_flops,
+                "out_bytes": op.out_bytes,
+                "inputs": list(op.inputs),
+            }
+            if op.forward_us is not None:
+                d["forward_us"] = op.forward_us
+            if op.backward_us is not None:
+                d["backward_us"] = op.backward_us
+            ops.append(d)
+        return {"format": GRAPH_FORMAT, "name": self.name, "source": self.source, "batch": self.batch, "ops": ops}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> OperatorGraph:
+        """Validate a parsed document; `GraphFormatError` names the first field that is wrong."""
+        if not isinstance(d, dict):
+            raise GraphFormatError("(document)", f"expected a JSON object, got {type(d).__name__}")
+        known = {"format", "name", "source", "batch", "ops"}
+        for key in d:
+            if key not in known:
+                raise GraphFormatError(str(key), f"unknown field (known: {', '.join(sorted(known))})")
+        fmt = _field(d, "format", str, "format")
+        if fmt != GRAPH_FORMAT:
+            raise GraphFormatError("format", f"{fmt!r} is not {GRAPH_FORMAT!r}")
+        name = _field(d, "name", str, "name")
+        source = str(d.get("source", ""))
+        batch = _field(d, "batch", int, "batch")
+        if batch < 1:
+            raise GraphFormatError("batch", f"must be >= 1, got {batch}")
+        raw_ops = _field(d, "ops", list, "ops")
+        if not raw_ops:
+            raise GraphFormatError("ops", "no operators")
+        ops: list[GraphOperator] = []
+        seen: set[str] = set()
+        for i, raw in enumerate(raw_ops):
+            op = _operator(raw, f"ops[{i}]")
+            if op.name in seen:
+                raise GraphFormatError(f"ops[{i}].name", f"a second operator named {op.name!r}")
+            for p in op.inputs:
+                if p not in seen:
+                    raise GraphFormatError(f"ops[{i}].inputs", f"{p!r} is not an operator before {op.name!r}")
+            seen.add(op.name)
+            ops.append(op)
+        return cls(name, source, batch, tuple(ops))
+
+
+_OP_FIELDS = (
+    "name",
+    "kind",
+    "params",
+    "param_bytes",
+    "forward_flops",
+    "backward_flops",
+    "out_bytes",
+    "inputs",
+    "forward_us",
+    "backward_us",
+)
+
+
+def _field(d: dict[str, Any], key: str, want: type, where: str, required: bool = True) -> Any:
+    if key not in d:
+        if required:
+            raise GraphFormatError(where, "missing")
+        return None
+    value = d[key]
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, want):
+        raise GraphFormatError(where, f"expected {want.__name__}, got {type(value).__name__} {value!r}")
+    if isinstance(value, float) and not (math.isfinite(value) and value >= 0):
+        raise GraphFormatError(where, f"expected a finite number >= 0, got {value!r}")
+    if isinstance(value, int) and value < 0:
+        raise GraphFormatError(where, f"expected an integer >= 0, got {value!r}")
+    return value
+
+
+def _operator(raw: Any, where: str) -> GraphOperator:
+    if not isinstance(raw, dict):
+        raise GraphFormatError(where, f"expected an object, got {type(raw).__name__}")
+    for key in raw:
+        if key not in _OP_FIELDS:
+            raise GraphFormatError(f"{where}.{key}", f"unknown field (known: {', '.join(_OP_FIELDS)})")
+    name = _field(raw, "name", str, f"{where}.name")
+    if not name or "+" in name:
+        raise GraphFormatError(f"{where}.name", f"expected a non-empty name without '+', got {name!r}")
+    inputs = _field(raw, "inputs", list, f"{where}.inputs", required=False) or []
+    if not all(isinstance(p, str) for p in inputs):
+        raise GraphFormatError(f"{where}.inputs", f"expected operator names, got {inputs!r}")
+    return GraphOperator(
+        name=name,
+        kind=_field(raw, "kind", str, f"{where}.kind"),
+        params=_field(raw, "params", int, f"{where}.params"),
+        param_bytes=_field(raw, "param_bytes", int, f"{where}.param_bytes"),
+        forward_flops=_field(raw, "forward_flops", float, f"{where}.forward_flops"),
+        backward_flops=_field(raw, "backward_flops", float, f"{where}.backward_flops"),
+        out_bytes=_field(raw, "out_bytes", int, f"{where}.out_bytes"),
+        inputs=tuple(inputs),
+        forward_us=_field(raw, "forward_us", float, f"{where}.forward_us", required=False),
+        backward_us=_field(raw, "backward_us", float, f"{where}.backward_us", required=False),
+    )

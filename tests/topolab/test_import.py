@@ -1,0 +1,40 @@
+"""`topolab import`: a PyTorch model as an operator-graph file, which plans without torch;
+bad input is one line, exit 2, and leaves no file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.graph_file import read_graph
+from topolab.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "tests/fixtures/models/tiny.py"
+
+
+def test_import_writes_a_graph_that_plans(tmp_path, capsys):
+    out = tmp_path / "tiny.json"
+    assert main(["import", f"{TINY}:build_meta", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    g = read_graph(out)
+    assert f"{g.params:,} parameters" in printed and f"wrote {out}" in printed
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('[workload]\ngraph = "tiny.json"\n[parallelism]\nstrategy = "data"\n')
+    assert main(["plan", str(scenario)]) == 0
+    assert "imported from" in capsys.readouterr().out
+
+
+def test_a_failing_import_is_one_line_and_leaves_nothing(tmp_path, capsys):
+    out = tmp_path / "g.json"
+    assert main(["import", f"{TINY}:build_raises", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "build_raises() raised RuntimeError" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_graph_file_is_one_line_naming_the_field(tmp_path, capsys):
+    (tmp_path / "g.json").write_text('{"format": "topolab.opgraph/1", "name": "m", "batch": 1, "ops": [{"name": "a"}]}')
+    (tmp_path / "s.toml").write_text('[workload]\ngraph = "g.json"\n')
+    assert main(["plan", str(tmp_path / "s.toml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"topolab: {tmp_path / 'g.json'}: ops[0].kind: missing"
