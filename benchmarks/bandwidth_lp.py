@@ -1,11 +1,11 @@
 """How long the per-destination bandwidth LP takes, and what it buys on the 12-server scenarios.
 
 1. The LP of a full uniform all-to-all on a 128-server, degree-8 TopoOpt plan (target of
-   issue 15: under 30 s; planner.bandwidth solves it rotation-reduced with k = 4 paths per
+   issue 15: under 30 s; planner.bandwidth.multipath solves it rotation-reduced with k = 4 paths per
    pair), and optionally (``--generic N``) the unreduced LP of an N-server expander.
 2. On the shipped 12-server scenarios (topoopt, expander, switch): the DLRM embedding
    all-to-all phase's LP time against single-path routing, and the flow-level prediction
-   (planner.predict at the scenario's emulated link rate, in emulated seconds) of that phase's
+   (planner.cost.predict at the scenario's emulated link rate, in emulated seconds) of that phase's
    transfers (planner.collectives.p2p), single-path vs planned.
 
 Prints a table and writes benchmarks/results/bandwidth_lp.json.
@@ -25,9 +25,9 @@ from pathlib import Path
 from contract.emulation import emulated_rates
 from contract.schedule import ScheduleBuilder
 from planner import build_plan, load_scenario, parse_scenario
-from planner.bandwidth import allocate_for_plan, embedding_alltoall_traffic
+from planner.bandwidth.multipath import allocate_for_plan, embedding_alltoall_traffic
 from planner.collectives.p2p import add_p2p_transfers, all_to_all
-from planner.predict import plan_network, predict
+from planner.cost.predict import plan_network, predict
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SCENARIOS = ("topoopt-12", "expander-12", "switch-12")

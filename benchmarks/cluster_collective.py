@@ -2,7 +2,7 @@
 
 Stand-in machines (`tests.fixtures.standins`: each its own network, PID and mount namespace
 with its own sshd, joined by an underlay in a namespace of ours) carry the network the
-partitioner splits over them (`planner.partition`, `emulator.cluster.ClusterNetwork`); the
+partitioner splits over them (`planner.topology.partition`, `emulator.cluster.ClusterNetwork`); the
 one-machine network (`emulator.EmulatedNetwork`) gets the same MTU as the tunnels impose
 (1450), so the two differ only in being spread over machines. Rounds alternate the two, so
 both see the same machine; every AllReduce is verified. The stand-ins do not see the driver's
@@ -30,7 +30,7 @@ from contract.physics import tunnel_mtu
 from emulator import EmulatedNetwork
 from emulator.cluster import ClusterNetwork
 from planner import build_plan, load_scenario
-from planner.partition import partition_network
+from planner.topology.partition import partition_network
 from tests.fixtures.standins import StandIns
 from topolab.collective import measure
 

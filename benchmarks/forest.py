@@ -2,7 +2,7 @@
 
 The TopoOpt-12 plan (12 servers, cables i±1, i±5 at 25 Gbit/s) with some cables degraded to
 5 Gbit/s (emulated at link_mbps = 100, so 20 Mbit/s). For 64 MiB it prints, per algorithm,
-the predicted time (planner.predict on the emulated rates) and the two lower bounds
+the predicted time (planner.cost.predict on the emulated rates) and the two lower bounds
 (the slowest server's egress bound and the spanning-tree packing bound S / tau, docs/
 algorithms.md section 10), for 0..6 degraded cables. With ``--measure`` (root) it
 also runs each algorithm on the emulated network for the degraded counts given by
@@ -41,7 +41,7 @@ from planner.collectives.forest import build_forest, plan_capacities
 from planner.collectives.from_plan import allreduce_for_plan, plan_rings, ring_weights
 from planner.collectives.rings import multiring_allreduce, ring_allreduce
 from planner.collectives.tree_packing import allreduce_bounds
-from planner.predict import plan_network, predict
+from planner.cost.predict import plan_network, predict
 
 OUT = Path(__file__).resolve().parent / "results"
 SCENARIO = "scenarios/topoopt-12.toml"

@@ -13,7 +13,7 @@ same as ``topolab alloc scenarios/hierarchical-12.toml --sweep``):
 - a sweep of dimension 0's share (pipelined), the allocator's choice marked.
 
 Times are emulated seconds ("model" = the allocator's max_d or sum_d of a_d / B_d at TCP
-goodput; "predicted" = planner.predict's flow model of the exact schedule). A 3-D case
+goodput; "predicted" = planner.cost.predict's flow model of the exact schedule). A 3-D case
 (4 x 4 x 8 = 128 servers, fc x ring x switch) is planned and predicted only (see
 `three_d_case`).
 
@@ -36,10 +36,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from contract.physics import DEFAULT_MTU
-from planner.allocation import allocate, allreduce_workload, model_seconds
+from planner.bandwidth.libra import allocate, allreduce_workload, model_seconds
 from planner.collectives.hierarchical import hierarchical_allreduce_for_plan
-from planner.hierarchical import hierarchical_plan
-from planner.predict import plan_network, predict
+from planner.cost.predict import plan_network, predict
+from planner.topology.hierarchical import hierarchical_plan
 from topolab.alloc import SweepCase, format_sweep, plot, sweep
 from topolab.network import NetworkFlags, network_config
 

@@ -1,8 +1,8 @@
 """Imported models: the zoo against its twins traced by torch, and placement on a real graph.
 
 Part ``zoo`` (needs the ``models`` extra): every model of examples/models/ is imported
-(planner.model_import: torch.export, torch's FLOP counter) and compared with the zoo's
-hand-written entry (planner/zoo.py): parameters, and FLOPs per sample of a training
+(planner.model.model_import: torch.export, torch's FLOP counter) and compared with the zoo's
+hand-written entry (planner/model/zoo.py): parameters, and FLOPs per sample of a training
 iteration (forward + backward; the zoo's backward is 2x its forward). With
 ``--write-graphs`` the imported ResNet-50 and BERT-large are written as the graph files
 shipped beside them (examples/models/*.json).
@@ -47,9 +47,9 @@ TOLERANCE = 0.02
 
 
 def zoo_rows(models: list[str], write_graphs: bool) -> list[dict]:
-    from planner.graph_file import write_graph
-    from planner.model_import import import_model
-    from planner.opgraph import model_graph
+    from planner.model.graph_file import write_graph
+    from planner.model.model_import import import_model
+    from planner.model.opgraph import model_graph
 
     rows = []
     for zoo, spec in TWINS.items():
@@ -115,9 +115,9 @@ def placement(time_limit: float, memory_gb: list[float]) -> list[dict]:
 
 def placement_at(time_limit: float, memory_gb: float) -> dict:
     from planner import build_plan, load_scenario
-    from planner.fusion import FusionConfig, fuse
+    from planner.model.fusion import FusionConfig, fuse
+    from planner.model.workload_graph import workload_graph
     from planner.placement import allocate_rates, makespan, plan_capacity, task_graph, traffic_matrix
-    from planner.workload_graph import workload_graph
 
     limit = ("--time-limit", f"{time_limit:g}", "--memory-gb", f"{memory_gb:g}")
     fused = _place(*limit)

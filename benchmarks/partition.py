@@ -2,7 +2,7 @@
 
 Partitions the n = 1024, d = 8 TopoOpt network of data-parallel ResNet-50 (the TotientPerms
 circulant, strides 1, 7, 33, 181) and of three hybrid jobs over 2 / 4 / 8 / 16 machines with
-both engines of planner/partition.py (pymetis when installed, Kernighan-Lin always), and
+both engines of planner/topology/partition.py (pymetis when installed, Kernighan-Lin always), and
 compares each cut with the contiguous split (servers in index order, equal blocks) and the
 spectral lower bound of a balanced k-way cut,
 
@@ -35,7 +35,7 @@ from pathlib import Path
 import networkx as nx
 
 from planner import build_plan, parse_scenario
-from planner.partition import partition_network, pymetis_available
+from planner.topology.partition import partition_network, pymetis_available
 
 SERVERS = 1024
 DEGREE = 8

@@ -1,6 +1,6 @@
 """Placement search with and without operator fusion, and joint placement + allocation.
 
-Graph sizes: the zoo's layer graphs (planner.opgraph) have 6 to 26 operators; a
+Graph sizes: the zoo's layer graphs (planner.model.opgraph) have 6 to 26 operators; a
 framework sees each layer as several operators (the matmul or convolution, then bias,
 activation, normalization...). `unrolled_graph` models that: every non-embedding layer
 becomes a chain of ``ops_per_layer`` operators, the first carrying the layer's parameters
@@ -10,14 +10,14 @@ from 52 to 3328 operators.
 
 Part 1, for each model and size on ``--servers`` servers (uniform pair rates): the same
 solver (HEFT + local search, `planner.placement.place_heuristic`) with the same time limit
-on the unrolled graph and on its fusion (planner.fusion); search time (fusion time listed
+on the unrolled graph and on its fusion (planner.model.fusion); search time (fusion time listed
 apart) and the makespan of both placements scored on the unrolled graph (a fused placement
 puts every operator on its group's server), against round robin, the memory-balanced
 contiguous partition and data parallelism. The exact MILP runs on fused graphs of at most
 ``--milp-groups`` groups.
 
 Part 2, a 12-server TopoOpt plan (degree 4): the baseline placer (best of round robin and
-contiguous) predicted by planner.predict on the plan's network, against joint placement +
+contiguous) predicted by planner.cost.predict on the plan's network, against joint placement +
 per-destination allocation (`place_jointly`) predicted on the allocated per-pair rates
 (multipath: a pair may use several cables), and against the joint placement with every
 pair capped at its route's bottleneck (single path, as the emulator routes) predicted on
@@ -38,8 +38,10 @@ from pathlib import Path
 import numpy as np
 
 from planner import build_plan, parse_scenario
-from planner.fusion import FusionConfig, fuse
-from planner.opgraph import Operator, OpGraph, model_graph
+from planner.cost.predict import Network, plan_network, predict
+from planner.model.fusion import FusionConfig, fuse
+from planner.model.opgraph import Operator, OpGraph, model_graph
+from planner.model.zoo import FLOAT_BYTES, MODELS
 from planner.placement import (
     contiguous_partition,
     data_parallel_seconds,
@@ -53,8 +55,6 @@ from planner.placement import (
     task_graph,
     uniform_rates,
 )
-from planner.predict import Network, plan_network, predict
-from planner.zoo import FLOAT_BYTES, MODELS
 
 ELEMENTWISE_FLOPS = 2.0  # per output element: a bias add or an activation, read + write
 BATCH = 64

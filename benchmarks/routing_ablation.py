@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from contract.emulation import emulated_rates
 from planner import build_plan, load_scenario
+from topolab.measured_run import execute
 from topolab.network import network_config
 from topolab.routing_phase import VARIANTS, format_results, measure_phase, phase_traffic, scale_factor
-from topolab.run import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results"

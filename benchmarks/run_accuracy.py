@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from planner import load_scenario
-from topolab.run import execute
+from topolab.measured_run import execute
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = (

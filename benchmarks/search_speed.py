@@ -23,11 +23,11 @@ from pathlib import Path
 
 from planner import parse_scenario
 from planner.build import build_plan
-from planner.costmodel import CostConfig, Simulator
-from planner.fusion import FusionConfig, fuse
+from planner.cost.costmodel import CostConfig, Simulator
+from planner.model.fusion import FusionConfig, fuse
+from planner.model.zoo import MODELS
 from planner.search import SearchConfig, data_parallel, model_graph, search, strategy_demand
 from planner.search.mcmc import propose
-from planner.zoo import MODELS
 
 TARGET_S = 60.0
 

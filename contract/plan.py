@@ -6,7 +6,7 @@ schedules derived from `rings`; the end-to-end run compares the plan's predictio
 what it measures. A plan is self-sufficient: with its `Workload` (the zoo model or an
 imported operator graph, the batch, the device rate) and its `Placement` it determines the training iteration, so the
 iteration's schedule and its prediction need the plan alone, no scenario
-(planner.iteration_prediction). A plan round-trips through JSON exactly
+(planner.cost.iteration_prediction). A plan round-trips through JSON exactly
 (``Plan.from_json(plan.to_json()) == plan``) so it can be stored next to results; a plan
 written before the workload was recorded reads with ``workload = None``.
 
@@ -114,8 +114,8 @@ class Placement:
 class Workload:
     """The training job a plan is for: everything its iteration computes, besides the strategy.
 
-    Without ``graph``, ``model`` names a model of the planner's zoo (planner.zoo: its layers
-    with their FLOPs, parameters and activations, from which planner.opgraph builds the
+    Without ``graph``, ``model`` names a model of the planner's zoo (planner.model.zoo: its layers
+    with their FLOPs, parameters and activations, from which planner.model.opgraph builds the
     operator graph that `Placement` refers to). With ``graph`` (an imported model:
     contract.graph, docs/models.md), the graph itself is the model and ``model`` only says
     where it came from; the plan carries the whole graph, so it stays self-sufficient.

@@ -1,32 +1,32 @@
 """From a validated `Scenario` to a complete `Plan`: strategy, its traffic, topology, routes.
 
 This is the planner's front door (`planner.build_plan`). The scenario's strategy decides
-the traffic: a fixed one (``data``, ``hybrid``: `planner.strategy.fixed_strategy`) on the
+the traffic: a fixed one (``data``, ``hybrid``: `planner.strategy.strategies.fixed_strategy`) on the
 model's operator graph, or the alternating search (``search``: `planner.search.search`),
 which returns the plan of its best strategy. The topology kind's builder
 (`planner.topologies.TOPOLOGY_BUILDERS`) then turns the traffic into cables and routes.
 Either way the plan carries the strategy as `Plan.placement`, from which
-`planner.iteration.iteration_schedule` builds the schedule the workers execute.
+`planner.cost.iteration.iteration_schedule` builds the schedule the workers execute.
 """
 
 from __future__ import annotations
 
 from contract.plan import Plan, TrafficDemand
 
+from .model.workload_graph import workload_graph
 from .scenario import Scenario
-from .strategy import fixed_strategy, placement_of, strategy_demand
+from .strategy.strategies import fixed_strategy, placement_of, strategy_demand
 from .topologies import plan_for_demand
-from .workload_graph import workload_graph
 
 
 def build_plan(s: Scenario, demand: TrafficDemand | None = None) -> Plan:
     """Plan the scenario's job on its topology kind. ``demand`` replaces the strategy's
     traffic (the plan then has no placement: its schedule is data parallel). With
     ``[topology] routing = "planned"`` the model-parallel traffic gets a per-destination
-    multipath allocation (`planner.bandwidth.planned_routing`)."""
+    multipath allocation (`planner.bandwidth.multipath.planned_routing`)."""
     plan = _plan_routes(s, demand)
     if s.topology.routing == "planned":
-        from .bandwidth import planned_routing  # here: the LP is only loaded when asked for
+        from .bandwidth.multipath import planned_routing  # here: the LP is only loaded when asked for
 
         plan = planned_routing(plan)
     return plan

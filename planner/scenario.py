@@ -24,8 +24,8 @@ from contract.emulation import EmulationConfig, EmulationConfigError
 from contract.errors import UsageError
 from contract.plan import Workload
 
-from .totient import STRIDE_RANGES
-from .workload_graph import SOURCE_KEYS, has_tables, workload_from_table
+from .model.workload_graph import SOURCE_KEYS, has_tables, workload_from_table
+from .topology.totient import STRIDE_RANGES
 
 TOPOLOGIES = ("topoopt", "switch", "expander", "torus", "ring", "hierarchical")
 STRATEGIES = ("data", "hybrid", "search")
@@ -65,7 +65,9 @@ class Topology:
     seed: int = 1  # random expander
     switch_gbps: float = 0.0  # switch baseline: per-server port rate; 0 means degree * link_gbps
     degree_split: str = "paper"  # paper | released (all ports to the heaviest AllReduce group)
-    stride_range: str = "full"  # full | half: where SelectPermutations' geometric strides end (planner/totient.py)
+    stride_range: str = (
+        "full"  # full | half: where SelectPermutations' geometric strides end (planner/topology/totient.py)
+    )
     # hierarchical only (docs/scenarios.md, "Hierarchical networks"); validated by _hierarchical_value
     dims: tuple[int, ...] = ()
     blocks: tuple[str, ...] = ()
@@ -237,7 +239,7 @@ def _section(cls: type, table: Any, section: str, source: str) -> Any:
 
 def _workload(table: Any, source: str) -> Workload:
     """The ``[workload]`` section: its numbers as every section's, the model it names (a zoo
-    name, a PyTorch factory, a graph file or a Chakra trace) by planner.workload_graph."""
+    name, a PyTorch factory, a graph file or a Chakra trace) by planner.model.workload_graph."""
     if not isinstance(table, dict):
         raise ScenarioError(source, "workload", f"expected a table [workload], got {type(table).__name__}")
     numeric = ("batch_per_server", "device_tflops")
@@ -371,7 +373,7 @@ def _check_hierarchical(s: Scenario, explicit: set[tuple[str, str]]) -> Scenario
         if stray:
             raise ScenarioError(src, ".".join(stray[0]), 'only applies to topology.kind = "hierarchical"')
         return s
-    from .hierarchical import HierarchicalInputError, check_dims_blocks, check_shares
+    from .topology.hierarchical import HierarchicalInputError, check_dims_blocks, check_shares
 
     for key in ("dims", "blocks"):
         if ("topology", key) not in explicit:

@@ -10,8 +10,8 @@ summary, the strategy's placement). Builders (docs/algorithms.md section 2 and 8
 - ``switch``: one port per server into a non-blocking switch (node n);
 - ``expander``: a seeded random d-regular graph, shortest-path routes;
 - ``torus``: a 2-D torus (d = 4), shortest-path routes;
-- ``hierarchical``: a multi-dimensional network (planner.hierarchical) whose per-server
-  budget is split over the dimensions by LIBRA (planner.allocation) for the strategy's
+- ``hierarchical``: a multi-dimensional network (planner.topology.hierarchical) whose per-server
+  budget is split over the dimensions by LIBRA (planner.bandwidth.libra) for the strategy's
   traffic, equally, or by given fractions (docs/algorithms.md section 3).
 """
 
@@ -25,13 +25,13 @@ import numpy as np
 
 from contract.plan import AllReduceGroup, Link, Placement, Plan, Routes, TrafficDemand
 
-from .allocation import allocate, model_seconds
-from .baseline_graphs import expander_cables, ring_cables, ring_order, switch_cables, torus_cables
-from .hierarchical import demand_workload, hierarchical_plan
-from .routing import circulant_hop_counts, coin_change_first_strides, hop_counts, next_hop_table
+from .bandwidth.libra import allocate, model_seconds
 from .scenario import Scenario, ScenarioError, _torus_shape
-from .topology_finder import find_topology
-from .topology_summary import summarize_topology
+from .topology.baseline_graphs import expander_cables, ring_cables, ring_order, switch_cables, torus_cables
+from .topology.finder import find_topology
+from .topology.hierarchical import demand_workload, hierarchical_plan
+from .topology.routing import circulant_hop_counts, coin_change_first_strides, hop_counts, next_hop_table
+from .topology.summary import summarize_topology
 
 
 @dataclass

@@ -6,7 +6,7 @@ dimensions, against equal shares and the scenario's own split (docs/algorithms.m
 
 Without ``--sweep``: per dimension the bytes one server sends per training iteration and
 the Gbit/s of each split; per split the allocator's model (communication seconds on the
-planned network) and the flow model's prediction of one iteration (planner.predict on the
+planned network) and the flow model's prediction of one iteration (planner.cost.predict on the
 schedule ``topolab run`` executes, at ``[emulation] budget_mbps``, in real milliseconds).
 
 ``--sweep``: one AllReduce of ``--bytes`` on the scenario's network at LIBRA's split for that
@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 from contract.emulation import EmulatedRates, EmulationConfig, emulated_rates
 from contract.errors import UsageError
 from contract.physics import DEFAULT_MTU, tcp_goodput_fraction
-from planner.allocation import allocate, allreduce_workload, model_seconds
+from planner.bandwidth.libra import allocate, allreduce_workload, model_seconds
 from planner.collectives.hierarchical import PIPELINE_CHUNKS, hierarchical_allreduce_for_plan
-from planner.hierarchical import hierarchical_plan
-from planner.predict import plan_network, predict
+from planner.cost.predict import plan_network, predict
+from planner.topology.hierarchical import hierarchical_plan
 
 from .collective import parse_size
 from .network import add_network_arguments, network_config, network_flags, open_network

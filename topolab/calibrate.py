@@ -19,9 +19,9 @@ from dataclasses import replace
 from contract.errors import RunError
 from contract.plan import Plan
 from contract.schedule import Schedule
-from planner.iteration import IterationOptions
-from planner.iteration_prediction import NetworkArgs, predict_iteration
-from planner.predict import plan_network, predict
+from planner.cost.iteration import IterationOptions
+from planner.cost.iteration_prediction import NetworkArgs, predict_iteration
+from planner.cost.predict import plan_network, predict
 
 # Links so fast that a twin's 4-byte messages take no time next to the unit op cost (finite:
 # the max-min fair sharing subtracts rates, and inf - inf is not a rate).

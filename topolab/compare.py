@@ -35,10 +35,10 @@ from contract.physics import time_scale
 from planner import ScenarioError, build_plan, load_scenario
 from planner.scenario import HIERARCHICAL_KEYS, TOPOLOGIES, Scenario, with_overrides
 
+from .measured_run import EXIT_OVER_TOLERANCE, ensure_network_free, execute
 from .network import add_network_arguments, network_flags
-from .options import check_output_dir
+from .options import add_job_arguments, check_output_dir
 from .results import WORKER_COST_NOTABLE, LinkBytes, RunResults
-from .run import EXIT_OVER_TOLERANCE, add_job_arguments, ensure_network_free, execute
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ docs/scenarios.md) or from ``--cable-down A-B@ITER``; before timed iteration ITE
 
 - ``down``: the emulator takes the cable down for real (both ends, `emulator.live`). With
   ``reroute`` (default) the planner recomputes shortest routes in the remaining graph
-  (`planner.reroute`), the emulator replaces every host's routes in one netlink batch per
+  (`planner.topology.reroute`), the emulator replaces every host's routes in one netlink batch per
   host, the prediction is recomputed on the new routes, and the run goes on; the AllReduce
   rings keep their order, their steps over the dead cable relayed around it. Without
   ``reroute``, the run stops at once with one line naming the cable and the ranks whose
@@ -31,8 +31,8 @@ from typing import Any
 
 from contract.errors import RunError, UsageError
 from contract.plan import Plan
-from planner.reroute import cable_index, ranks_using, rerouted_plan
 from planner.scenario import Fault
+from planner.topology.reroute import cable_index, ranks_using, rerouted_plan
 
 from .results import Iteration, RunResults
 

@@ -1,10 +1,10 @@
 """`topolab import`: a PyTorch model or a Chakra trace as an operator-graph file (docs/models.md).
 
 ``topolab import examples/models/resnet50.py:build --out resnet50.json`` traces the model
-(planner.model_import; needs the ``models`` extra), prints what it found (parameters, FLOPs,
+(planner.model.model_import; needs the ``models`` extra), prints what it found (parameters, FLOPs,
 operators) and writes the graph, which ``[workload] graph = "resnet50.json"`` then plans
 from without torch. A Chakra execution trace (an ``.et`` file or a folder of per-rank
-traces) imports the same way (planner.chakra). The file is written only once the import
+traces) imports the same way (planner.model.chakra). The file is written only once the import
 succeeded: bad input leaves nothing behind.
 """
 
@@ -29,8 +29,8 @@ def add_import_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_import(args: argparse.Namespace) -> int:
     from contract.plan import Workload
-    from planner.graph_file import write_graph
-    from planner.workload_graph import describe_workload, import_source
+    from planner.model.graph_file import write_graph
+    from planner.model.workload_graph import describe_workload, import_source
 
     out = check_output_file(args.out, "--out")
     graph = import_source(args.model)

@@ -140,14 +140,14 @@ def _planned(scenario_path: str) -> tuple[Any, Any]:
 
 
 def predicted_real_seconds(plan: Any, schedule: Any, link_mbps: float, mtu: int = 9000) -> float:
-    """``planner.predict`` of ``schedule`` on ``plan`` in the real cluster's seconds.
+    """``planner.cost.predict`` of ``schedule`` on ``plan`` in the real cluster's seconds.
 
     Predicted on the links as they are emulated (each at ``link_mbps`` per ``plan.link_gbps``,
     TCP goodput at ``mtu``, the workers' reduce rate) with the plan's per-hop latency dilated
     by the time scale, as the emulator applies it, then divided by the time scale: the
     bandwidth and latency terms are the real cluster's, and the reduce term, the emulating
     machine's, shrinks by the time scale (docs/algorithms.md section 6)."""
-    from planner.predict import plan_network, predict
+    from planner.cost.predict import plan_network, predict
 
     scale = time_scale(plan.link_gbps, link_mbps)
     network = plan_network(plan, link_bps=link_mbps * 1e6, mtu=mtu, alpha_s=plan.latency_us * 1e-6 * scale)

@@ -13,7 +13,7 @@ algorithm, ``verify``, ``shell``, ``place --run``, ``alloc --measure``) gets it 
    line, before anything is built;
 4. `open_network` builds it: without ``[emulation] machines`` (or ``--machines``)
    `emulator.EmulatedNetwork` on this machine; with them, the servers are partitioned over
-   the machines (`planner.partition.partition_network`: fewest crossing cables, balanced
+   the machines (`planner.topology.partition.partition_network`: fewest crossing cables, balanced
    load; docs/cluster.md section 1) and the network is built there by
    `emulator.cluster.ClusterNetwork` (Mininet Cluster Edition, VXLAN tunnels between
    machines; docs/cluster.md section 2), reached over ssh with the config's user, key and
@@ -168,7 +168,7 @@ def _check_multi_machine(plan: Plan, config: EmulationConfig) -> None:
 def _cluster_network(plan: Plan, config: EmulationConfig, log: Callable[[str], None]) -> Iterator[RunningNetwork]:
     from emulator.cluster import ClusterNetwork
     from emulator.cluster.ssh import Machine, SshOptions
-    from planner.partition import partition_network
+    from planner.topology.partition import partition_network
 
     machines = [Machine(address, address) for address in config.machines]
     cut = partition_network(plan.network, len(machines))

@@ -15,13 +15,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from contract.emulation import MAX_LINK_MBPS as MAX_LINK_MBPS  # --link-mbps: [emulation] link_mbps's bounds
+from contract.emulation import MIN_LINK_MBPS as MIN_LINK_MBPS
 from contract.errors import UsageError
 
 MAX_WAIT_S = 24 * 3600.0  # waiting for another run's lock longer than a day is a mistake
 MAX_TIMEOUT_S = 24 * 3600.0
 MAX_ITERATIONS = 100_000  # timed iterations of one run; one per line in iterations.jsonl
-MAX_LINK_MBPS = 100_000.0  # HTB on a veth: far above what two cores move (docs/emulation.md)
-MIN_LINK_MBPS = 0.1  # below this, a 1 MB transfer takes minutes of emulated time
 MAX_PAYLOAD_SCALE = 1.0  # the job's real transfer sizes; more only wastes memory
 MIN_PAYLOAD_SCALE = 1e-9
 
@@ -116,3 +116,19 @@ def require_root(command: str) -> None:
         raise UsageError(
             f"topolab {command} needs root (network namespaces, tc); run it as root, e.g. in the Vagrant VM"
         )
+
+
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options `run` and `compare` share (and `add_network_arguments`' of every network command)."""
+    parser.add_argument(
+        "--iterations",
+        type=bounded_int(1, MAX_ITERATIONS),
+        metavar="N",
+        help=f"timed iterations, 1..{MAX_ITERATIONS} (default: [run] iterations)",
+    )
+    parser.add_argument(
+        "--payload-scale",
+        type=bounded_float(MIN_PAYLOAD_SCALE, MAX_PAYLOAD_SCALE, low_inclusive=True),
+        metavar="F",
+        help=f"multiply every transfer size, {MIN_PAYLOAD_SCALE:g}..{MAX_PAYLOAD_SCALE:g} (default: [run] payload_scale)",
+    )

@@ -4,7 +4,7 @@
                            [--run [--iterations N] [--payload-scale F] [--machines HOST,...] [--wait S] [--run-dir DIR]]
 
 Inter-operator parallelism (docs/search.md, "Device placement of operator groups"): the scenario's model is fused
-(planner.fusion; ``--no-fusion`` searches the operator graph itself), its groups are placed
+(planner.model.fusion; ``--no-fusion`` searches the operator graph itself), its groups are placed
 on the servers of the scenario's plan jointly with the per-destination bandwidth allocation
 (planner.placement.place_jointly: HEFT + local search alternated with allocation), every
 server holding at most ``--memory-gb`` of weights, gradients, optimizer state and stashed
@@ -27,7 +27,7 @@ iterations, median compared with the cost model and the flow-level prediction of
 schedule, all on the plan's routes (one path per pair). With ``--multipath`` the placement
 also runs with the allocation enforced ("placement + allocation"): its traffic matrix (bytes
 per ordered server pair per iteration) gets the max-concurrent-flow allocation over k paths
-(planner.bandwidth.allocate_for_plan, docs/algorithms.md section 4.1), the emulated network
+(planner.bandwidth.multipath.allocate_for_plan, docs/algorithms.md section 4.1), the emulated network
 carries it (per-destination HTB classes and one routing plane per path, docs/emulation.md
 section 6), the schedule splits each transfer over its pair's planes, and the flow model and
 the cost model (at the allocation's pair rates) predict the same allocation; the
@@ -143,7 +143,8 @@ def search(
 ) -> tuple[dict[str, Any], Any]:
     """Plan, fuse, place jointly and score the baselines; returns (figures, what `--run` needs)."""
     from planner import build_plan
-    from planner.fusion import FusionConfig, fuse
+    from planner.model.fusion import FusionConfig, fuse
+    from planner.model.workload_graph import workload_graph
     from planner.placement import (
         allocate_rates,
         contiguous_partition,
@@ -157,7 +158,6 @@ def search(
         traffic_matrix,
     )
     from planner.placement.cost import check_memory_feasible, server_memory
-    from planner.workload_graph import workload_graph
 
     w = s.workload
     plan = build_plan(s)
@@ -248,7 +248,7 @@ def _scaled_tasks(tasks: Any, payload_scale: float) -> Any:
 def allocated_plan(plan: Any, tasks: Any, placement: Any) -> tuple[Any, Any]:
     """``plan`` carrying the max-concurrent-flow allocation of ``placement``'s traffic matrix
     (bytes per ordered server pair per iteration), and that allocation's figures."""
-    from planner.bandwidth import allocate_for_plan
+    from planner.bandwidth.multipath import allocate_for_plan
     from planner.placement import traffic_matrix
 
     matrix = traffic_matrix(tasks, placement.assignment, plan.servers)

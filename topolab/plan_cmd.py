@@ -6,7 +6,7 @@ large diameter or a low bisection, which a reader should weigh before emulating.
 
 When the scenario asks for a per-destination allocation (``[topology] routing = "planned"``)
 and the job has model-parallel or embedding all-to-all traffic, the summary also shows the
-allocation of those phases (`planner.bandwidth`, docs/algorithms.md section 4.1): how many
+allocation of those phases (`planner.bandwidth.multipath`, docs/algorithms.md section 4.1): how many
 pairs are split over several paths, paths per pair, and each phase's time on the allocation
 against single-path routing (the JSON gets the same figures in ``extra["bandwidth"]``).
 """
@@ -23,7 +23,7 @@ from .options import check_output_file
 if TYPE_CHECKING:
     from planner import Plan
 
-MAX_ALLOCATED_SERVERS = 32  # larger jobs: the generic LP takes tens of seconds (planner.bandwidth)
+MAX_ALLOCATED_SERVERS = 32  # larger jobs: the generic LP takes tens of seconds (planner.bandwidth.multipath)
 LARGE_DIAMETER = 5  # hops; from here a relayed transfer pays a bandwidth tax worth a remark
 LOW_BISECTION = 0.25  # share of a non-blocking network's bisection below which the summary remarks on it
 MP_CABLES_LISTED = 8  # the summary names this many model-parallel cables, then counts the rest
@@ -62,7 +62,7 @@ def describe(plan: Plan) -> str:
         f"job             {plan.model}, strategy {plan.strategy}",
     ]
     if plan.workload is not None:
-        from planner.workload_graph import describe_workload
+        from planner.model.workload_graph import describe_workload
 
         lines.append(f"model           {describe_workload(plan.workload)}")
     if plan.strides:
@@ -146,7 +146,7 @@ def remarks(plan: Plan) -> list[str]:
 def describe_partition(plan: Plan, machines: int) -> str:
     """The cut of the servers over ``machines`` (`topolab plan --partition M`)."""
     from contract.errors import UsageError
-    from planner.partition import partition_network
+    from planner.topology.partition import partition_network
 
     if not 1 <= machines <= plan.network.nodes:
         raise UsageError(f"--partition must be between 1 and {plan.network.nodes}, not {machines}")
@@ -161,7 +161,7 @@ def describe_partition(plan: Plan, machines: int) -> str:
 def bandwidth_phases(plan: Plan) -> list[dict[str, Any]]:
     """The allocation summary of the plan's embedding all-to-all and model-parallel phases,
     when the plan has an allocation (its scenario asks ``routing = "planned"``)."""
-    from planner.bandwidth import allocate_for_plan, embedding_alltoall_traffic, iteration_mp_traffic
+    from planner.bandwidth.multipath import allocate_for_plan, embedding_alltoall_traffic, iteration_mp_traffic
 
     if not plan.allocation or not plan.demand.mp or plan.servers > MAX_ALLOCATED_SERVERS:
         return []

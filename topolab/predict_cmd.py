@@ -9,7 +9,7 @@ exposed after it, and when each phase (model-parallel transfers, AllReduce) ends
 
 ``--topologies`` predicts the same job on other networks side by side, including the
 Fat-tree of similar cost that TopoOpt's paper compares against (`fattree`:
-`planner.costmodel.price`, whose prices are printed) beside the ideal switch (`switch`: every
+`planner.cost.costmodel.price`, whose prices are printed) beside the ideal switch (`switch`: every
 server gets d x B through one non-blocking switch, a bound no network of that cost reaches).
 Link latency is charged per hop as the emulator would apply it: dilated by netem where the
 kernel has it (probed when root; assumed absent otherwise, and said).
@@ -98,7 +98,7 @@ def predict_job(s: Any, netem: bool, network: str = "", cost_usd: float | None =
 def network_scenarios(base: Any, kinds: list[str]) -> list[tuple[str, Any, float | None, str]]:
     """(name, scenario, cost, note) per network, with the base scenario's strategy kept."""
     from planner import ScenarioError
-    from planner.costmodel.baselines import NETWORKS, network_scenario
+    from planner.cost.costmodel.baselines import NETWORKS, network_scenario
     from planner.scenario import with_overrides
 
     from .compare import scenario_for
@@ -161,7 +161,7 @@ def run_predict(args: argparse.Namespace) -> int:
     doc: dict[str, Any] = {"scenario": base.source, "netem": netem, "prediction": asdict(own)}
     text = format_one(base.name, own, netem_note)
     if kinds:
-        from planner.costmodel.price import PriceModel
+        from planner.cost.costmodel.price import PriceModel
 
         rows = [predict_job(s, netem, name, cost, note) for name, s, cost, note in network_scenarios(base, kinds)]
         doc["networks"] = [asdict(r) for r in rows]
@@ -169,7 +169,7 @@ def run_predict(args: argparse.Namespace) -> int:
         if "fattree" in kinds:
             prices = PriceModel().to_dict()
             doc["prices"] = prices
-            text += "\nprices assumed (USD, planner.costmodel.price; docs/search.md): " + json.dumps(prices)
+            text += "\nprices assumed (USD, planner.cost.costmodel.price; docs/search.md): " + json.dumps(prices)
     if args.json:
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
     else:

@@ -1,6 +1,6 @@
 """What `topolab run` predicts: the plan, one iteration's schedule, and the flow-level model's
 time for exactly that schedule on the emulated links
-(`planner.iteration_prediction.predict_iteration`); `predict_run` predicts that schedule again
+(`planner.cost.iteration_prediction.predict_iteration`); `predict_run` predicts that schedule again
 once the workers' cost per op is measured.
 
 Both take the rates the links are emulated at (`contract.emulation.EmulatedRates`: time
@@ -22,9 +22,9 @@ from typing import Any
 from contract.emulation import EmulatedRates, emulated_rates
 from contract.schedule import Schedule
 from planner import Plan, Scenario, build_plan
-from planner.iteration import IterationOptions
-from planner.iteration_prediction import NetworkArgs, predict_iteration
-from planner.predict import Prediction, plan_network, predict
+from planner.cost.iteration import IterationOptions
+from planner.cost.iteration_prediction import NetworkArgs, predict_iteration
+from planner.cost.predict import Prediction, plan_network, predict
 
 # Per-hop latency of an emulated link without netem: a small-message round trip measured
 # 18 us for one hop and 31 us for three on this kernel (docs/emulation.md), i.e. about
@@ -75,7 +75,7 @@ def network_args(plan: Plan, rates: EmulatedRates, netem: bool, op_overhead_s: f
 
 
 def phase_of(stream: str) -> str:
-    """The phase of an iteration schedule's stream (`planner.iteration`): ``compute``,
+    """The phase of an iteration schedule's stream (`planner.cost.iteration`): ``compute``,
     ``model-parallel`` (``mp>peer``, ``mp<peer``), ``AllReduce`` (rings ``ar<i>``, the forest's
     trees ``ft<i>...``, a hierarchical plan's dimensions ``d<i>...``), else ``other``."""
     if stream == "compute":
@@ -116,7 +116,7 @@ def prepare(
     s: Scenario, payload_scale: float | None = None, netem: bool = False, reference_gbps: float | None = None
 ) -> tuple[Plan, Schedule, IterationOptions, dict[str, Any], dict[str, Any]]:
     """Plan a scenario, and its iteration's schedule and prediction on the emulated network
-    (`planner.iteration_prediction.predict_iteration`; ``netem``: link latency emulated) before
+    (`planner.cost.iteration_prediction.predict_iteration`; ``netem``: link latency emulated) before
     it is built: the plan, the schedule, its options, the emulation facts and the ``predicted``
     record (no root needed). ``reference_gbps``: the real rate ``link_mbps`` stands for (the
     emulator's ``reference_gbps``; None: the plan's ``link_gbps``), which sets the time scale."""

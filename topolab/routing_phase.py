@@ -11,13 +11,13 @@ the same phase, the same network, four ways to carry it.
 | `planned`   | up to k planes (LP, k = 4)        | yes                         |
 
 The phase is the workload's embedding all-to-all by default (every table owner sends its
-lookups to every other server; `planner.bandwidth.embedding_alltoall_traffic`), or a uniform
+lookups to every other server; `planner.bandwidth.multipath.embedding_alltoall_traffic`), or a uniform
 all-to-all of ``nbytes_per_pair``. Its bytes are multiplied by one factor so that the
 single-path phase lasts about ``PHASE_SECONDS`` emulated: the real phase is a fraction of a
 millisecond, which the workers' per-message cost would swamp. Ratios between variants do not
 depend on the factor. Each variant is built as its own emulated network (its planes, rules
 and classes), its schedule verified by the workers (a copy check per pair), and predicted by
-the flow model on the same allocation (`planner.predict.plan_network`).
+the flow model on the same allocation (`planner.cost.predict.plan_network`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from contract.errors import UsageError
 from contract.physics import tcp_goodput_fraction
 from contract.plan import Plan
 from contract.schedule import Schedule, ScheduleBuilder
-from planner.bandwidth import (
+from planner.bandwidth.multipath import (
     K_PATHS,
     BandwidthAllocation,
     allocate_for_plan,
@@ -41,7 +41,7 @@ from planner.bandwidth import (
     single_path_seconds,
 )
 from planner.collectives.p2p import add_p2p_transfers, all_to_all
-from planner.predict import plan_network, predict
+from planner.cost.predict import plan_network, predict
 
 from .collective_results import PhaseResult
 from .prediction import SOFTWARE_HOP_S

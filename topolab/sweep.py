@@ -3,8 +3,8 @@
 For every model x degree x link rate x network of the sweep, the parallelization search
 (planner.search) finds the best strategy for that network (alternating with TopologyFinder
 on TopoOpt, for a fixed topology on the baselines) and the flow-level simulator predicts
-its iteration time. Networks: see planner.costmodel.baselines (the Fat-tree is
-cost-matched to the direct-connect cluster with planner.costmodel.price).
+its iteration time. Networks: see planner.cost.costmodel.baselines (the Fat-tree is
+cost-matched to the direct-connect cluster with planner.cost.costmodel.price).
 
 Writes, in ``--out`` (default ``results/sweep-<scenario>/``, beside every other command's
 results): ``sweep.json`` (every cell, the prices used, the search statistics, the skipped
@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 
 from planner import load_scenario
-from planner.costmodel.baselines import NETWORKS
-from planner.costmodel.price import PriceModel
+from planner.cost.costmodel.baselines import NETWORKS
+from planner.cost.costmodel.price import PriceModel
+from planner.model.zoo import MODELS
 from planner.scenario import (
     BOUNDS,
     MAX_DEGREE,
@@ -35,7 +36,6 @@ from planner.scenario import (
     MIN_LINK_GBPS,
     with_overrides,
 )
-from planner.zoo import MODELS
 
 from .options import bounded_float, bounded_int, check_output_dir
 from .sweep_inputs import cell_scenarios, load_prices, split_list

@@ -12,8 +12,8 @@ from typing import Any
 
 from contract.errors import UsageError
 from planner import ScenarioError
-from planner.costmodel.baselines import network_scenario
-from planner.costmodel.price import PriceModel
+from planner.cost.costmodel.baselines import network_scenario
+from planner.cost.costmodel.price import PriceModel
 from planner.scenario import Scenario, with_overrides
 
 # A cell's scenario key -> the flag that set it, so a bad cell names the flag.

@@ -13,7 +13,7 @@ and the root. `ScheduleService` makes it once per key, for every rank:
   (`planner.collectives.phases`); ``alltoall``: every pair directly; ``barrier``: an
   AllReduce of one element per rank;
 
-and predicts its time with the flow-level model (`planner.predict`) on the emulated links;
+and predicts its time with the flow-level model (`planner.cost.predict`) on the emulated links;
 after the job, again with the software's cost per op that the backend's calibration barriers
 measured (`ScheduleService.op_overhead`, `predictions`).
 Schedules are generated for float32 elements and scaled to the tensor's item size (every
@@ -30,7 +30,7 @@ import zmq
 
 from contract.schedule import Schedule
 from planner.collectives.phases import direct_alltoall, ring_allgather, ring_broadcast, ring_reduce_scatter
-from planner.predict import plan_network, predict
+from planner.cost.predict import plan_network, predict
 from topolab_torch import protocol
 
 from .prediction import EXPOSED_REDUCE_BYTES, SOFTWARE_HOP_S

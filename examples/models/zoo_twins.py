@@ -1,4 +1,4 @@
-"""The other models of the planner's zoo (planner/zoo.py) written in plain ``torch.nn``, as
+"""The other models of the planner's zoo (planner/model/zoo.py) written in plain ``torch.nn``, as
 the zoo describes them, so the zoo's hand-written figures can be checked against torch's
 own counts (benchmarks/model_import.py). ResNet-50 and BERT-large have files of their own.
 

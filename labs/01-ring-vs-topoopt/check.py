@@ -1,6 +1,6 @@
 """Checker of exercise 1: the student's AllReduce times on the 12-server prototype against
 the planner's flow-level prediction in the real cluster's seconds
-(topolab.lab.allreduce_real_seconds: planner.predict of planner.collectives.from_plan's
+(topolab.lab.allreduce_real_seconds: planner.cost.predict of planner.collectives.from_plan's
 schedules on the plans of scenarios/topoopt-12.toml and switch-12.toml). ``--emulate``
 also measures the three on the emulated networks with `topolab collective`'s engine."""
 

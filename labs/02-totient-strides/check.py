@@ -1,10 +1,10 @@
 """Checker of exercise 2: the student's stride selection against the planner's
-(planner.totient: TotientPerms + SelectPermutations, docs/algorithms.md section 1)."""
+(planner.topology.totient: TotientPerms + SelectPermutations, docs/algorithms.md section 1)."""
 
 from math import gcd
 
-from planner.routing import circulant_hop_counts, coin_change_first_strides
-from planner.totient import select_permutations, totient_strides
+from planner.topology.routing import circulant_hop_counts, coin_change_first_strides
+from planner.topology.totient import select_permutations, totient_strides
 
 TITLE = "TotientPerms and SelectPermutations: choose the ring strides"
 STUDENT_FILE = "strides.py"

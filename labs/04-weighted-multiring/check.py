@@ -1,6 +1,6 @@
 """Checker of exercise 4: on the 12-server prototype whose stride-5 cables are older and
 slower (SLOW_GBPS instead of 25), the student's split of a 64 MiB AllReduce over the four
-rings (+1, -1, +5, -5) is predicted with planner.predict (topolab.lab.predicted_real_seconds:
+rings (+1, -1, +5, -5) is predicted with planner.cost.predict (topolab.lab.predicted_real_seconds:
 the real cluster's seconds) and compared with the lower bound 2 (n-1) S / (n D), D the
 per-server egress goodput (docs/algorithms.md section 7)."""
 

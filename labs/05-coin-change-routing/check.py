@@ -1,11 +1,11 @@
 """Checker of exercise 5: the student's first-stride table must route every ordered pair
 along a shortest path of the circulant (BFS on the graph, as networkx computes it), and
-agree in hop count with planner.routing.coin_change_first_strides (docs/algorithms.md section 4)."""
+agree in hop count with planner.topology.routing.coin_change_first_strides (docs/algorithms.md section 4)."""
 
 import networkx as nx
 
-from planner.routing import circulant_hop_counts, coin_change_first_strides
-from planner.totient import circulant_cables
+from planner.topology.routing import circulant_hop_counts, coin_change_first_strides
+from planner.topology.totient import circulant_cables
 
 TITLE = "Coin-change routing: one first stride per offset"
 STUDENT_FILE = "routing.py"

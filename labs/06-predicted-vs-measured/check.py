@@ -1,5 +1,5 @@
 """Checker of exercise 6: the student's sweep data (JSON shape below), its predictions
-(they must be planner.predict's in the real cluster's time: topolab.lab.allreduce_real_seconds,
+(they must be planner.cost.predict's in the real cluster's time: topolab.lab.allreduce_real_seconds,
 docs/algorithms.md section 6), the measured times taken from a `topolab collective --json`
 document, and the plot file.
 
@@ -58,7 +58,7 @@ def check(student, emulate: bool) -> list[str]:
         got = point.get("predicted_real_ms")
         if not isinstance(got, (int, float)) or abs(got - want) > TOLERANCE * want:
             problems.append(
-                f"{size} bytes: predicted_real_ms {got}, planner.predict gives {want:.4f}; hint: predict the "
+                f"{size} bytes: predicted_real_ms {got}, planner.cost.predict gives {want:.4f}; hint: predict the "
                 "schedule of planner.collectives.from_plan on plan_network(plan, link_bps=link_mbps * 1e6, "
                 "alpha_s=plan.latency_us * 1e-6 * scale), then divide by scale = contract.physics.time_scale"
             )

@@ -1,6 +1,6 @@
 """Checker of exercise 7: the student's predicted step gain of the plan's rings over Gloo's
 one ring, for DDP's buckets on the 12-server prototype at 100 Mbit/s per cable, against the
-flow-level model (planner.predict) of the two schedules topolab train predicts with
+flow-level model (planner.cost.predict) of the two schedules topolab train predicts with
 (topolab.train_schedules: the plan's AllReduce, and Gloo's ring in rank order). With
 --emulate (root) the CNN example trains with both backends on the emulated network and the
 measured step gain is compared too."""

@@ -10,7 +10,7 @@ byte arrived. Routing:
   send/recv per plane with its own tag (`planner.collectives.p2p.plane_pieces`).
 
 `alltoall_for_plan` computes the allocation of a uniform all-to-all on the plan's network
-(`planner.bandwidth`) when the plan carries none.
+(`planner.bandwidth.multipath`) when the plan carries none.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from contract.network import Network
 from contract.plan import Plan
 from contract.schedule import Schedule, ScheduleBuilder
 
-from ..bandwidth import allocate_for_plan
+from ..bandwidth.multipath import allocate_for_plan
 from .p2p import add_p2p_transfers, all_to_all
 
 ROUTINGS = ("single", "planned")

@@ -81,7 +81,7 @@ def per_direction(capacities: Mapping[Edge, float]) -> dict[Edge, float]:
 def plan_capacities(plan: Any, link_bps: float | None = None, mtu: int = DEFAULT_MTU) -> dict[Edge, float]:
     """Cable goodput of ``plan`` in bytes/s per direction, parallel cables summed; with
     ``link_bps`` a cable of ``plan.link_gbps`` runs at ``link_bps`` (the emulated rate), as in
-    `planner.predict.plan_network`."""
+    `planner.cost.predict.plan_network`."""
     if link_bps is None:
         return per_direction(cable_capacities(plan.links, mtu))
     return per_direction(EmulatedRates(plan.link_gbps, link_bps / 1e6, mtu).capacities(plan.links))

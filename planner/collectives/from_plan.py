@@ -3,8 +3,8 @@ and why, chosen here once (docs/algorithms.md sections 7 and 10).
 
 `choose_allreduce` returns that choice as an `AllReduceChoice`, and everything that runs or
 models an AllReduce on a plan asks it: the iteration schedule the workers run
-(`planner.iteration`, per gradient bucket), `topolab collective` (the algorithm named on its
-command line, `allreduce_schedule`) and the search's cost model (`planner.costmodel.network`).
+(`planner.cost.iteration`, per gradient bucket), `topolab collective` (the algorithm named on its
+command line, `allreduce_schedule`) and the search's cost model (`planner.cost.costmodel.network`).
 The iteration's rule (``algorithm="auto"``):
 
 - a hierarchical plan: the hierarchical AllReduce, reduce-scatter and all-gather dimension by

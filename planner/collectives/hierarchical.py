@@ -2,7 +2,7 @@
 section 3).
 
 Reduce-scatter dimension by dimension, then all-gather in reverse. In dimension d every
-group (the servers differing only in coordinate d, see planner.hierarchical) reduce-scatters
+group (the servers differing only in coordinate d, see planner.topology.hierarchical) reduce-scatters
 its current region into p_d shards, member j keeping shard j, so after dimension d each
 server holds ``m_{d+1} = m_d / p_d`` bytes that all members of its next group share; the
 all-gather undoes it. Dimension d carries ``2 m_d (p_d - 1) / p_d`` bytes per server.
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from contract.schedule import Check, Schedule, ScheduleBuilder, split_region
 
-from ..hierarchical import groups as dimension_groups
+from ..topology.hierarchical import groups as dimension_groups
 from .rings import Region, add_ring_all_gather, add_ring_reduce_scatter, done_ops, weighted_split
 
 Deps = Mapping[int, Iterable[int]]
@@ -153,7 +153,7 @@ def add_hierarchical_allreduce(
     """Append the hierarchical AllReduce of ``[offset, offset+length)`` to ``b``; returns per
     rank the ops that finish it. ``chunks`` > 1 pipelines the dimensions. ``span`` (default:
     all) lists the dimensions reduced over: the AllReduce groups are then the servers that
-    share every coordinate outside ``span`` (planner.hierarchical.layout_span)."""
+    share every coordinate outside ``span`` (planner.topology.hierarchical.layout_span)."""
     if chunks < 1:
         raise ValueError(f"chunks must be >= 1, got {chunks}")
     itemsize = b.buffers[buffer].itemsize
@@ -201,7 +201,7 @@ def hierarchical_allreduce(dims: Sequence[int], blocks: Sequence[str], nbytes: i
 
 
 def hierarchical_allreduce_for_plan(plan, nbytes: int, chunks: int = PIPELINE_CHUNKS) -> Schedule:
-    """The hierarchical AllReduce on a `planner.hierarchical.hierarchical_plan` plan."""
+    """The hierarchical AllReduce on a `planner.topology.hierarchical.hierarchical_plan` plan."""
     if plan.topology != "hierarchical":
         raise ValueError(f"plan topology {plan.topology!r} is not hierarchical")
     return hierarchical_allreduce(plan.extra["dims"], plan.extra["blocks"], nbytes, chunks)

@@ -10,7 +10,7 @@ One training iteration is modelled as
 - a loss barrier: the backward pass starts when the last forward ends (every model of the
   zoo has a single sink, the loss reads it);
 - backward: ``backward[g]`` = the group's backward FLOPs at the device rate (2 x forward for
-  a zoo model, `planner.opgraph.Operator.backward_flops`), in the
+  a zoo model, `planner.model.opgraph.Operator.backward_flops`), in the
   reverse direction: group ``g`` waits for the gradient of every consumer ``v``,
   ``end_b(v) + bytes(g, v) / rate[server(v)][server(g)]``.
 
@@ -18,7 +18,7 @@ One training iteration is modelled as
 order and its backward groups in the reverse order (as autograd does), so a placement is
 (assignment, order) and its makespan is the end of the last backward group. Transfers are
 pure delays (no sharing of a pair's rate between concurrent tensors, as in HEFT and the
-thesis' MILP); `planner.predict` adds the sharing when it predicts the schedule.
+thesis' MILP); `planner.cost.predict` adds the sharing when it predicts the schedule.
 
 Memory per group: weights, gradients and two Adam moments (`MEMORY_COPIES_PER_PARAM` copies
 of the parameters) plus the stashed output activation of the whole batch.
@@ -34,7 +34,7 @@ import numpy as np
 from contract.errors import UsageError
 from contract.physics import compute_seconds
 
-from ..opgraph import OpGraph
+from ..model.opgraph import OpGraph
 
 MEMORY_COPIES_PER_PARAM = 4  # weights + gradients + two Adam moments
 

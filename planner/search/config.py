@@ -38,7 +38,7 @@ class SearchConfig:
     # (CANDLE's towers sharded one at a time); "both" keeps both paths open.
     proposals: str = "both"
     # After the search, the chosen strategy's iteration schedule (what the workers run) is
-    # predicted with planner.predict and recorded in the plan as "executed_iteration_s",
+    # predicted with planner.cost.predict and recorded in the plan as "executed_iteration_s",
     # when the schedule has at most this many ops (the predictor replays every op: a
     # 32-server data-parallel CANDLE schedule of 2e5 ops takes tens of seconds).
     rescore_max_ops: int = 20_000

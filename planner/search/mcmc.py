@@ -3,7 +3,7 @@
 Reference: docs/algorithms.md section 5 (TopoOpt's alternating optimization on FlexFlow's
 MCMC). The loop:
 
-1. Fuse the model's operator graph (planner.fusion, docs/algorithms.md section 9).
+1. Fuse the model's operator graph (planner.model.fusion, docs/algorithms.md section 9).
 2. Start from the better of pure data parallelism and the table-placement hybrid, each on
    the topology TopologyFinder builds for its own traffic.
 3. Each step proposes a change of ONE operator's choice (a tensor-parallel degree, or an
@@ -40,12 +40,13 @@ import numpy as np
 
 from contract.plan import Plan, TrafficDemand
 
-from ..costmodel.simulator import CostConfig, IterationCost, Simulator
-from ..fusion import FusionConfig, fuse
-from ..iteration_prediction import predict_iteration
-from ..opgraph import OpGraph
+from ..cost.costmodel.simulator import CostConfig, IterationCost, Simulator
+from ..cost.iteration_prediction import predict_iteration
+from ..model.fusion import FusionConfig, fuse
+from ..model.opgraph import OpGraph
+from ..model.workload_graph import workload_graph
 from ..scenario import Scenario
-from ..strategy import (
+from ..strategy.strategies import (
     Strategy,
     TrafficArrays,
     data_parallel,
@@ -55,7 +56,6 @@ from ..strategy import (
     traffic_arrays,
 )
 from ..topologies import plan_for_demand
-from ..workload_graph import workload_graph
 from .config import DENSE_MP_PAIRS_PER_SERVER, SearchConfig
 from .proposals import propose
 from .topology import DemandSignature, TopologyCache

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from ..opgraph import OpGraph
-from ..strategy import OpChoice, Strategy, mp_options, shard_options
+from ..model.opgraph import OpGraph
+from ..strategy.strategies import OpChoice, Strategy, mp_options, shard_options
 from .config import SearchConfig
 
 

@@ -24,9 +24,9 @@ import numpy as np
 from contract.plan import Plan
 
 from ..scenario import Scenario
-from ..strategy import TrafficArrays
+from ..strategy.strategies import TrafficArrays
 from ..topologies import plan_for_demand
-from ..topology_finder import split_degree, split_ports
+from ..topology.finder import split_degree, split_ports
 
 
 class DemandSignature(NamedTuple):
@@ -43,7 +43,7 @@ BASELINE_SIGNATURE = DemandSignature(0, 0, ())  # baseline kinds ignore the traf
 
 def demand_signature(n: int, d: int, traffic: TrafficArrays, rule: str) -> DemandSignature:
     """What TopologyFinder's output depends on (module docstring). Computes the same
-    degree and port split as `planner.topology_finder` from the layout totals directly
+    degree and port split as `planner.topology.finder` from the layout totals directly
     (groups of one layout m: m cosets of k = n/m members, each reducing ``bytes``)."""
     t_ar = 0.0
     classes: dict[int, float] = {}

@@ -13,9 +13,9 @@ from contract.emulation import EmulatedRates
 from contract.network import cable_capacities
 from contract.plan import Link
 from planner.collectives.forest import plan_capacities
-from planner.costmodel.network import NetworkModel
+from planner.cost.costmodel.network import NetworkModel
+from planner.cost.predict import plan_network
 from planner.placement import plan_capacity
-from planner.predict import plan_network
 from tests.fixtures.sample_plans import circulant_plan
 
 # two parallel 10 Gbit/s cables between 0 and 1, one 25 Gbit/s cable between 1 and 2

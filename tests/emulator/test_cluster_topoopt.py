@@ -1,4 +1,4 @@
-"""topoopt-12 over three stand-in machines: placed by planner/partition.py, built on Mininet
+"""topoopt-12 over three stand-in machines: placed by planner/topology/partition.py, built on Mininet
 Cluster Edition (emulator/cluster/net.py), checked with the same path and goodput checks
 `topolab verify` uses on one machine (emulator/checks.py)."""
 
@@ -16,7 +16,7 @@ from emulator.checks import check_goodput, check_paths
 from emulator.cluster import ClusterNetwork
 from planner import build_plan, load_scenario
 from planner.collectives.from_plan import allreduce_for_plan
-from planner.partition import partition_network
+from planner.topology.partition import partition_network
 from tests.fixtures.standins import StandIns
 
 pytestmark = pytest.mark.root

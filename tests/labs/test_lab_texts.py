@@ -15,7 +15,7 @@ from emulator.addressing import identity
 from emulator.checks import parse_traceroute
 from planner import build_plan, load_scenario
 from planner.collectives.from_plan import allreduce_rings
-from planner.routing import coin_change_first_strides
+from planner.topology.routing import coin_change_first_strides
 from topolab.lab import LABS_DIR, exercises, load_checker, load_module
 
 REPO = LABS_DIR.parent

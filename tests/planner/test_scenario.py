@@ -118,7 +118,7 @@ def test_docs_list_every_key_with_its_default_and_range():
     from contract import emulation
     from contract.physics import MAX_MTU
     from planner import scenario
-    from planner.workload_graph import SOURCE_KEYS
+    from planner.model.workload_graph import SOURCE_KEYS
 
     docs = Path(__file__).resolve().parents[2] / "docs" / "scenarios.md"
     text = docs.read_text()

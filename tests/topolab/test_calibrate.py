@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner import build_plan, load_scenario
-from planner.iteration import IterationOptions, iteration_schedule
+from planner.cost.iteration import IterationOptions, iteration_schedule
 from topolab.calibrate import zero_payload_twin
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.graph_file import read_graph
+from planner.model.graph_file import read_graph
 from topolab.cli import main
 
 REPO = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ def test_predict_prints_the_time_run_predicts_before_it_emulates(tmp_path, capsy
     out = capsys.readouterr().out
     shown = float(re.search(r"predicted iteration\s+([\d.]+) ms", out).group(1))
     assert "netem assumed absent" in out
-    from topolab.run import prepare_run
+    from topolab.measured_run import prepare_run
 
     lines: list[str] = []
     prepare_run(load_scenario(TOPOOPT), tmp_path, None, None, None, lines.append)

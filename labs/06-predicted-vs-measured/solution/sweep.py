@@ -1,9 +1,9 @@
-"""Exercise 6, reference solution: planner.predict over a sweep, next to topolab collective's measurements."""
+"""Exercise 6, reference solution: planner.cost.predict over a sweep, next to topolab collective's measurements."""
 
 from contract.physics import time_scale
 from planner import build_plan, load_scenario
 from planner.collectives.from_plan import allreduce_for_plan
-from planner.predict import plan_network, predict
+from planner.cost.predict import plan_network, predict
 
 
 def predicted_vs_measured(scenario_path: str, algorithm: str, sizes: list[int], collective_doc: dict | None) -> dict:
@@ -40,7 +40,7 @@ def plot(data: dict, path: str) -> None:
 
     sizes = [p["bytes"] / (1 << 20) for p in data["points"]]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(sizes, [p["predicted_real_ms"] for p in data["points"]], "o--", label="predicted (planner.predict)")
+    ax.plot(sizes, [p["predicted_real_ms"] for p in data["points"]], "o--", label="predicted (planner.cost.predict)")
     measured = [(s, p["measured_real_ms"]) for s, p in zip(sizes, data["points"]) if p["measured_real_ms"] is not None]
     if measured:
         ax.plot(*zip(*measured), "s-", label="measured (topolab collective)")

@@ -9,12 +9,12 @@ from collections import defaultdict
 import pytest
 
 from planner import build_plan, load_scenario
-from planner.bandwidth import allocate_for_plan, iteration_mp_traffic
+from planner.bandwidth.multipath import allocate_for_plan, iteration_mp_traffic
 from planner.collectives import simulate_and_verify
 from planner.collectives.alltoall import alltoall, alltoall_for_plan
 from planner.collectives.p2p import all_to_all, plane_pieces
-from planner.iteration import IterationOptions, iteration_schedule
-from planner.predict import plan_network, predict
+from planner.cost.iteration import IterationOptions, iteration_schedule
+from planner.cost.predict import plan_network, predict
 
 NBYTES = 4096 * 4 + 12  # not a multiple of the planes' shares: pieces must stay item aligned
 EMULATED_BPS = 100e6

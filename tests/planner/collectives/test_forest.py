@@ -23,9 +23,9 @@ from planner.collectives.tree_packing import (
     shallow_tree_packing,
     spanning_tree_packing,
 )
-from planner.costmodel.network import FOREST_SHARE_BYTES, NetworkModel
-from planner.iteration import IterationOptions, iteration_schedule
-from planner.predict import plan_network, predict
+from planner.cost.costmodel.network import FOREST_SHARE_BYTES, NetworkModel
+from planner.cost.iteration import IterationOptions, iteration_schedule
+from planner.cost.predict import plan_network, predict
 
 SEED = 20210510
 

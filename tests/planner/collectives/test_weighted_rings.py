@@ -10,7 +10,7 @@ from planner import build_plan, load_scenario
 from planner.collectives.from_plan import allreduce_for_plan, allreduce_rings, choose_allreduce, ring_weights
 from planner.collectives.rings import multiring_allreduce
 from planner.collectives.simulate import simulate_and_verify
-from planner.predict import plan_network, predict
+from planner.cost.predict import plan_network, predict
 
 
 def stride_plan(stride: int, factor: float):

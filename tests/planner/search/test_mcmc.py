@@ -7,11 +7,11 @@ import networkx as nx
 import pytest
 
 from planner import Plan, build_plan, parse_scenario
-from planner.costmodel import CostConfig, Simulator
-from planner.fusion import fuse
+from planner.cost.costmodel import CostConfig, Simulator
+from planner.model.fusion import fuse
 from planner.search import SearchConfig, data_parallel, model_graph, search, strategy_demand, table_placement_start
 from planner.search.topology import TopologyCache
-from planner.strategy import traffic_arrays
+from planner.strategy.strategies import traffic_arrays
 
 
 def _scenario(model, n=16, d=4, kind="topoopt", batch=128, steps=120, **topology):
@@ -136,7 +136,7 @@ def test_topology_signature_matches_topology_finder_inputs():
 
     from planner.search.mcmc import propose
     from planner.search.topology import demand_signature
-    from planner.topology_finder import allreduce_network_bytes, class_traffic, split_degree, split_ports
+    from planner.topology.finder import allreduce_network_bytes, class_traffic, split_degree, split_ports
 
     rng = random.Random(5)
     for model in ("dlrm", "candle", "bert"):

@@ -1,0 +1,105 @@
+"""The flow-level predictor against closed forms (docs/algorithms.md sections 6 and 7)."""
+
+import pytest
+
+from contract.physics import tcp_goodput_fraction
+from planner import build_plan, load_scenario, parse_scenario
+from planner.collectives.p2p import p2p_transfers
+from planner.collectives.rings import multiring_allreduce, ring_allreduce, topoopt_rings
+from planner.collectives.simulate import simulate_and_verify
+from planner.cost.iteration import IterationOptions, iteration_schedule
+from planner.cost.predict import Network, plan_network, predict
+
+
+def _line_network(cap=1e6, alpha=0.0):
+    # 0 - 1 - 2 chain; paths go through 1
+    def path(a, b):
+        step = 1 if b > a else -1
+        return list(range(a, b + step, step))
+
+    capacity = {(0, 1): cap, (1, 0): cap, (1, 2): cap, (2, 1): cap}
+    return Network(capacity, path, alpha, reduce_bytes_per_s=1e18)
+
+
+def test_single_transfer_time_is_bytes_over_rate_plus_hop_latency():
+    sched = p2p_transfers(3, [(0, 2, 400_000)])
+    pred = predict(sched, _line_network(alpha=1e-3))
+    assert pred.seconds == pytest.approx(0.4 + 2e-3, rel=1e-6)
+    assert pred.link_bytes[(0, 1)] == pytest.approx(400_000) and pred.link_bytes[(1, 2)] == pytest.approx(400_000)
+
+
+def test_two_flows_share_a_link_fairly():
+    # 0->2 and 1->2 share link (1,2): each gets half until the shorter one ends
+    sched = p2p_transfers(3, [(0, 2, 400_000), (1, 2, 200_000)])
+    pred = predict(sched, _line_network())
+    # both at 0.5 MB/s until 0.4 s (1->2 done), then 0->2 alone: 200 KB left at 1 MB/s
+    assert pred.seconds == pytest.approx(0.6, rel=1e-6)
+
+
+def test_messages_of_one_pair_are_fifo():
+    sched = p2p_transfers(3, [(0, 1, 100_000), (0, 1, 100_000)])
+    pred = predict(sched, _line_network())
+    assert pred.seconds == pytest.approx(0.2, rel=1e-6)
+
+
+@pytest.mark.parametrize("n", [8, 12, 16])
+def test_topoopt_multiring_meets_the_bandwidth_bound(n):
+    s = parse_scenario(
+        {
+            "cluster": {"servers": n, "degree": 4, "link_gbps": 1},
+            "workload": {"model": "resnet50"},
+            "parallelism": {"strategy": "data"},
+        }
+    )
+    plan = build_plan(s)
+    net = plan_network(plan, mtu=9000, alpha_s=0.0, reduce_bytes_per_s=1e18)
+    size = n * 4 * 2**16
+    pred = predict(multiring_allreduce(n, size, topoopt_rings(n, list(plan.strides))), net)
+    goodput = 1e9 * tcp_goodput_fraction(9000) / 8
+    bound = 2 * (n - 1) * size / (n * 4 * goodput)  # docs/algorithms.md section 7, D = d B
+    assert pred.seconds == pytest.approx(bound, rel=0.02)
+    one_ring = predict(ring_allreduce(n, size), net)
+    assert one_ring.seconds == pytest.approx(4 * bound, rel=0.02)  # one of d interfaces busy
+
+
+def test_goodput_fraction_matches_measured_htb_ceiling():
+    assert tcp_goodput_fraction(1500) == pytest.approx(0.956, abs=0.003)
+    assert tcp_goodput_fraction(9000) == pytest.approx(0.992, abs=0.002)
+
+
+@pytest.mark.parametrize(
+    "name", ["topoopt-12", "switch-12", "expander-12", "resnet50-topoopt-12", "resnet50-switch-12", "topoopt-32"]
+)
+def test_iteration_schedules_verify_and_overlap(scenario_dir, name):
+    s = load_scenario(scenario_dir / f"{name}.toml")
+    plan = build_plan(s)
+    small = iteration_schedule(plan, IterationOptions(time_scale=10.0, payload_scale=1e-4))
+    assert simulate_and_verify(small) == []
+    pred = predict(small, plan_network(plan))
+    compute = sum(op.seconds for op in small.programs[0]["compute"] if op.kind == "compute")
+    assert pred.seconds >= compute  # the compute stream is a lower bound
+    assert len(small.checks) >= 1
+
+
+def test_hybrid_dense_iteration_uses_coset_groups():
+    s = parse_scenario(
+        {
+            "cluster": {"servers": 8, "degree": 4},
+            "workload": {"model": "vgg16", "batch_per_server": 8},
+            "parallelism": {"strategy": "hybrid", "mp_degree": 2},
+        }
+    )
+    plan = build_plan(s)
+    sched = iteration_schedule(plan, IterationOptions(payload_scale=1e-4))
+    groups = [c.groups for c in sched.checks if c.kind == "allreduce"]
+    assert [[0, 2, 4, 6], [1, 3, 5, 7]] in groups
+    assert simulate_and_verify(sched) == []
+
+
+def test_relayed_bytes_count_servers_not_switches(scenario_dir):
+    from planner.collectives.p2p import all_to_all
+
+    for name, relayed in (("switch-12", False), ("topoopt-12", True)):
+        plan = build_plan(load_scenario(scenario_dir / f"{name}.toml"))
+        pred = predict(p2p_transfers(12, all_to_all(range(12), 4096)), plan_network(plan))
+        assert (sum(pred.relayed_bytes.values()) > 0) is relayed
