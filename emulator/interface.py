@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from contract.emulation import EmulatedRates
 from contract.network import Network, cable_capacities
+from contract.physics import tcp_goodput_fraction
 
 from .addressing import Port
 
@@ -156,3 +157,19 @@ class BuiltRates:
         """Directed goodput (bytes/s) of the cables at their shaped rates and MTU, parallel
         cables summed (`contract.network.cable_capacities`)."""
         return cable_capacities(self.network.links, self.mtu, self.link_rate_bps)
+
+    def rate_facts(self) -> dict[str, Any]:
+        """The facts every built network records (results.json's ``emulation``): its shape,
+        rates, time scale and MTU; each network class adds its own (latency, machines)."""
+        return {
+            "servers": self.network.servers,
+            "switch_nodes": self.network.nodes - self.network.servers,
+            "cables": len(self.network.links),
+            "link_mbps": self.link_mbps,
+            "reference_gbps": self.reference_gbps,
+            "time_scale": self.time_scale,
+            "mtu": self.mtu,
+            "rates_mbps": sorted({r / 1e6 for r in self.link_rate_bps}),
+            "tcp_max_fraction": tcp_goodput_fraction(self.mtu),
+            "plan_latency_us": float(self.network.latency_us),
+        }

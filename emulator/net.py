@@ -47,7 +47,6 @@ from mininet.net import Mininet
 
 from contract.emulation import emulated_rates
 from contract.network import Network
-from contract.physics import tcp_goodput_fraction
 
 from . import counters, nsutil, shaping
 from .addressing import RANGE, Port, identity, node_name, plane_address, ports_of
@@ -229,19 +228,10 @@ class EmulatedNetwork(BuiltRates):
             self.stop()
             raise
         self.facts.update(
-            {
-                "servers": self.servers,
-                "switch_nodes": self.nodes - self.servers,
-                "cables": len(self.network.links),
-                "link_mbps": self.link_mbps,
-                "reference_gbps": self.reference_gbps,
-                "time_scale": self.time_scale,
-                "mtu": self.mtu,
-                "rates_mbps": sorted({r / 1e6 for r in self.link_rate_bps}),
-                "tcp_max_fraction": tcp_goodput_fraction(self.mtu),
+            self.rate_facts()
+            | {
                 "netem": self.netem,
                 "delay_us": self.delay_us if self.netem else 0.0,
-                "plan_latency_us": float(self.network.latency_us),
                 "latency_note": (
                     "plan latency applied with netem (dilated)"
                     if self.netem

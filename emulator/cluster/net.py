@@ -67,7 +67,7 @@ from mininet.node import Node
 from contract.emulation import EmulatedRates, EmulationConfig, emulated_rates
 from contract.errors import RunError
 from contract.network import Network
-from contract.physics import ETHERNET_MTU, tcp_goodput_fraction, tunnel_mtu
+from contract.physics import ETHERNET_MTU, tunnel_mtu
 
 from .. import shaping
 from ..addressing import Port, identity, node_name, ports_of
@@ -163,21 +163,12 @@ class ClusterNetwork(BuiltRates):
             self.stop()
             raise
         self.facts.update(
-            {
-                "servers": self.servers,
-                "switch_nodes": self.nodes - self.servers,
-                "cables": len(self.network.links),
+            self.rate_facts()
+            | {
                 "machines": [m.name for m in self.machines],
                 "tunnels": sum(self.crosses(k) for k in range(len(self.network.links))),
-                "link_mbps": self.link_mbps,
-                "reference_gbps": self.reference_gbps,
-                "time_scale": self.time_scale,
-                "mtu": self.mtu,
-                "rates_mbps": sorted({r / 1e6 for r in self.link_rate_bps}),
-                "tcp_max_fraction": tcp_goodput_fraction(self.mtu),
                 "netem": self.netem,
                 "delay_us": self.delay_us,
-                "plan_latency_us": float(self.network.latency_us),
                 "latency_note": "netem is not applied across machines: links add no latency",
                 "build_s": time.perf_counter() - t0,
             }

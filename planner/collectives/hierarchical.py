@@ -55,6 +55,38 @@ def chunk_weights(chunks: int) -> list[int]:
     return [*TAPER, *[FULL_CHUNK] * middle, *TAPER[::-1]]
 
 
+def _add_direct_exchange(
+    b: ScheduleBuilder,
+    members: Sequence[int],
+    buffer: str,
+    pieces: Sequence[Region],
+    stream: str,
+    tag: int,
+    after: Deps,
+    reduce: bool,
+) -> dict[int, list[int]]:
+    """Every member of a fully connected group sends to every other at once (eager), then
+    receives from each. Reduce-scatter: member j sends ``pieces[i]`` to member i and reduces
+    the pieces j it receives; all-gather: it sends ``pieces[j]`` and copies the pieces i in."""
+    k, last = len(members), {}
+    for j, rank in enumerate(members):
+        deps = list(after.get(rank, ()))
+        order = [(j + s) % k for s in range(1, k)]  # staggered, so no member is everyone's first
+        for i in order:
+            sent = pieces[i] if reduce else pieces[j]
+            if sent[1]:
+                last[rank] = b.send(rank, stream, members[i], buffer, *sent, tag, after=deps)
+                deps = []
+        for i in order:
+            got = pieces[j] if reduce else pieces[i]
+            if got[1]:
+                last[rank] = b.recv(
+                    rank, stream, members[i], buffer, *got, tag, "reduce" if reduce else "copy", after=deps
+                )
+                deps = []
+    return done_ops(members, after, last)
+
+
 def add_direct_reduce_scatter(
     b: ScheduleBuilder,
     members: Sequence[int],
@@ -66,19 +98,7 @@ def add_direct_reduce_scatter(
 ) -> dict[int, list[int]]:
     """Direct reduce-scatter on a fully connected group: member j sends ``pieces[i]`` to
     member i (all at once, eager), then reduces the p - 1 pieces j it receives."""
-    k, last = len(members), {}
-    for j, rank in enumerate(members):
-        deps = list(after.get(rank, ()))
-        order = [(j + s) % k for s in range(1, k)]  # staggered, so no member is everyone's first
-        for i in order:
-            if pieces[i][1]:
-                last[rank] = b.send(rank, stream, members[i], buffer, *pieces[i], tag, after=deps)
-                deps = []
-        for i in order:
-            if pieces[j][1]:
-                last[rank] = b.recv(rank, stream, members[i], buffer, *pieces[j], tag, "reduce", after=deps)
-                deps = []
-    return done_ops(members, after, last)
+    return _add_direct_exchange(b, members, buffer, pieces, stream, tag, after, reduce=True)
 
 
 def add_direct_all_gather(
@@ -92,19 +112,7 @@ def add_direct_all_gather(
 ) -> dict[int, list[int]]:
     """Direct all-gather: member j sends ``pieces[j]`` to every other member and copies
     theirs in."""
-    k, last = len(members), {}
-    for j, rank in enumerate(members):
-        deps = list(after.get(rank, ()))
-        order = [(j + s) % k for s in range(1, k)]
-        for i in order:
-            if pieces[j][1]:
-                last[rank] = b.send(rank, stream, members[i], buffer, *pieces[j], tag, after=deps)
-                deps = []
-        for i in order:
-            if pieces[i][1]:
-                last[rank] = b.recv(rank, stream, members[i], buffer, *pieces[i], tag, "copy", after=deps)
-                deps = []
-    return done_ops(members, after, last)
+    return _add_direct_exchange(b, members, buffer, pieces, stream, tag, after, reduce=False)
 
 
 def _half(
