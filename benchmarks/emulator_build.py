@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from contract.emulation import DEFAULT_RUN_DIR
 from contract.network import circulant_network
 from emulator import EmulatedNetwork, EmulationConfig
 
@@ -40,7 +41,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[12, 32, 64])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--run-dir", default="/run/topolab")
+    ap.add_argument("--run-dir", default=DEFAULT_RUN_DIR)
     ap.add_argument("--wait", type=float, default=600.0, help="wait this long for another run's lock")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "emulator_build.json"))
     args = ap.parse_args()

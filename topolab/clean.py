@@ -19,9 +19,13 @@ import argparse
 import json
 import sys
 
+from contract.emulation import DEFAULT_RUN_DIR
+
 
 def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run-dir", default="/run/topolab", help="run lock and state directory (default /run/topolab)")
+    parser.add_argument(
+        "--run-dir", default=DEFAULT_RUN_DIR, help=f"run lock and state directory (default {DEFAULT_RUN_DIR})"
+    )
     parser.add_argument("--json", action="store_true", help="print what was cleaned as JSON")
     parser.add_argument(
         "--machines",

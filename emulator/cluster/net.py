@@ -74,6 +74,7 @@ from ..addressing import Port, identity, node_name, ports_of
 from ..hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
 from ..interface import BuiltRates
 from ..nsutil import process_id
+from ..state import RunLock, run_dir_path
 from .ssh import Machine, SshOptions, check_machines
 from .state import control_socket, kill_script, record_script, state_file
 
@@ -139,6 +140,7 @@ class ClusterNetwork(BuiltRates):
     # what `EmulatedNetwork.facts` says, for the same readers (topolab verify, run)
     facts: dict = field(default_factory=dict, init=False)
     _relays: dict[tuple[int, str], str] = field(default_factory=dict, init=False)  # (machine, path): remote
+    _lock: RunLock | None = field(default=None, init=False)  # this machine's run lock, as one machine's network
     netem = False  # no link latency: netem is not applied across machines (docs/cluster.md)
     delay_us = 0.0
 
@@ -157,6 +159,10 @@ class ClusterNetwork(BuiltRates):
 
     def __enter__(self) -> ClusterNetwork:
         t0 = time.perf_counter()
+        # the driver's run lock, as a one-machine network takes it (--run-dir, --wait): two
+        # drivers on this machine never build at once
+        self._lock = RunLock(run_dir_path(self.config.run_dir))
+        self._lock.acquire(self.config.lock_wait_s)
         try:
             self.build()
         except BaseException:
@@ -371,6 +377,9 @@ class ClusterNetwork(BuiltRates):
             self._stop()
         finally:
             self.facts["teardown_s"] = time.perf_counter() - t0
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
 
     def _stop(self) -> None:
         started = [h for h in self.hosts if h.pid]

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from contract.emulation import DEFAULT_RUN_DIR
+
 from .. import nsutil
 from .ssh import Machine, SshOptions
 
-STATE_DIR = "/run/topolab"
+STATE_DIR = DEFAULT_RUN_DIR  # on every machine: where a one-machine run keeps its state too
 CLEAN_TIMEOUT_S = 10.0
 KILL_ROUNDS = 10  # x 0.2 s: how long SIGKILLed processes may take to be gone
 _PREFIX = "cluster-"
