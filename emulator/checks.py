@@ -27,6 +27,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from contract.limits import limit_s
 from contract.physics import tcp_goodput_fraction
 
 from .addressing import node_of_identity, plane_address
@@ -220,7 +221,7 @@ def check_goodput(
     return report
 
 
-LISTEN_TIMEOUT_S = 5.0
+LISTEN_TIMEOUT_S = limit_s(5.0)
 """How long the iperf3 servers of one batch may take to listen (locally ~0.1 s; a server
 started over ssh on another machine takes longer, and a client started before its server
 listens fails with "Connection refused")."""

@@ -26,12 +26,14 @@ from collections.abc import Iterable
 
 from mininet.node import Host
 
+from contract.limits import limit_s
+
 from . import nsutil
 from .errors import EmulationError
 
-HOST_START_TIMEOUT_S = 8.0
+HOST_START_TIMEOUT_S = limit_s(8.0)
 """How long a host's shell may take to start (prompt, own namespace); all hosts boot in parallel."""
-HOST_END_TIMEOUT_S = 5.0
+HOST_END_TIMEOUT_S = limit_s(5.0)
 """How long the SIGKILLed shells may take to be reaped, all together."""
 PROMPT = chr(127)
 """The shell's PS1: a byte no command prints, so its arrival means "ready"."""

@@ -32,6 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from contract.limits import limit_s
+
 from . import nlbatch, nsutil, shaping
 from .addressing import PLANE_BLOCK_LEN, Port, identity, plane_address, plane_block
 from .errors import EmulationError, ShapingError
@@ -43,9 +45,9 @@ CUBIC = "cubic"
 10-27% of a shaped link unused, and a child namespace may only pick algorithms the ROOT
 namespace lists in tcp_allowed_congestion_control, which we must not change. A route's
 congctl applies to every connection over it, both ends, whatever the namespace default."""
-TC_TIMEOUT_S = 5.0
+TC_TIMEOUT_S = limit_s(5.0)
 """The longest one host's ``tc -batch`` may take (a host of 64 cables needs ~10 ms)."""
-READBACK_TIMEOUT_S = 10.0
+READBACK_TIMEOUT_S = limit_s(10.0)
 """The longest the read-back of every host's qdiscs may take (64 hosts: ~0.1 s)."""
 ROUTE_SEQ_BASE = 100_000
 """Netlink sequence numbers of the routes: ``ROUTE_SEQ_BASE + destination``, above those of

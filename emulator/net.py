@@ -46,6 +46,7 @@ import pyroute2  # noqa: F401  (imported up front: it takes 0.15 s)
 from mininet.net import Mininet
 
 from contract.emulation import emulated_rates
+from contract.limits import limit_s
 from contract.network import Network
 
 from . import counters, nsutil, shaping
@@ -84,7 +85,7 @@ def as_network(description: Any) -> Network:
     return description if isinstance(description, Network) else description.network
 
 
-POPEN_ENTER_TIMEOUT_S = 5.0  # mnexec's setns takes microseconds; seconds only on a stalled machine
+POPEN_ENTER_TIMEOUT_S = limit_s(5.0)  # mnexec's setns takes microseconds; seconds only on a stalled machine
 
 
 class EmulatedNetwork(BuiltRates):

@@ -15,6 +15,8 @@ import socket
 import struct
 import time
 
+from contract.limits import limit_s
+
 from .errors import EmulationError
 
 NLMSG_ERROR = 2
@@ -27,7 +29,7 @@ COMPAT_TABLE = 252
 """``RT_TABLE_COMPAT``: the 8-bit table field of a request whose table, in ``RTA_TABLE``, is above 255."""
 FR_ACT_TO_TBL = 1
 """Action of a routing rule that looks up a table."""
-NETLINK_TIMEOUT_S = 5.0
+NETLINK_TIMEOUT_S = limit_s(5.0)
 """The longest one batch may wait for the kernel's acks (a 64-host build needs a few ms)."""
 
 

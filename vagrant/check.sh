@@ -96,7 +96,7 @@ sed 's/^/check:   guest /' "$logs/guest.log" | grep -E 'kernel|netem'
 step setup "${TOPOLAB_CHECK_TIMEOUT_SETUP:-3600}" vagrant provision --provision-with setup \
   || fail "step 'setup': scripts/setup.sh in the VM (log: $logs/setup.log)"
 run_rc=0
-step run "${TOPOLAB_CHECK_TIMEOUT_RUN:-3600}" vagrant ssh --no-tty -c 'cd /vagrant && sudo bash scripts/run.sh' || run_rc=$?
+step run "${TOPOLAB_CHECK_TIMEOUT_RUN:-3600}" vagrant ssh --no-tty -c 'cd /vagrant && sudo env $(grep ^TOPOLAB_SLOWDOWN= /etc/environment) bash scripts/run.sh' || run_rc=$?
 grep -E "^$scenario: measured|^topolab: |^report: " "$logs/run.log" | sed 's/^/check:   /' || true
 case $run_rc in
   0 | 3) ;;

@@ -50,6 +50,7 @@ from typing import Any
 import zmq
 
 from contract.errors import RunError
+from contract.limits import limit_s
 
 from .protocol import CONTROL_POLL_MS, ITERATION_GRACE_S, SILENCE_S, decode, encode, identity, now
 from .spec import DEFAULT_CHUNK, DEFAULT_TIMEOUT_S, WorkerSpec, specs_for_schedule
@@ -60,12 +61,12 @@ ControlRelay = Callable[[int, str], "str | None"]
 to our control socket at ``path``; None for a rank on this machine."""
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-START_TIMEOUT_S = 7.0
+START_TIMEOUT_S = limit_s(7.0)
 """Bound on each start phase (``ready``, then ``connected``). A worker's start is Python plus
 numpy and pyzmq imports, ~0.3 s of CPU: twelve on two busy cores take ~2-3 s, so 7 s is a
 >2x margin that still names a worker that never connects, and ends every process, within
 10 s (the abort and stop that follow take well under a second)."""
-WORKER_START_CPU_S = 0.3  # one worker's start: Python, numpy and pyzmq imports
+WORKER_START_CPU_S = limit_s(0.3)  # one worker's start: Python, numpy and pyzmq imports
 START_MARGIN = 2.5  # how much slower than the CPU alone a start may be (a loaded machine)
 
 

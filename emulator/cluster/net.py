@@ -66,6 +66,7 @@ from mininet.node import Node
 
 from contract.emulation import EmulatedRates, EmulationConfig, emulated_rates
 from contract.errors import RunError
+from contract.limits import limit_s
 from contract.network import Network
 from contract.physics import ETHERNET_MTU, tunnel_mtu
 
@@ -80,8 +81,8 @@ from .state import control_socket, kill_script, record_script, state_file
 
 VXLAN_PORT = 4789  # IANA's VXLAN port
 VNI_BASE = 1  # VNI 0 is legal but reads as "unset" in tools; cable k gets VNI_BASE + k
-CONFIG_TIMEOUT_S = 20.0  # one machine's whole configuration script (a 12-host machine: ~1 s)
-TEARDOWN_TIMEOUT_S = 10.0
+CONFIG_TIMEOUT_S = limit_s(20.0)  # one machine's whole configuration script (a 12-host machine: ~1 s)
+TEARDOWN_TIMEOUT_S = limit_s(10.0)
 STARTS_PER_MACHINE = 8  # host shells started at once on each machine: one ssh session each on its master
 RESOLVE_TIMEOUT_S = 5.0  # a machine's name to its underlay address (the resolver's own retries)
 
