@@ -34,7 +34,7 @@ from contract.plan import Plan
 from planner.scenario import Fault
 from planner.topology.reroute import cable_index, ranks_using, rerouted_plan
 
-from .results import Iteration, RunResults
+from .results import AppliedFault, Iteration, RunResults
 
 _FLAG = re.compile(r"^h?(\d+)-h?(\d+)@(\d+)$")
 
@@ -108,7 +108,7 @@ class FaultInjector:
         self.pairs = pairs  # the schedule's (src, dst) rank pairs
         self.log = log
         self.dead: set[int] = set()
-        self.applied: list[dict[str, Any]] = []
+        self.applied: list[AppliedFault] = []
         self.predicted: dict[str, Any] = {}
         self._net: Any = None
         self._predict: Callable[[Plan], dict[str, Any]] | None = None
@@ -158,17 +158,17 @@ class FaultInjector:
             f"prediction now {self.predicted['real_ms']:.3f} ms"
         )
         self.applied.append(
-            {
-                "iteration": f.iteration,
-                "cable": pf.name,
-                "cable_index": pf.cable,
-                "action": f.action,
-                "factor": f.factor,
-                "reroute": f.reroute,
-                "applied_s": applied_s,
-                "predicted_real_ms": self.predicted["real_ms"],
-                "predicted_emulated_s": self.predicted["emulated_s"],
-            }
+            AppliedFault(
+                iteration=f.iteration,
+                cable=pf.name,
+                cable_index=pf.cable,
+                action=f.action,
+                factor=f.factor,
+                reroute=f.reroute,
+                applied_s=applied_s,
+                predicted_real_ms=self.predicted["real_ms"],
+                predicted_emulated_s=self.predicted["emulated_s"],
+            )
         )
 
 
@@ -183,9 +183,9 @@ def report_section(results: RunResults) -> str:
         return ""
     lines = ["", "## Faults", ""]
     for f in faults:
-        what = "down" if f["action"] == "down" else f"degraded to {f['factor']:g}x"
-        how = ", rerouted" if f["action"] == "down" and f["reroute"] else ""
-        lines.append(f"- before iteration {f['iteration']}: cable {f['cable']} {what}{how}")
+        what = "down" if f.action == "down" else f"degraded to {f.factor:g}x"
+        how = ", rerouted" if f.action == "down" and f.reroute else ""
+        lines.append(f"- before iteration {f.iteration}: cable {f.cable} {what}{how}")
     lines += [
         "",
         "| iterations | faults before | measured ms (median) | predicted ms | slowdown measured | predicted |",

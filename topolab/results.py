@@ -185,6 +185,29 @@ class Calibration:
 
 
 @dataclass
+class AppliedFault:
+    """One fault as the run applied it (topolab.faults): the cable, what happened to it, before
+    which timed iteration, how long applying it took and the prediction made after it."""
+
+    iteration: int
+    cable: str  # its name, "h3-h4"
+    cable_index: int
+    action: str  # "down" | "degrade"
+    factor: float
+    reroute: bool
+    applied_s: float
+    predicted_real_ms: float
+    predicted_emulated_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AppliedFault:
+        return cls(**_known(cls, d))
+
+
+@dataclass
 class ScheduleSummary:
     """What the iteration's schedule is: its ops, buckets and the AllReduce each group ran."""
 
@@ -374,7 +397,7 @@ class RunResults:
     calibration: Calibration | None = None
     measured: Measured | None = None
     # a run with faults: what was applied, when, and the new prediction (topolab.faults)
-    faults: list[dict[str, Any]] | None = None
+    faults: list[AppliedFault] | None = None
     error: str | None = None
 
     def summarize(self) -> Summary:
@@ -422,7 +445,7 @@ class RunResults:
         if self.calibration is not None:
             d["calibration"] = self.calibration.to_dict()
         if self.faults is not None:
-            d["faults"] = self.faults
+            d["faults"] = [f.to_dict() for f in self.faults]
             d["fault_phases"] = [ph.to_dict() for ph in self.fault_phases()]
         if self.measured is not None:
             d["measured"] = self.measured.to_dict()
@@ -449,7 +472,7 @@ class RunResults:
             predicted=Prediction.from_dict(d["predicted"]) if d.get("predicted") else None,
             calibration=Calibration.from_dict(d["calibration"]) if d.get("calibration") else None,
             measured=Measured.from_dict(d["measured"]) if d.get("measured") else None,
-            faults=list(d["faults"]) if d.get("faults") is not None else None,
+            faults=[AppliedFault.from_dict(f) for f in d["faults"]] if d.get("faults") is not None else None,
             error=d.get("error"),
         )
 

@@ -20,8 +20,18 @@ from topolab.collective_results import (
     PhaseResult,
     SizeResult,
 )
+from topolab.faults import report_section
 from topolab.journal import read_results, write_results_file
-from topolab.results import RESULTS_FORMAT, Iteration, LinkBytes, Measured, Prediction, RunResults, check_format
+from topolab.results import (
+    RESULTS_FORMAT,
+    AppliedFault,
+    Iteration,
+    LinkBytes,
+    Measured,
+    Prediction,
+    RunResults,
+    check_format,
+)
 
 
 def _through_json(doc: dict) -> dict:
@@ -31,12 +41,15 @@ def _through_json(doc: dict) -> dict:
 def test_results_read_back_as_written(tmp_path):
     results = smoke_results("complete", [2.0, 2.2, 2.1], 2.05, [LinkBytes(0, 1, 1000)])
     results.measured = Measured([LinkBytes(0, 1, 1090)])
-    results.faults = [{"iteration": 1, "cable": "h0-h1", "action": "down", "reroute": True}]
+    results.faults = [AppliedFault(1, "h0-h1", 0, "down", 0.0, True, 0.02, 2.3, 0.575)]
     for k, it in enumerate(results.iterations):
         it.faults_before, it.predicted_real_ms = int(k >= 1), 2.05 + k
     doc = _through_json(results.to_dict())
     assert doc["format"] == RESULTS_FORMAT
-    assert _through_json(RunResults.from_dict(doc).to_dict()) == doc
+    read_back = RunResults.from_dict(doc)
+    assert _through_json(read_back.to_dict()) == doc
+    assert read_back.faults == results.faults  # typed again, field by field
+    assert "- before iteration 1: cable h0-h1 down, rerouted" in report_section(read_back)
     # the keys the report and the tests of a real run read
     assert {"status", "scenario", "plan", "emulation", "iterations", "schedule", "predicted", "summary"} <= set(doc)
     assert doc["summary"]["iterations"] == 3 and doc["summary"]["median_real_ms"] == pytest.approx(2.1)
