@@ -38,7 +38,7 @@ from planner.collectives.hierarchical import PIPELINE_CHUNKS, hierarchical_allre
 from planner.cost.predict import plan_network, predict
 from planner.topology.hierarchical import hierarchical_plan
 
-from .collective import parse_size
+from .collective_results import parse_size
 from .network import add_network_arguments, network_config, network_flags, open_network
 from .options import bounded_int, check_output_dir
 

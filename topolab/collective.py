@@ -29,15 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from contract.emulation import emulated_rates
-from contract.errors import UsageError
 from planner.collectives.forest import per_direction
 from planner.collectives.from_plan import ALGORITHMS, allreduce_schedule, choose_allreduce
 from planner.collectives.tree_packing import allreduce_bounds
@@ -45,15 +42,16 @@ from planner.collectives.trees import DEFAULT_SEGMENT_BYTES
 
 from .collective_results import (
     ALLTOALL,
-    UNITS,
     AlltoallResults,
     CollectiveEmulation,
+    CollectiveInputError,
     CollectiveResults,
     SizeResult,
     SweepEstimate,
     format_nccl_tests,
     format_size,
     format_table,
+    parse_size,
 )
 from .network import NetworkFlags, add_network_arguments, network_config, network_flags, open_network
 from .options import (
@@ -62,31 +60,13 @@ from .options import (
     MIN_LINK_MBPS,
     bounded_float,
     bounded_int,
-    check_output_dir,
+    results_folder,
 )
-
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
-
 
 # Largest --bytes buffer: every one of the n workers holds it twice (data and receive
 # buffer), so 256M is already 6 GiB of memory on 12 emulated servers.
 MAX_BUFFER_BYTES = 256 << 20
 MAX_REPEAT = 1000
-
-
-class CollectiveInputError(UsageError):
-    """Bad command-line value; the message names the option."""
-
-
-def parse_size(text: str, option: str = "--bytes") -> int:
-    """``64M`` -> 67108864 (K, M, G are powers of 1024, as in nccl-tests)."""
-    m = _SIZE_RE.match(text)
-    if not m:
-        raise CollectiveInputError(f"{option} {text!r}: expected a size such as 4096, 256K, 64M or 1G")
-    size = int(m.group(1)) * UNITS[m.group(2).upper()]
-    if size <= 0 or size % 4:
-        raise CollectiveInputError(f"{option} {text!r}: must be a positive multiple of 4 bytes (float32 gradients)")
-    return size
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -420,24 +400,6 @@ def run_alltoall(args: argparse.Namespace) -> int:
     print(text if args.json else table)
     print(f"results in {out_dir}/ (results.json, table.txt)", file=sys.stderr)
     return 0 if all(r.verified for r in results) else 1
-
-
-def results_folder(out: str | None, scenario_name: str, force: bool, prefix: str = "collective") -> Path:
-    """``--out`` (refused when it exists, unless ``force``) or a new timestamped folder
-    ``results/<prefix>-<scenario>-<time>``."""
-    if out is None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = Path("results") / f"{prefix}-{scenario_name}-{stamp}"
-        suffix = 1
-        while target.exists():  # two runs in one second: never share a folder
-            suffix += 1
-            target = Path("results") / f"{prefix}-{scenario_name}-{stamp}-{suffix}"
-        check_output_dir(target, "--out")
-        return target
-    target = check_output_dir(out, "--out")
-    if target.exists() and any(target.iterdir()) and not force:
-        raise CollectiveInputError(f"--out {out!r}: exists and is not empty; use --force to write into it")
-    return target
 
 
 def run_on_emulator(

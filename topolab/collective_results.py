@@ -12,12 +12,15 @@ two tables of the same rows.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from contract.errors import UsageError
 
 from .results import check_format
 
@@ -26,6 +29,22 @@ ALLTOALL_FORMAT = "topolab.alltoall/1"
 ALLTOALL = "alltoall"  # measured by topolab.routing_phase, alone: it is no AllReduce
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+class CollectiveInputError(UsageError):
+    """Bad command-line value; the message names the option."""
+
+
+def parse_size(text: str, option: str = "--bytes") -> int:
+    """``64M`` -> 67108864 (K, M, G are powers of 1024, as in nccl-tests)."""
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise CollectiveInputError(f"{option} {text!r}: expected a size such as 4096, 256K, 64M or 1G")
+    size = int(m.group(1)) * UNITS[m.group(2).upper()]
+    if size <= 0 or size % 4:
+        raise CollectiveInputError(f"{option} {text!r}: must be a positive multiple of 4 bytes (float32 gradients)")
+    return size
 
 
 def format_size(nbytes: int) -> str:

@@ -42,6 +42,7 @@ from .options import MAX_WAIT_S, bounded_float, check_output_dir, require_root
 
 if TYPE_CHECKING:
     from emulator.interface import RunningNetwork
+    from planner import Scenario
 
 
 def add_network_arguments(parser: argparse.ArgumentParser, when: str = "") -> None:
@@ -181,3 +182,18 @@ def _cluster_network(plan: Plan, config: EmulationConfig, log: Callable[[str], N
     with SshOptions.session(config.ssh_user, config.ssh_identity, config.ssh_known_hosts) as ssh:
         with ClusterNetwork(plan.network, cut.assignment, machines, ssh, config) as net:
             yield net
+
+
+def plan_and_config(
+    args: argparse.Namespace, command: str, **changes: Any
+) -> tuple[Scenario, Plan, EmulationConfig, NetworkFlags]:
+    """Scenario, plan and emulation config of a network command (``--link-mbps`` and the
+    command's ``changes`` applied); checks its inputs and root first."""
+    from planner import build_plan, load_scenario
+
+    flags = network_flags(args, command)
+    scenario = load_scenario(args.scenario)
+    if args.link_mbps is not None:
+        changes["link_mbps"] = args.link_mbps
+    config = network_config(scenario.emulation, flags, **changes)
+    return scenario, build_plan(scenario), config, flags

@@ -12,6 +12,7 @@ import argparse
 import math
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -132,3 +133,21 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="F",
         help=f"multiply every transfer size, {MIN_PAYLOAD_SCALE:g}..{MAX_PAYLOAD_SCALE:g} (default: [run] payload_scale)",
     )
+
+
+def results_folder(out: str | None, scenario_name: str, force: bool, prefix: str = "collective") -> Path:
+    """``--out`` (refused when it exists, unless ``force``) or a new timestamped folder
+    ``results/<prefix>-<scenario>-<time>``."""
+    if out is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        target = Path("results") / f"{prefix}-{scenario_name}-{stamp}"
+        suffix = 1
+        while target.exists():  # two runs in one second: never share a folder
+            suffix += 1
+            target = Path("results") / f"{prefix}-{scenario_name}-{stamp}-{suffix}"
+        check_output_dir(target, "--out")
+        return target
+    target = check_output_dir(out, "--out")
+    if target.exists() and any(target.iterdir()) and not force:
+        raise UsageError(f"--out {out!r}: exists and is not empty; use --force to write into it")
+    return target

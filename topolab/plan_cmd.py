@@ -19,6 +19,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .options import check_output_file
+from .plan_text import rate_text
 
 if TYPE_CHECKING:
     from planner import Plan
@@ -43,13 +44,6 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _gb(x: float) -> str:
     return f"{x / 1e9:.3f} GB" if x >= 1e8 else f"{x / 1e6:.2f} MB"
-
-
-def rate_text(topology: str, link_gbps: float) -> str:
-    """What a plan's ``link_gbps`` is: per link, or a hierarchical server's whole budget."""
-    if topology == "hierarchical":
-        return f"{link_gbps:g} Gbps per server shared by its dimensions"
-    return f"{link_gbps:g} Gbps per link"
 
 
 def describe(plan: Plan) -> str:

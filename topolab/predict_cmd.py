@@ -73,7 +73,7 @@ def netem_assumed() -> tuple[bool, str]:
 
 def predict_job(s: Any, netem: bool, network: str = "", cost_usd: float | None = None, note: str = "") -> JobPrediction:
     """The scenario's plan, its iteration schedule and that schedule's prediction."""
-    from .compare import bandwidth_of
+    from .plan_text import bandwidth_of
     from .prediction import compute_seconds, plan_dict, prepare
 
     plan, schedule, _, emulated, predicted = prepare(s, netem=netem)
@@ -101,7 +101,7 @@ def network_scenarios(base: Any, kinds: list[str]) -> list[tuple[str, Any, float
     from planner.cost.costmodel.baselines import NETWORKS, network_scenario
     from planner.scenario import with_overrides
 
-    from .compare import scenario_for
+    from .comparison import scenario_for
 
     out = []
     for kind in kinds:

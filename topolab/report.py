@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .plan_cmd import rate_text
+from .plan_text import rate_text
 from .results import LinkBytes, RunResults, Summary
 
 TITLE_WRAP_CHARS = 60  # a title line wider than this is wrapped (figures are ~7 inches wide)

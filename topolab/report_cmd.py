@@ -50,7 +50,7 @@ def report_run(folder: Path, label: str) -> str:
 
 
 def report_compare(folder: Path, label: str) -> str:
-    from .compare import write_compare
+    from .comparison import write_compare
 
     doc = _read_json(folder / "compare.json", label)
     arms = [row["topology"] for row in doc.get("rows", [])]
@@ -65,7 +65,7 @@ def report_compare(folder: Path, label: str) -> str:
 
 
 def report_sweep(folder: Path, label: str) -> str:
-    from .sweep import write_sweep
+    from .sweep_report import write_sweep
 
     doc = _read_json(folder / "sweep.json", label)
     try:

@@ -29,9 +29,8 @@ import time
 
 from mininet.cli import CLI
 
-from .network import add_network_arguments, refuse_machines
+from .network import add_network_arguments, plan_and_config, refuse_machines
 from .options import MAX_LINK_MBPS, MIN_LINK_MBPS, bounded_float
-from .verify import _plan_and_config
 
 IPERF_SECONDS = 2
 """Length of an ``iperf`` measurement: long enough for HTB's rate to dominate slow start."""
@@ -244,7 +243,7 @@ class TopolabCLI(CLI):
 def run_shell(args) -> int:
     from emulator import EmulatedNetwork
 
-    scenario, plan, config, flags = _plan_and_config(args, "shell")
+    scenario, plan, config, flags = plan_and_config(args, "shell")
     refuse_machines(
         config,
         flags,

@@ -120,7 +120,7 @@ def resolve_command(command: list[str]) -> list[str]:
 def run_train(args: argparse.Namespace) -> int:
     from planner import build_plan, load_scenario
 
-    from .collective import results_folder
+    from .options import results_folder
 
     backends = parse_backends(args.backend)
     command = resolve_command(list(args.command))

@@ -17,7 +17,7 @@ from dataclasses import asdict
 
 from contract.errors import UsageError
 
-from .network import add_network_arguments, network_config, network_flags, open_network
+from .network import add_network_arguments, open_network, plan_and_config
 from .options import MAX_LINK_MBPS, MIN_LINK_MBPS, bounded_float
 
 MAX_REFERENCE_GBPS = 1600.0  # the scenario's maximum link_gbps (docs/scenarios.md)
@@ -71,19 +71,6 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     add_network_arguments(parser)
 
 
-def _plan_and_config(args, command: str, **changes):
-    """Scenario, plan and emulation config of a network command (``--link-mbps`` and the
-    command's ``changes`` applied); checks its inputs and root first."""
-    from planner import build_plan, load_scenario
-
-    flags = network_flags(args, command)
-    scenario = load_scenario(args.scenario)
-    if args.link_mbps is not None:
-        changes["link_mbps"] = args.link_mbps
-    config = network_config(scenario.emulation, flags, **changes)
-    return scenario, build_plan(scenario), config, flags
-
-
 def run_verify(args) -> int:
     from emulator.checks import check_goodput, check_paths, check_plane_paths, sample_links
 
@@ -92,7 +79,7 @@ def run_verify(args) -> int:
     # The same network `topolab run` builds: link_mbps stands for plan.link_gbps (for the switch
     # baseline the planner sets that to the port rate). `--reference-gbps` pins another rate.
     pinned = {"reference_gbps": args.reference_gbps} if args.reference_gbps else {}
-    scenario, plan, config, _flags = _plan_and_config(args, "verify", **pinned)
+    scenario, plan, config, _flags = plan_and_config(args, "verify", **pinned)
 
     def progress(msg):
         return print(f"verify: {msg}", file=sys.stderr, flush=True)

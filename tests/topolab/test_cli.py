@@ -123,7 +123,8 @@ def test_plan_summary_names_what_the_rate_is_per(scenario: str, rate: str) -> No
 def test_compare_of_a_hierarchical_scenario_keeps_the_budget_per_server() -> None:
     # the other topologies get [cluster] degree links sharing the hierarchical budget
     from planner import build_plan, load_scenario
-    from topolab.compare import bandwidth_of, scenario_for
+    from topolab.comparison import scenario_for
+    from topolab.plan_text import bandwidth_of
 
     base = load_scenario(REPO / "scenarios" / "hierarchical-12.toml")
     assert (base.topology.budget_gbps, base.emulation.budget_mbps, base.cluster.degree) == (100, 400, 4)
@@ -168,3 +169,16 @@ def test_plan_summary_remarks_on_a_large_diameter_and_a_low_bisection(scenario: 
     if remarks:
         assert f"diameter {plan.summary.diameter}:" in lines[0] and "bisection" in lines[1]
         assert plan.summary.diameter >= plan_cmd.LARGE_DIAMETER
+
+
+def test_the_subcommands_independence_contract_names_every_subcommand():
+    """pyproject.toml's import-linter contract keeps the subcommands apart; it must list
+    every module `topolab.cli.COMMANDS` dispatches to, or a new one escapes it."""
+    import tomllib
+    from pathlib import Path
+
+    from topolab.cli import COMMANDS
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    [contract] = [c for c in pyproject["tool"]["importlinter"]["contracts"] if c["type"] == "independence"]
+    assert sorted(contract["modules"]) == sorted(module for module, _help in COMMANDS.values())

@@ -9,10 +9,10 @@ import re
 
 import pytest
 
+from contract.errors import UsageError
 from planner.collectives import simulate_and_verify
 from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan, plan_rings
 from topolab.collective import (
-    CollectiveInputError,
     SizeResult,
     SweepEstimate,
     add_collective_arguments,
@@ -20,12 +20,12 @@ from topolab.collective import (
     format_table,
     ideal_allreduce_s,
     parse_algorithms,
-    parse_size,
     parse_sizes,
-    results_folder,
     run_collective,
     sizes_of,
 )
+from topolab.collective_results import CollectiveInputError, parse_size
+from topolab.options import results_folder
 
 # The regular expressions nccl-tests' consumers parse all_reduce_perf's output with: a data
 # row is size, count, type, redop, root, then time, algbw, busbw, #wrong; the footer is
@@ -146,7 +146,7 @@ def test_results_go_to_a_new_folder_never_over_an_old_one(tmp_path, monkeypatch)
     second = results_folder(None, "topoopt-12", force=False)
     assert second != first and not second.exists()
     (first / "results.json").write_text("{}")
-    with pytest.raises(CollectiveInputError, match="--out .*--force"):
+    with pytest.raises(UsageError, match="--out .*--force"):
         results_folder(str(first), "topoopt-12", force=False)
     assert results_folder(str(first), "topoopt-12", force=True) == first
 

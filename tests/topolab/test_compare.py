@@ -10,7 +10,7 @@ import pytest
 
 from tests.fixtures.sample_results import smoke_results
 from topolab.cli import main
-from topolab.compare import verdict
+from topolab.comparison import verdict
 from topolab.results import WORKER_COST_NOTABLE, Calibration
 
 REPO = Path(__file__).resolve().parents[2]

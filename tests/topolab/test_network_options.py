@@ -14,7 +14,7 @@ import pytest
 from contract.physics import time_scale
 from planner import build_plan, load_scenario
 from topolab.cli import build_parser, main
-from topolab.compare import scenario_for, time_axis
+from topolab.comparison import scenario_for, time_axis
 from topolab.network import NetworkFlags, network_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from topolab import sweep
+from topolab import sweep, sweep_report
 from topolab.cli import main
 
 
@@ -95,5 +95,5 @@ def test_sweep_results_go_under_results_and_the_table_explains_its_strategy_colu
     out = capsys.readouterr().out
     assert code == 0
     assert (tmp_path / "results" / "sweep-topoopt-12" / "sweep.json").is_file()
-    assert sweep.STRATEGY_LEGEND in out and sweep.NETWORK_LEGEND in out
-    assert sweep.STRATEGY_LEGEND in (tmp_path / "results" / "sweep-topoopt-12" / "sweep.txt").read_text()
+    assert sweep_report.STRATEGY_LEGEND in out and sweep_report.NETWORK_LEGEND in out
+    assert sweep_report.STRATEGY_LEGEND in (tmp_path / "results" / "sweep-topoopt-12" / "sweep.txt").read_text()

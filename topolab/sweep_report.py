@@ -1,0 +1,100 @@
+"""The written results of `topolab sweep`: ``sweep.txt`` (the table, its legends, the skipped
+cells) and ``sweep.png`` of a sweep document (``sweep.json``); `topolab report` renders a
+sweep folder with the same code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def write_sweep(out_dir: Path, doc: dict, draw_plot: bool = True) -> tuple[str, list[Path]]:
+    """sweep.txt (the table, its legend, the skipped cells) and sweep.png of a sweep document
+    (sweep.json); returns the text and the files the folder holds."""
+    legend = STRATEGY_LEGEND + "\n" + NETWORK_LEGEND
+    skipped = doc.get("skipped", [])
+    table = format_table(doc["rows"]) + "\n\n" + legend + "".join(f"\n{note}" for note in skipped)
+    (out_dir / "sweep.txt").write_text(table + "\n")
+    written = [out_dir / "sweep.json", out_dir / "sweep.txt"]
+    if draw_plot:
+        written.append(plot(doc["rows"], out_dir / "sweep.png"))
+    return table, written
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.3f}" if x < 1 else f"{x * 1e3:.1f}"
+
+
+def format_table(rows: list[dict]) -> str:
+    w = max([7] + [len(r["network"]) for r in rows])
+    head = f"{'model':9} {'d':>2} {'B':>5} {'network':{w}} {'Gbps/srv':>8} {'cost $k':>8} {'iter ms':>9} {'vs TopoOpt':>10} {'DP ms':>9} strategy"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        vs = f"{r['vs_topoopt']:.2f}x" if r["vs_topoopt"] else "-"
+        strat = _strategy_text(r["strategy"])
+        lines.append(
+            f"{r['model']:9} {r['degree']:>2} {r['link_gbps']:>5g} {r['network']:{w}} {r['per_server_gbps']:>8g} "
+            f"{r['cost_usd'] / 1e3:>8.0f} {_ms(r['iteration_s']):>9} {vs:>10} {_ms(r['data_parallel_s']):>9} {strat}"
+        )
+    return "\n".join(lines)
+
+
+STRATEGY_LEGEND = (
+    "strategy: how many operators take each parallel configuration in the best strategy found: "
+    "'data' = data parallel (replicated, gradients AllReduced), 'mpK' = tensor parallel over K "
+    "consecutive servers, 'table on 1 server' / 'row-sharded table' / 'replicated' = embedding tables. "
+    "DP ms = the all-data-parallel strategy on the same network; vs TopoOpt = iteration time / TopoOpt's."
+)
+
+
+NETWORK_LEGEND = (
+    "networks: switch = an ideal non-blocking switch giving every server d x B, a bound no real network "
+    "of similar cost reaches (it can beat TopoOpt, whose relayed all-to-all and model-parallel traffic pays "
+    "the bandwidth tax); fattree = the Fat-tree of similar cost, TopoOpt's baseline in the paper "
+    "(Gbps/srv and cost columns; prices in sweep.json)."
+)
+
+
+def _strategy_text(choices: dict[str, str]) -> str:
+    counts: dict[str, int] = {}
+    for v in choices.values():
+        key = "table on 1 server" if v.startswith("server ") else ("row-sharded table" if "shards" in v else v)
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{c}x {k}" for k, c in sorted(counts.items()))
+
+
+def plot(rows: list[dict], path: Path) -> Path:
+    """Grouped bars per (d, B): iteration time per model and network, and relative to TopoOpt."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    combos = sorted({(r["degree"], r["link_gbps"]) for r in rows})
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    networks = list(dict.fromkeys(r["network"] for r in rows))
+    fig, axes = plt.subplots(len(combos), 2, figsize=(12, 3.6 * len(combos)), squeeze=False)
+    width = 0.8 / len(networks)
+    for row_axes, (d, b) in zip(axes, combos):
+        cell = {(r["model"], r["network"]): r for r in rows if r["degree"] == d and r["link_gbps"] == b}
+        for j, net in enumerate(networks):
+            xs = [i + (j - (len(networks) - 1) / 2) * width for i in range(len(models))]
+            abs_ms = [cell[(m, net)]["iteration_s"] * 1e3 if (m, net) in cell else 0 for m in models]
+            rel = [cell[(m, net)]["vs_topoopt"] or 0 if (m, net) in cell else 0 for m in models]
+            shown = [(x, t) for x, t in zip(xs, abs_ms) if t > 0]
+            row_axes[0].plot([x for x, _ in shown], [t for _, t in shown], "o", label=net)
+            row_axes[1].bar(xs, rel, width, label=net)
+        for ax, title, ylabel in (
+            (row_axes[0], "iteration time", "ms (log)"),
+            (row_axes[1], "relative to TopoOpt", "x TopoOpt's time"),
+        ):
+            ax.set_xticks(range(len(models)), models)
+            ax.set_title(f"{title}: {rows[0]['servers']} servers, d={d}, B={b:g} Gbps")
+            ax.set_ylabel(ylabel)
+        row_axes[0].set_yscale("log")  # points, not bars: a log axis has no zero for a bar to start at
+        row_axes[1].set_ylim(bottom=0)  # bars from zero, so a 0.96x difference looks like one
+        row_axes[1].axhline(1.0, color="black", linewidth=0.8)
+        row_axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
