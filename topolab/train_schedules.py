@@ -23,17 +23,18 @@ offset and length is a multiple of 4 bytes, so of whole items after scaling).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
 
+from contract.emulation import EmulatedRates
 from contract.schedule import Schedule
 from planner.collectives.phases import direct_alltoall, ring_allgather, ring_broadcast, ring_reduce_scatter
-from planner.cost.predict import plan_network, predict
+from planner.cost.predict import Network, plan_network, predict
 from topolab_torch import protocol
 
-from .prediction import EXPOSED_REDUCE_BYTES, SOFTWARE_HOP_S
+from .prediction import network_args
 
 
 def plan_allreduce(plan: Any, nbytes: int) -> Schedule:
@@ -118,21 +119,19 @@ class ScheduleService:
     """Makes (once per key) and predicts the schedules of the job's collectives."""
 
     plan: Any
-    link_mbps: float
-    mtu: int
-    netem_alpha_s: float = 0.0  # the plan's per-hop latency, dilated, where netem applies it
+    rates: EmulatedRates  # the built network's (``net.rates``)
+    netem: bool = False  # the plan's link latency emulated (``net.netem``)
     made: dict[str, Made] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.n = int(self.plan.servers)
-        self.network = plan_network(
-            self.plan,
-            link_bps=self.link_mbps * 1e6,
-            mtu=self.mtu,
-            alpha_s=SOFTWARE_HOP_S + self.netem_alpha_s,
-            reduce_cap_bytes=EXPOSED_REDUCE_BYTES,
-        )
+        self.network = self.emulated(0.0)
+
+    def emulated(self, op_overhead_s: float) -> Network:
+        """The emulated network as `topolab run` predicts it (`topolab.prediction.network_args`),
+        with ``op_overhead_s`` of software per op."""
+        return plan_network(self.plan, **network_args(self.plan, self.rates, self.netem, op_overhead_s))
 
     def get(self, key: dict[str, Any]) -> Made:
         name = protocol.key_name(key)
@@ -159,7 +158,7 @@ class ScheduleService:
 
     def predictions(self, op_overhead_s: float) -> dict[tuple[str, int], float]:
         """(kind, bytes) -> seconds of every schedule made, with ``op_overhead_s`` per op."""
-        network = replace(self.network, op_overhead_s=op_overhead_s)
+        network = self.emulated(op_overhead_s)
         return {(m.key["kind"], m.nbytes): float(predict(m.schedule, network).seconds) for m in self.made.values()}
 
     def _make(self, key: dict[str, Any]) -> Made:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.emulation import EmulatedRates
 from planner import build_plan, load_scenario
 from topolab.cli import main
 from topolab.train_report import compare, job_summary
@@ -43,7 +44,7 @@ def test_bad_input_is_one_line_exit_2(capsys):
 
 
 def test_schedules_are_the_plans_and_scale_to_the_item_size(plan4):
-    service = ScheduleService(plan4, 100.0, 9000)
+    service = ScheduleService(plan4, EmulatedRates(plan4.link_gbps, 100.0, 9000))
     made = service.get({"kind": "allreduce", "count": 1 << 20, "itemsize": 4, "root": 0})
     assert made.algorithm == "topoopt (2 rings)" and set(made.buffers) == {"grad"}
     # both directions of the ring at once: half Gloo's one ring in rank order
@@ -133,7 +134,7 @@ def test_every_collective_through_the_backend_on_loopback(plan4, tmp_path):
     script = tmp_path / "collectives.py"
     script.write_text(COLLECTIVES_SCRIPT)
     endpoint = f"ipc://{tmp_path}/control.ipc"
-    server = ControlServer(endpoint, 4, ScheduleService(plan4, 100.0, 9000))
+    server = ControlServer(endpoint, 4, ScheduleService(plan4, EmulatedRates(plan4.link_gbps, 100.0, 9000)))
     server.start()
     from topolab.train_jobs import rank_environment
 
