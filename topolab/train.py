@@ -200,7 +200,7 @@ def train(
             calibration_s = calibration_seconds(folder, n)
             op_overhead_s = service.op_overhead(calibration_s)
             summary = job_summary(folder, n, run.wall_s, gloo, service.predictions(op_overhead_s))
-            summary["calibration"] = {"barrier_s": calibration_s, "op_overhead_s": op_overhead_s}
+            summary["calibration"] = {"twin_s": calibration_s, "op_overhead_s": op_overhead_s}
             summary["gloo_predicted_s"] = gloo_communication(summary)
             doc["jobs"][backend] = summary
             log(

@@ -14,7 +14,7 @@ and the root. `ScheduleService` makes it once per key, for every rank:
   AllReduce of one element per rank;
 
 and predicts its time with the flow-level model (`planner.cost.predict`) on the emulated links;
-after the job, again with the software's cost per op that the backend's calibration barriers
+after the job, again with the software's cost per op that the backend's calibration runs
 measured (`ScheduleService.op_overhead`, `predictions`).
 Schedules are generated for float32 elements and scaled to the tensor's item size (every
 offset and length is a multiple of 4 bytes, so of whole items after scaling).
@@ -34,6 +34,7 @@ from planner.collectives.phases import direct_alltoall, ring_allgather, ring_bro
 from planner.cost.predict import Network, plan_network, predict
 from topolab_torch import protocol
 
+from .calibrate import critical_ops, twin_bytes
 from .prediction import network_args
 
 
@@ -146,10 +147,9 @@ class ScheduleService:
         return float(predict(schedule, self.network).seconds)
 
     def op_overhead(self, calibration_s: float | None) -> float:
-        """The software's cost per op: the calibration barriers' measured time over the ops
-        on their critical path (`topolab.calibrate.critical_ops`); 0 without them."""
-        from .calibrate import critical_ops
-
+        """The software's cost per op: the calibration runs' measured time (the zero-payload
+        twin of the plan's AllReduce) over the ops on its critical path
+        (`topolab.calibrate.critical_ops`); 0 without them."""
         made = self.made.get(protocol.key_name(protocol.CALIBRATION_KEY))
         if not calibration_s or made is None:
             return 0.0
@@ -170,6 +170,8 @@ class ScheduleService:
             sched = plan_allreduce(self.plan, 4 * count)
         elif kind == "barrier":
             sched = plan_allreduce(self.plan, 4 * n)
+        elif kind == "calibration":  # the zero-payload twin of the plan's AllReduce
+            sched = plan_allreduce(self.plan, twin_bytes(self.plan))
         elif kind == "allgather":
             sched = ring_allgather(n, 4 * count, rings, weights)
         elif kind == "reduce_scatter":
