@@ -60,6 +60,20 @@ def test_schedules_are_the_plans_and_scale_to_the_item_size(plan4):
         service.get({"kind": "gather", "count": 4, "itemsize": 4})
 
 
+def test_the_calibration_is_the_zero_payload_twin_of_the_allreduce(plan4):
+    from topolab.calibrate import critical_ops
+
+    service = ScheduleService(plan4, EmulatedRates(plan4.link_gbps, 100.0, 9000))
+    twin = service.get(protocol.CALIBRATION_KEY)
+    grads = service.get({"kind": "allreduce", "count": 1311946, "itemsize": 4, "root": 0})  # the CNN's bucket
+    assert twin.schedule.op_count() == grads.schedule.op_count() and twin.buffers["grad"] <= 64
+    ops = critical_ops(plan4, twin.schedule)
+    assert ops == critical_ops(plan4, grads.schedule) > 0
+    assert service.op_overhead(0.012) == pytest.approx(0.012 / ops)
+    with_cost = service.predictions(1e-3)[("allreduce", grads.nbytes)]
+    assert with_cost == pytest.approx(grads.predicted_s + ops * 1e-3, rel=0.2) and with_cost > grads.predicted_s
+
+
 def service_schedule(plan):
     from topolab.train_schedules import plan_allreduce
 
