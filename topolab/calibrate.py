@@ -37,13 +37,17 @@ def critical_ops(plan: Plan, schedule: Schedule) -> float:
     return float(predict(schedule, plan_network(plan, **UNIT_OPS)).seconds)
 
 
+def twin_bytes(plan: Plan) -> int:
+    """The smallest payload of a zero-payload twin's AllReduce: every ring still gives each
+    member a non-empty chunk, so the twin has the same ops as the real one."""
+    return 4 * plan.servers * 2 * max(1, len(plan.strides))
+
+
 def zero_payload_twin(plan: Plan, opts: IterationOptions) -> tuple[Schedule, float]:
     """The zero-payload twin of ``plan``'s iteration run with ``opts``, and K: its predicted
     time with a unit op cost on infinitely fast links (the ops on its critical path, counting
     the serialization of each rank's ops on its processor)."""
-    # every AllReduce region must still give each ring a non-empty chunk per member
-    floor = 4 * plan.servers * 2 * max(1, len(plan.strides))
-    twin_opts = replace(opts, payload_scale=1e-12, time_scale=0.0, min_transfer_bytes=floor)
+    twin_opts = replace(opts, payload_scale=1e-12, time_scale=0.0, min_transfer_bytes=twin_bytes(plan))
     twin, unit = predict_iteration(plan, twin_opts, **UNIT_OPS)
     return twin, unit.seconds
 

@@ -31,8 +31,8 @@ from typing import Any
 from contract.emulation import EmulationConfig
 from contract.errors import UsageError
 
-from .network import NetworkFlags, network_config
-from .options import MAX_LINK_MBPS, MAX_TIMEOUT_S, MAX_WAIT_S, MIN_LINK_MBPS, bounded_float, bounded_int, require_root
+from .network import add_network_arguments, network_config, network_flags, refuse_machines
+from .options import MAX_LINK_MBPS, MAX_TIMEOUT_S, MIN_LINK_MBPS, bounded_float, bounded_int
 
 BACKENDS = ("topolab", "gloo")
 TRAIN_FORMAT = "topolab.train/1"
@@ -81,16 +81,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="topolab backend: fail when a peer sends nothing for this long while awaited (default: 300)",
     )
-    parser.add_argument(
-        "--wait",
-        type=bounded_float(0.0, MAX_WAIT_S, low_inclusive=True),
-        default=0.0,
-        metavar="SECONDS",
-        help="wait this long for another emulation run to finish (default: 0)",
-    )
-    parser.add_argument(
-        "--run-dir", default=None, metavar="DIR", help="where the run lock and state file live (default: /run/topolab)"
-    )
+    add_network_arguments(parser)
     parser.add_argument(
         "command", nargs="*", metavar="-- COMMAND [ARGS...]", help="what to run on every server (after --)"
     )
@@ -131,16 +122,12 @@ def run_train(args: argparse.Namespace) -> int:
             f"--world-size {args.world_size}: {args.scenario} has {servers} servers, one rank each; "
             f"use a scenario with {args.world_size} servers"
         )
-    if scenario.emulation.machines:
-        raise UsageError(
-            f"emulation.machines in {args.scenario}: topolab train runs on one "
-            "machine (the ranks share its files); remove the key"
-        )
-    out = results_folder(args.out, scenario.name, args.force, prefix="train")
-    require_root("train")
-    plan = build_plan(scenario)
+    flags = network_flags(args, "train")
     changes = {} if args.link_mbps is None else {"link_mbps": args.link_mbps}
-    config = network_config(scenario.emulation, NetworkFlags(run_dir=args.run_dir or None, wait_s=args.wait), **changes)
+    config = network_config(scenario.emulation, flags, **changes)
+    refuse_machines(config, flags, "topolab train runs on this machine only (its ranks share this machine's files)")
+    out = results_folder(args.out, scenario.name, args.force, prefix="train")
+    plan = build_plan(scenario)
     out.mkdir(parents=True, exist_ok=True)
     doc = train(plan, scenario.name, config, backends, command, out, args.init_timeout, args.timeout)
     print(f"results in {out}/ (report.md, results.json, rank-*.stdout/stderr per job)", file=sys.stderr)
@@ -186,7 +173,7 @@ def train(
         )
         for backend in backends:
             folder = out / backend if len(backends) > 1 else out
-            service = ScheduleService(plan, net.link_mbps, net.mtu, plan.latency_us * 1e-6 * net.time_scale * net.netem)
+            service = ScheduleService(plan, net.rates, net.netem)
             private, endpoint = control_endpoint()
             server = ControlServer(endpoint, n, service)
             server.start()
@@ -213,7 +200,7 @@ def train(
             calibration_s = calibration_seconds(folder, n)
             op_overhead_s = service.op_overhead(calibration_s)
             summary = job_summary(folder, n, run.wall_s, gloo, service.predictions(op_overhead_s))
-            summary["calibration"] = {"barrier_s": calibration_s, "op_overhead_s": op_overhead_s}
+            summary["calibration"] = {"twin_s": calibration_s, "op_overhead_s": op_overhead_s}
             summary["gloo_predicted_s"] = gloo_communication(summary)
             doc["jobs"][backend] = summary
             log(

@@ -9,8 +9,9 @@ report beside the model's predictions (and Gloo's, when both backends ran).
   early only waits (in DDP, for the others' backward).
 - Predictions are the flow-level model's for the schedule that ran
   (`topolab.train_schedules`), with the software's cost per op that the backend's
-  calibration barriers measured (kind ``calibration``, left out of the tables); Gloo's
-  AllReduce is predicted as one ring in rank order (bandwidth and hops only).
+  calibration runs (the zero-payload twin of the plan's AllReduce) measured (kind
+  ``calibration``, left out of the tables); Gloo's AllReduce is predicted as one ring in
+  rank order (bandwidth and hops only).
 
 Times are emulated seconds (what the emulated network takes); the planned cluster's are
 these divided by the time scale.
@@ -25,7 +26,7 @@ from typing import Any
 
 from topolab_torch import protocol
 
-CALIBRATION = "calibration"  # the kind the backend records its calibration barriers as
+CALIBRATION = "calibration"  # the kind the backend records its calibration runs as
 
 
 def _records(folder: Path, rank: int, what: str) -> list[dict[str, Any]]:
@@ -73,7 +74,7 @@ def collectives_of(folder: Path, n: int, predicted: dict[tuple[str, int], float]
 
 
 def calibration_seconds(folder: Path, n: int) -> float | None:
-    """The median time of the backend's calibration barriers (None: there are none)."""
+    """The median time of the backend's calibration runs (None: there are none)."""
     return _median([c["seconds"] for c in collectives_of(folder, n) if c["kind"] == CALIBRATION])
 
 

@@ -14,7 +14,7 @@ and the root. `ScheduleService` makes it once per key, for every rank:
   AllReduce of one element per rank;
 
 and predicts its time with the flow-level model (`planner.cost.predict`) on the emulated links;
-after the job, again with the software's cost per op that the backend's calibration barriers
+after the job, again with the software's cost per op that the backend's calibration runs
 measured (`ScheduleService.op_overhead`, `predictions`).
 Schedules are generated for float32 elements and scaled to the tensor's item size (every
 offset and length is a multiple of 4 bytes, so of whole items after scaling).
@@ -23,17 +23,19 @@ offset and length is a multiple of 4 bytes, so of whole items after scaling).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
 
+from contract.emulation import EmulatedRates
 from contract.schedule import Schedule
 from planner.collectives.phases import direct_alltoall, ring_allgather, ring_broadcast, ring_reduce_scatter
-from planner.cost.predict import plan_network, predict
+from planner.cost.predict import Network, plan_network, predict
 from topolab_torch import protocol
 
-from .prediction import EXPOSED_REDUCE_BYTES, SOFTWARE_HOP_S
+from .calibrate import critical_ops, twin_bytes
+from .prediction import network_args
 
 
 def plan_allreduce(plan: Any, nbytes: int) -> Schedule:
@@ -118,21 +120,19 @@ class ScheduleService:
     """Makes (once per key) and predicts the schedules of the job's collectives."""
 
     plan: Any
-    link_mbps: float
-    mtu: int
-    netem_alpha_s: float = 0.0  # the plan's per-hop latency, dilated, where netem applies it
+    rates: EmulatedRates  # the built network's (``net.rates``)
+    netem: bool = False  # the plan's link latency emulated (``net.netem``)
     made: dict[str, Made] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.n = int(self.plan.servers)
-        self.network = plan_network(
-            self.plan,
-            link_bps=self.link_mbps * 1e6,
-            mtu=self.mtu,
-            alpha_s=SOFTWARE_HOP_S + self.netem_alpha_s,
-            reduce_cap_bytes=EXPOSED_REDUCE_BYTES,
-        )
+        self.network = self.emulated(0.0)
+
+    def emulated(self, op_overhead_s: float) -> Network:
+        """The emulated network as `topolab run` predicts it (`topolab.prediction.network_args`),
+        with ``op_overhead_s`` of software per op."""
+        return plan_network(self.plan, **network_args(self.plan, self.rates, self.netem, op_overhead_s))
 
     def get(self, key: dict[str, Any]) -> Made:
         name = protocol.key_name(key)
@@ -147,10 +147,9 @@ class ScheduleService:
         return float(predict(schedule, self.network).seconds)
 
     def op_overhead(self, calibration_s: float | None) -> float:
-        """The software's cost per op: the calibration barriers' measured time over the ops
-        on their critical path (`topolab.calibrate.critical_ops`); 0 without them."""
-        from .calibrate import critical_ops
-
+        """The software's cost per op: the calibration runs' measured time (the zero-payload
+        twin of the plan's AllReduce) over the ops on its critical path
+        (`topolab.calibrate.critical_ops`); 0 without them."""
         made = self.made.get(protocol.key_name(protocol.CALIBRATION_KEY))
         if not calibration_s or made is None:
             return 0.0
@@ -159,7 +158,7 @@ class ScheduleService:
 
     def predictions(self, op_overhead_s: float) -> dict[tuple[str, int], float]:
         """(kind, bytes) -> seconds of every schedule made, with ``op_overhead_s`` per op."""
-        network = replace(self.network, op_overhead_s=op_overhead_s)
+        network = self.emulated(op_overhead_s)
         return {(m.key["kind"], m.nbytes): float(predict(m.schedule, network).seconds) for m in self.made.values()}
 
     def _make(self, key: dict[str, Any]) -> Made:
@@ -171,6 +170,8 @@ class ScheduleService:
             sched = plan_allreduce(self.plan, 4 * count)
         elif kind == "barrier":
             sched = plan_allreduce(self.plan, 4 * n)
+        elif kind == "calibration":  # the zero-payload twin of the plan's AllReduce
+            sched = plan_allreduce(self.plan, twin_bytes(self.plan))
         elif kind == "allgather":
             sched = ring_allgather(n, 4 * count, rings, weights)
         elif kind == "reduce_scatter":

@@ -23,8 +23,9 @@ failed first.
 Every collective is one line of ``rank-<RANK>.collectives.jsonl`` in the results folder:
 kind, bytes, algorithm, start and end (CLOCK_MONOTONIC), seconds, the model's prediction,
 and the step (`topolab_torch.step`) it belongs to. Before the first, right after connecting,
-every rank runs `protocol.CALIBRATION_RUNS` barriers (kind ``calibration``): with no payload
-they measure the software's cost per op, which the driver's predictions then include.
+every rank runs `protocol.CALIBRATION_RUNS` times the zero-payload twin of the plan's AllReduce
+(kind ``calibration``): they measure the software's cost per op, which the driver's
+predictions then include.
 """
 
 from __future__ import annotations
@@ -99,9 +100,10 @@ class _Engine:
             )
             reply = self._ask("hello", address=self.session.address)
             self.session.connect({int(r): a for r, a in reply["peers"].items() if int(r) != self.rank})
-            for _ in range(protocol.CALIBRATION_RUNS):  # the software's cost per op, for the predictions
-                token = np.zeros(self.size, dtype=np.float32)
-                self.execute(protocol.CALIBRATION_KEY, {"grad": token}, protocol.CALIBRATION_STEP, "calibration")
+            twin = self.schedule(protocol.CALIBRATION_KEY)  # the software's cost per op, for the predictions
+            zeros = {name: np.zeros(nbytes // 4, dtype=np.float32) for name, nbytes in twin["buffers"].items()}
+            for _ in range(protocol.CALIBRATION_RUNS):
+                self.execute(protocol.CALIBRATION_KEY, zeros, protocol.CALIBRATION_STEP)
         except BaseException as exc:  # reported by the constructor
             self.failed = exc
             self._started.set()

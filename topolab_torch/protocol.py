@@ -34,13 +34,14 @@ ENV_ADDRESS = "TOPOLAB_ADDRESS"
 ENV_TIMEOUT = "TOPOLAB_TIMEOUT_S"
 ENV_CHUNK = "TOPOLAB_CHUNK_BYTES"
 
-KINDS = ("allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier")
+KINDS = ("allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "calibration")
 CALIBRATION_RUNS = 5
-"""Barriers every rank runs right after connecting (recorded as kind ``calibration``, step
-`CALIBRATION_STEP`): their time is the executor's software cost on these hosts, which the
-driver turns into a cost per op for its predictions (as `topolab run` does with its
-zero-payload twin)."""
-CALIBRATION_KEY = {"kind": "barrier", "count": 1, "itemsize": 4, "root": 0}
+"""Runs of the calibration every rank makes right after connecting (recorded as kind
+``calibration``, step `CALIBRATION_STEP`): the zero-payload twin of the plan's AllReduce
+(its ops and dependencies, a few bytes each; the driver sizes its buffer). Their time is the
+executor's software cost on these hosts, which the driver turns into a cost per op for its
+predictions, as `topolab run` does with its iteration's twin."""
+CALIBRATION_KEY = {"kind": "calibration", "count": 0, "itemsize": 4, "root": 0}
 CALIBRATION_STEP = -2
 
 

@@ -7,7 +7,9 @@ lets `workers.transfers` move bytes, polls the data, monitor and control sockets
 `POLL_S`, and checks for faults:
 
 - a peer's TCP connection dropped (`workers.channels` monitors) while ops with it remain:
-  fail at once naming it;
+  fail naming it, at once when sends to it remain; when only receives from it remain, once
+  nothing has come from it for `DOWN_GRACE_S` (a peer done with its last run closes while
+  its last chunks may still be on the wire to us: its exit is not a failure);
 - no progress for ``timeout_s`` (and no compute running): fail naming the peer whose data is
   awaited longest, or the peer that accepts nothing, or a deadlock;
 - ``abort`` from the coordinator: `Aborted`.
@@ -30,6 +32,9 @@ from .transfers import Active, Transfers
 
 POLL_S = 0.05
 """Longest poll of a loop turn: bounds how late a compute's end or a fault is noticed."""
+DOWN_GRACE_S = 1.0
+"""How long a peer whose connection dropped may still deliver what it sent before closing
+(its sockets linger; a shaped link drains a chunk in ~0.1 s at 100 Mbit/s)."""
 STASH_POLL_S = 0.0005
 """Poll while early chunks wait for a tracked send to release their region: libzmq gives
 no event for that, and the region is typically free within a fraction of a millisecond."""
@@ -67,6 +72,10 @@ class IterationRun:
         self.computes: list[Active] = []
         self.stale = list(range(len(program.streams)))  # streams whose head may have become startable
         self.remaining_with = dict(program.ops_per_peer)
+        self.sends_to: dict[int, int] = {}
+        for op in program.ops:
+            if op.kind == SEND:
+                self.sends_to[op.peer] = self.sends_to.get(op.peer, 0) + 1
         self.poller = zmq.Poller()
         self.poller.register(channels.pull, zmq.POLLIN)
         for mon in channels.monitors:
@@ -84,6 +93,8 @@ class IterationRun:
         self.stale.extend(self.program.wakes[op.index])
         if op.kind != COMPUTE:
             self.remaining_with[op.peer] -= 1
+            if op.kind == SEND:
+                self.sends_to[op.peer] -= 1
         self.xfer.last_progress = t
 
     def advance(self) -> None:
@@ -116,8 +127,9 @@ class IterationRun:
     # ---- faults ------------------------------------------------------------------------
     def check_faults(self) -> None:
         channels, xfer = self.channels, self.xfer
-        for peer in channels.peer_down:
-            if self.remaining_with.get(peer, 0) > 0:
+        for peer, down_at in channels.peer_down.items():
+            quiet = now() - max(down_at, xfer.last_heard.get(peer, 0.0))
+            if self.remaining_with.get(peer, 0) > 0 and (self.sends_to.get(peer, 0) > 0 or quiet > DOWN_GRACE_S):
                 # a peer that went down because the coordinator aborted everyone is not
                 # the culprit: report the abort (already queued) rather than the peer
                 if self.control is not None:

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from contract.emulation import EmulatedRates
 from contract.physics import DEFAULT_MTU
 from planner import build_plan, load_scenario
 from topolab.train_schedules import ScheduleService
@@ -39,7 +40,7 @@ def model_gain(service: ScheduleService, buckets: list[int]) -> float:
 
 def check(student, emulate: bool) -> list[str]:
     plan = build_plan(load_scenario(str(SCENARIO)))
-    service = ScheduleService(plan, EMULATED_MBPS, MTU)
+    service = ScheduleService(plan, EmulatedRates(plan.link_gbps, EMULATED_MBPS, MTU))
     rings = len(service.get({"kind": "allreduce", "count": 1024, "itemsize": 4}).programs[0])
     problems = []
     for buckets in CASES:

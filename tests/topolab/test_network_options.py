@@ -6,6 +6,7 @@ axis of `topolab compare`. No network is built here (and no ssh: the refusals co
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from topolab.comparison import scenario_for, time_axis
 from topolab.network import NetworkFlags, network_config
 
 REPO = Path(__file__).resolve().parents[2]
-NETWORK_COMMANDS = ("run", "compare", "collective", "verify", "shell", "place", "alloc")
+NETWORK_COMMANDS = ("run", "compare", "collective", "verify", "shell", "place", "alloc", "train")
 NETWORK_FLAGS = ("--machines", "--run-dir", "--wait")
 UNREACHABLE = "192.0.2.9,192.0.2.10"  # TEST-NET-1: a command that tried ssh would hang, then fail otherwise
 
@@ -91,6 +92,15 @@ CANDLE_12 = '[cluster]\nservers = 12\ndegree = 4\n\n[workload]\nmodel = "candle"
         (["shell", "{topoopt}", "--machines", UNREACHABLE], "--machines: topolab shell runs on this machine only"),
         (["shell", "{on_machines}"], "emulation.machines: topolab shell runs on this machine only"),
         (
+            ["train", "{topoopt}", "--machines", UNREACHABLE, "--", sys.executable],
+            "--machines: topolab train runs on this machine only",
+        ),
+        (
+            ["train", "{on_machines}", "--", sys.executable],
+            "emulation.machines: topolab train runs on this machine only",
+        ),
+        (["train", "{topoopt}", "--run-dir", "/dev/full", "--", sys.executable], "--run-dir"),
+        (
             ["collective", "{topoopt}", "--algorithm", "alltoall", "--machines", UNREACHABLE],
             "--machines: --routing planned routes over per-destination planes",
         ),
@@ -125,6 +135,8 @@ def test_what_cannot_run_over_machines_is_refused_in_one_line(as_root, tmp_path,
     argv = [a.format(**paths) for a in argv]
     if argv[0] in ("run", "compare", "collective", "alloc"):
         argv += ["--out", str(tmp_path / "out")]
+    elif argv[0] == "train":
+        argv[2:2] = ["--out", str(tmp_path / "out")]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and names in err and "Traceback" not in err, err

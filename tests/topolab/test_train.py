@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.emulation import EmulatedRates
 from planner import build_plan, load_scenario
 from topolab.cli import main
 from topolab.train_report import compare, job_summary
@@ -43,7 +44,7 @@ def test_bad_input_is_one_line_exit_2(capsys):
 
 
 def test_schedules_are_the_plans_and_scale_to_the_item_size(plan4):
-    service = ScheduleService(plan4, 100.0, 9000)
+    service = ScheduleService(plan4, EmulatedRates(plan4.link_gbps, 100.0, 9000))
     made = service.get({"kind": "allreduce", "count": 1 << 20, "itemsize": 4, "root": 0})
     assert made.algorithm == "topoopt (2 rings)" and set(made.buffers) == {"grad"}
     # both directions of the ring at once: half Gloo's one ring in rank order
@@ -57,6 +58,20 @@ def test_schedules_are_the_plans_and_scale_to_the_item_size(plan4):
     assert scaled(service_schedule(plan4), 4).to_dict() == service_schedule(plan4).to_dict()
     with pytest.raises(ValueError, match="unknown collective"):
         service.get({"kind": "gather", "count": 4, "itemsize": 4})
+
+
+def test_the_calibration_is_the_zero_payload_twin_of_the_allreduce(plan4):
+    from topolab.calibrate import critical_ops
+
+    service = ScheduleService(plan4, EmulatedRates(plan4.link_gbps, 100.0, 9000))
+    twin = service.get(protocol.CALIBRATION_KEY)
+    grads = service.get({"kind": "allreduce", "count": 1311946, "itemsize": 4, "root": 0})  # the CNN's bucket
+    assert twin.schedule.op_count() == grads.schedule.op_count() and twin.buffers["grad"] <= 64
+    ops = critical_ops(plan4, twin.schedule)
+    assert ops == critical_ops(plan4, grads.schedule) > 0
+    assert service.op_overhead(0.012) == pytest.approx(0.012 / ops)
+    with_cost = service.predictions(1e-3)[("allreduce", grads.nbytes)]
+    assert with_cost == pytest.approx(grads.predicted_s + ops * 1e-3, rel=0.2) and with_cost > grads.predicted_s
 
 
 def service_schedule(plan):
@@ -133,7 +148,7 @@ def test_every_collective_through_the_backend_on_loopback(plan4, tmp_path):
     script = tmp_path / "collectives.py"
     script.write_text(COLLECTIVES_SCRIPT)
     endpoint = f"ipc://{tmp_path}/control.ipc"
-    server = ControlServer(endpoint, 4, ScheduleService(plan4, 100.0, 9000))
+    server = ControlServer(endpoint, 4, ScheduleService(plan4, EmulatedRates(plan4.link_gbps, 100.0, 9000)))
     server.start()
     from topolab.train_jobs import rank_environment
 

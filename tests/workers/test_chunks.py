@@ -1,10 +1,14 @@
-"""How a send op is cut into wire chunks, and which streams an op's completion wakes."""
+"""How a send op is cut into wire chunks, which streams an op's completion wakes, and when a
+peer whose connection dropped fails the run."""
 
 from __future__ import annotations
 
 import pytest
 
+from workers import scheduler
 from workers.program import Program
+from workers.protocol import PeerFailure
+from workers.scheduler import IterationRun
 from workers.transfers import CHUNK_ALIGN, chunk_end, send_pieces
 
 
@@ -54,3 +58,42 @@ def test_uneven_pieces_in_nearly_equal_chunks_verify_on_workers(chunk):
     for res in run_schedule(sched.to_dict(), iterations=2, chunk_bytes=chunk):
         assert res.ok, res.mismatches[:3]
         assert sum(r["bytes_received"] for r in res.ranks) == sum(sched.bytes_sent())
+
+
+class _Down:
+    """The parts of the channels and transfers `IterationRun.check_faults` reads: peer 1's
+    connection dropped at t = 10."""
+
+    def __init__(self) -> None:
+        self.peer_down = {1: 10.0}
+        self.last_heard = {1: 9.5}
+        self.last_progress = 10.0
+        self.posted: dict = {}
+        self.blocked_push: list = []
+
+    def describe(self, peer: int) -> str:
+        return f"rank {peer}"
+
+
+def _run_with_peer_down(sends: int, recvs: int) -> IterationRun:
+    run = IterationRun.__new__(IterationRun)
+    run.channels = run.xfer = _Down()  # type: ignore[assignment]
+    run.rank, run.control, run.computes, run.timeout_s = 0, None, [], 300.0
+    run.remaining_with, run.sends_to = {1: sends + recvs}, {1: sends}
+    return run
+
+
+def test_a_peer_gone_after_its_last_send_may_still_deliver(monkeypatch):
+    clock = {"t": 10.2}
+    monkeypatch.setattr(scheduler, "now", lambda: clock["t"])
+    receiving = _run_with_peer_down(sends=0, recvs=3)
+    receiving.check_faults()  # its last chunks may be on the wire: no failure yet
+    receiving.xfer.last_heard[1] = 10.9  # they arrive
+    clock["t"] = 10.9 + scheduler.DOWN_GRACE_S - 0.01
+    receiving.check_faults()
+    clock["t"] = 10.9 + scheduler.DOWN_GRACE_S + 0.01  # nothing more from it
+    with pytest.raises(PeerFailure, match="peer rank 1 disconnected .* with 3 ops"):
+        receiving.check_faults()
+    clock["t"] = 10.2
+    with pytest.raises(PeerFailure, match="peer rank 1 disconnected"):  # it cannot take what we owe it
+        _run_with_peer_down(sends=1, recvs=2).check_faults()
