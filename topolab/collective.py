@@ -55,9 +55,8 @@ from .collective_results import (
 )
 from .network import NetworkFlags, add_network_arguments, network_config, network_flags, open_network
 from .options import (
-    MAX_LINK_MBPS,
     MAX_TIMEOUT_S,
-    MIN_LINK_MBPS,
+    add_link_mbps_argument,
     bounded_float,
     bounded_int,
     results_folder,
@@ -267,12 +266,7 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
         help="timed iterations per size and algorithm, after one warm-up (default: 5); the median is reported",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout instead of a table")
-    parser.add_argument(
-        "--link-mbps",
-        type=bounded_float(MIN_LINK_MBPS, MAX_LINK_MBPS, low_inclusive=True),
-        metavar="MBPS",
-        help="override the scenario's emulated rate per link ([emulation] link_mbps)",
-    )
+    add_link_mbps_argument(parser)
     parser.add_argument(
         "--chunk",
         default="1M",

@@ -119,6 +119,17 @@ def require_root(command: str) -> None:
         )
 
 
+def add_link_mbps_argument(parser: argparse.ArgumentParser) -> None:
+    """``--link-mbps``, the emulated rate of one plan link, with ``[emulation] link_mbps``'s
+    bounds; every command that builds a network for a scenario takes it."""
+    parser.add_argument(
+        "--link-mbps",
+        type=bounded_float(MIN_LINK_MBPS, MAX_LINK_MBPS, low_inclusive=True),
+        metavar="MBPS",
+        help="override the scenario's emulated rate per link ([emulation] link_mbps)",
+    )
+
+
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     """Options `run` and `compare` share (and `add_network_arguments`' of every network command)."""
     parser.add_argument(

@@ -30,7 +30,7 @@ import time
 from mininet.cli import CLI
 
 from .network import add_network_arguments, plan_and_config, refuse_machines
-from .options import MAX_LINK_MBPS, MIN_LINK_MBPS, bounded_float
+from .options import add_link_mbps_argument
 
 IPERF_SECONDS = 2
 """Length of an ``iperf`` measurement: long enough for HTB's rate to dominate slow start."""
@@ -45,12 +45,7 @@ _POLL_MS = 100
 
 def add_shell_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", help="scenario TOML file")
-    parser.add_argument(
-        "--link-mbps",
-        type=bounded_float(MIN_LINK_MBPS, MAX_LINK_MBPS, low_inclusive=True),
-        default=None,
-        help="override [emulation] link_mbps",
-    )
+    add_link_mbps_argument(parser)
     add_network_arguments(parser)
 
 

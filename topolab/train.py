@@ -32,7 +32,7 @@ from contract.emulation import EmulationConfig
 from contract.errors import UsageError
 
 from .network import add_network_arguments, network_config, network_flags, refuse_machines
-from .options import MAX_LINK_MBPS, MAX_TIMEOUT_S, MIN_LINK_MBPS, bounded_float, bounded_int
+from .options import MAX_TIMEOUT_S, add_link_mbps_argument, bounded_float, bounded_int
 
 BACKENDS = ("topolab", "gloo")
 TRAIN_FORMAT = "topolab.train/1"
@@ -60,12 +60,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the number of ranks the job expects: refused unless the scenario has that many servers",
     )
-    parser.add_argument(
-        "--link-mbps",
-        type=bounded_float(MIN_LINK_MBPS, MAX_LINK_MBPS, low_inclusive=True),
-        metavar="MBPS",
-        help="override the scenario's emulated rate per link ([emulation] link_mbps)",
-    )
+    add_link_mbps_argument(parser)
     parser.add_argument(
         "--init-timeout",
         type=bounded_float(0.0, MAX_TIMEOUT_S),

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from contract.errors import UsageError
 
 from .network import add_network_arguments, open_network, plan_and_config
-from .options import MAX_LINK_MBPS, MIN_LINK_MBPS, bounded_float
+from .options import add_link_mbps_argument, bounded_float
 
 MAX_REFERENCE_GBPS = 1600.0  # the scenario's maximum link_gbps (docs/scenarios.md)
 MAX_MEASURE_S = 600.0  # iperf3 time per batch; all cables are measured in several batches
@@ -28,12 +28,7 @@ MAX_BUDGET_GBPS = 100.0  # far above what two cores move through veths
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", help="scenario TOML file (its [emulation] table sets rate, MTU, netem)")
     parser.add_argument("--json", action="store_true", help="print the full report as JSON instead of a table")
-    parser.add_argument(
-        "--link-mbps",
-        type=bounded_float(MIN_LINK_MBPS, MAX_LINK_MBPS, low_inclusive=True),
-        default=None,
-        help="override [emulation] link_mbps (emulated rate of one plan link)",
-    )
+    add_link_mbps_argument(parser)
     parser.add_argument(
         "--reference-gbps",
         type=bounded_float(0.0, MAX_REFERENCE_GBPS),

@@ -75,6 +75,10 @@ class Program:
         """``wakes[i]``: the streams whose head op ``i`` completing can make startable: its
         own, and every stream with an op waiting on it (``after``)."""
         self.ops_per_peer: dict[int, int] = defaultdict(int)
+        self.sends_per_peer: dict[int, int] = defaultdict(int)
+        """How many of ``ops_per_peer`` are sends (a peer gone with none left may still deliver)."""
         for op in ops:
             if op.kind != COMPUTE:
                 self.ops_per_peer[op.peer] += 1
+            if op.kind == SEND:
+                self.sends_per_peer[op.peer] += 1

@@ -72,10 +72,7 @@ class IterationRun:
         self.computes: list[Active] = []
         self.stale = list(range(len(program.streams)))  # streams whose head may have become startable
         self.remaining_with = dict(program.ops_per_peer)
-        self.sends_to: dict[int, int] = {}
-        for op in program.ops:
-            if op.kind == SEND:
-                self.sends_to[op.peer] = self.sends_to.get(op.peer, 0) + 1
+        self.sends_to = dict(program.sends_per_peer)
         self.poller = zmq.Poller()
         self.poller.register(channels.pull, zmq.POLLIN)
         for mon in channels.monitors:
