@@ -36,7 +36,7 @@ die() { printf 'build-box: %s\n' "$*" >&2; exit 1; }
 for tool in mmdebstrap mke2fs sfdisk qemu-img vagrant; do
   command -v "$tool" >/dev/null || die "$tool is missing: apt-get install mmdebstrap e2fsprogs fdisk qemu-utils vagrant vagrant-libvirt"
 done
-if vagrant box list 2>/dev/null | grep -q "^$TOPOLAB_LOCAL_BOX .*libvirt"; then
+if vagrant box list 2>/dev/null | grep >/dev/null "^$TOPOLAB_LOCAL_BOX .*libvirt"; then
   if [ -z "$force" ]; then
     say "box $TOPOLAB_LOCAL_BOX is already added (--force rebuilds it)"
     exit 0

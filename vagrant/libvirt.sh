@@ -50,12 +50,14 @@ start_daemons() {
   die "libvirtd does not answer on $uri after 30 s"
 }
 
+# (grep >/dev/null, not grep -q, below: under pipefail, grep -q leaving early makes virsh die of
+# SIGPIPE and the pipe fail, so an active pool would be started a second time)
 define_pool() {
   if ! virsh_ pool-info "$TOPOLAB_VM_POOL" >/dev/null 2>&1; then
     virsh_ pool-define-as "$TOPOLAB_VM_POOL" dir --target "$TOPOLAB_VM_POOL_DIR" >/dev/null
     virsh_ pool-build "$TOPOLAB_VM_POOL" >/dev/null
   fi
-  virsh_ pool-info "$TOPOLAB_VM_POOL" | grep -q 'State:.*running' || virsh_ pool-start "$TOPOLAB_VM_POOL" >/dev/null
+  virsh_ pool-info "$TOPOLAB_VM_POOL" | grep >/dev/null 'State:.*running' || virsh_ pool-start "$TOPOLAB_VM_POOL" >/dev/null
 }
 
 define_network() {
@@ -81,7 +83,7 @@ EOF
     virsh_ net-define "$xml" >/dev/null
     rm -f "$xml"
   fi
-  if ! virsh_ net-info "$TOPOLAB_VM_NETWORK" | grep -q 'Active:.*yes'; then
+  if ! virsh_ net-info "$TOPOLAB_VM_NETWORK" | grep >/dev/null 'Active:.*yes'; then
     # libvirt turns on forwarding for NAT and adds its LIBVIRT_* iptables chains, which it never
     # removes: remember what was there, stop puts it back
     [ -f "$state/ip_forward" ] || cat /proc/sys/net/ipv4/ip_forward >"$state/ip_forward"
