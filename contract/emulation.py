@@ -43,6 +43,7 @@ from .network import Link, Network, cable_capacities
 from .physics import DEFAULT_MTU, MAX_MTU, MIN_MTU, cable_goodput, time_scale
 
 NETEM_MODES = ("auto", "on", "off")
+AUTO_RATE = "auto"  # link_mbps = "auto": automatic time dilation (EmulationConfig.auto_rate)
 DEFAULT_LINK_MBPS = 100.0  # see the module docstring for why 100
 MIN_LINK_MBPS, MAX_LINK_MBPS = 0.1, 100_000.0  # HTB on a veth; below 0.1 a 1 MB transfer takes minutes
 HOST_MEMORY_MIB = 8.0  # measured cost of one emulated host (shell, namespace, link buffers), rounded up
@@ -99,6 +100,10 @@ class EmulationConfig:
     how the ablation measures multipath routing without the rates."""
     host_memory_mib: float = HOST_MEMORY_MIB
     """Memory one emulated host costs, for the up-front check that the network fits."""
+    auto_rate: bool = False
+    """``link_mbps = "auto"`` in the table: `topolab run` picks the rate, at most ``link_mbps``
+    (the default rate), at which this machine's cores keep up with the workers
+    (topolab.time_dilation); the emulator itself always gets a number."""
 
     def __post_init__(self) -> None:
         _number(self, "link_mbps", MIN_LINK_MBPS, MAX_LINK_MBPS)
@@ -126,6 +131,10 @@ class EmulationConfig:
                 "emulation.destination_classes", f"expected true or false, got {self.destination_classes!r}"
             )
         _number(self, "host_memory_mib", 0.0, math.inf, low_inclusive=False)
+        if not isinstance(self.auto_rate, bool):
+            raise EmulationConfigError(
+                "emulation.link_mbps", f"auto_rate must be true or false, got {self.auto_rate!r}"
+            )
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> EmulationConfig:
@@ -133,12 +142,20 @@ class EmulationConfig:
         for key in table:
             if key not in TABLE_KEYS:
                 raise EmulationConfigError(f"emulation.{key}", f"unknown key (known: {', '.join(TABLE_KEYS)})")
+        rate = table.get("link_mbps")
+        if isinstance(rate, str) and rate != AUTO_RATE:
+            raise EmulationConfigError("emulation.link_mbps", f'expected Mbit/s or "{AUTO_RATE}", got {rate!r}')
+        if rate == AUTO_RATE:
+            return cls(**{**table, "link_mbps": DEFAULT_LINK_MBPS, "auto_rate": True})
         return cls(**table)
 
     def table(self) -> dict[str, Any]:
         """The table keys that differ from their defaults, as a scenario file would write them."""
         defaults = {f.name: f.default for f in fields(self)}
-        return {key: getattr(self, key) for key in TABLE_KEYS if getattr(self, key) != defaults[key]}
+        out = {key: getattr(self, key) for key in TABLE_KEYS if getattr(self, key) != defaults[key]}
+        if self.auto_rate:
+            out["link_mbps"] = AUTO_RATE
+        return out
 
 
 def _number(

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from planner.cost.iteration import IterationOptions
 from .calibrate import measure_op_overhead, zero_payload_twin
 from .faults import FaultInjector, injector_for
 from .journal import ITERATIONS_FILE, RESULTS_FILE, IterationJournal, write_results_file
+from .machine_probe import machine_cost
 from .network import NetworkFlags, network_config, open_network, refuse_machines
 from .prediction import compute_seconds, plan_dict, predict_run, prepare
 from .progress import Progress
@@ -62,6 +63,14 @@ from .results import (
     RunResults,
     ScheduleSummary,
     link_rows,
+)
+from .time_dilation import (
+    Dilation,
+    choose,
+    memory_available_bytes,
+    payload_for_memory,
+    schedule_buffer_bytes,
+    transfer_ops,
 )
 
 EXIT_OVER_TOLERANCE = 3  # ran and verified, but the prediction missed by more than run.tolerance
@@ -108,16 +117,30 @@ def prepare_run(
 
     iterations = s.run.iterations if iterations is None else iterations
     want_netem = s.emulation.netem == "on" or (s.emulation.netem == "auto" and netem_present())
-    plan, schedule, opts, emulated, predicted = prepare(s, payload_scale, want_netem, reference_gbps)
+    prepared = prepare(s, payload_scale, want_netem, reference_gbps)
+    asked, dilation = s, None
+    if not s.emulation.machines:  # the machine's cores carry every worker
+        s, prepared, dilation = dilate(
+            s, payload_scale, prepared, lambda p, scale: prepare(p, scale, want_netem, reference_gbps), log
+        )
+    plan, schedule, opts, emulated, predicted = prepared
     injector = injector_for(faults or [], plan, schedule, iterations, log)  # bad faults: exit 2, nothing built
     log(
         f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
         f"{schedule.op_count()} ops; time scale x{emulated['time_scale']:g}"
     )
+    if dilation is not None:
+        log(f"      link rate {'auto: ' if dilation.auto else ''}{dilation.link_mbps:g} Mbit/s: {dilation.why}")
+        if dilation.payload_scale != 1.0 and dilation.auto:
+            log(
+                f"      payload scale {dilation.payload_scale:g}: {dilation.memory_gib:.1f} GiB for the workers' buffers"
+            )
+        if dilation.warning:
+            log(f"      warning: {dilation.warning}")
     results = RunResults(
-        scenario=asdict(s),
+        scenario=asdict(asked),
         plan=plan_dict(plan),
-        emulation=EmulationFacts.from_dict(emulated),
+        emulation=EmulationFacts.from_dict({**emulated, "dilation": dilation.to_dict() if dilation else None}),
         schedule=ScheduleSummary.of(schedule, opts.payload_scale),
         environment=Environment.capture(s.source),
         tolerance=s.run.tolerance,
@@ -130,6 +153,48 @@ def prepare_run(
         f"({results.predicted.emulated_s:.3f} s emulated)"
     )
     return RunState(s, plan, schedule, opts, emulated, iterations, injector, results, out_dir, log)
+
+
+Prepared = tuple[Plan, Schedule, IterationOptions, dict[str, Any], dict[str, Any]]  # topolab.prediction.prepare's
+
+
+def dilate(
+    s: Scenario,
+    payload_scale: float | None,
+    prepared: Prepared,
+    prepare_at: Callable[[Scenario, float | None], Prepared],
+    log: Callable[[str], None],
+) -> tuple[Scenario, Prepared, Dilation]:
+    """The rate and payload scale the run uses (`topolab.time_dilation`): with ``link_mbps =
+    "auto"`` chosen for this machine (the scenario and the preparation redone at them with
+    ``prepare_at``), else the scenario's, checked against the cores."""
+    plan, schedule, opts, emulated, predicted = prepared
+    auto = s.emulation.auto_rate
+    cost = machine_cost(log)
+    available = memory_available_bytes()
+    if auto and payload_scale is None and s.run.payload_scale == 1.0:
+        fit = payload_for_memory(plan.servers, schedule_buffer_bytes(schedule), opts.payload_scale, available)
+        if fit < opts.payload_scale:
+            payload_scale = fit
+            prepared = prepare_at(s, payload_scale)
+            plan, schedule, opts, emulated, predicted = prepared
+    dilation = choose(
+        ranks=plan.servers,
+        ops=transfer_ops(schedule),
+        bytes_sent=sum(schedule.bytes_sent()),
+        buffer_bytes=schedule_buffer_bytes(schedule),
+        predicted_s=predicted["emulated_s"],
+        link_mbps=emulated["link_mbps"],
+        payload_scale=opts.payload_scale,
+        cost=cost,
+        auto=auto,
+        available=available,
+    )
+    if auto:
+        s = replace(s, emulation=replace(s.emulation, link_mbps=dilation.link_mbps, auto_rate=False))
+        if dilation.link_mbps != emulated["link_mbps"]:
+            prepared = prepare_at(s, payload_scale)
+    return s, prepared, dilation
 
 
 @dataclass
@@ -241,6 +306,7 @@ def iterate(run: RunState, net: Any, workers: Workers) -> None:
                 compute_real_ms=compute_real_ms,
                 verified=res.ok,
                 errors=res.mismatches[:10],
+                worker_cpu_s=sum(r.get("cpu_s", 0.0) for r in res.ranks),
             )
             if injector:
                 injector.annotate(record)
@@ -288,7 +354,7 @@ def execute(
     run = prepare_run(s, out_dir, iterations, payload_scale, faults, log, reference_gbps)
     plan, results = run.plan, run.results
     config = network_config(
-        s.emulation, NetworkFlags(run_dir=run_dir, wait_s=lock_wait_s), reference_gbps=reference_gbps
+        run.scenario.emulation, NetworkFlags(run_dir=run_dir, wait_s=lock_wait_s), reference_gbps=reference_gbps
     )
     if run.injector:
         refuse_machines(config, None, FAULTS_OVER_MACHINES)

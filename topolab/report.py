@@ -243,6 +243,7 @@ def render_markdown(results: RunResults) -> str:
         f"Status: **{results.status}**" + (f" ({results.error})" if results.error else ""),
         "",
         *_tolerance_callout(summ),
+        *([f"> **{results.cpu_bound_note()}**", ""] if results.cpu_bound_note() else []),
         "## Plan",
         "",
         f"- topology: {plan['topology']}, {plan['servers']} servers"
@@ -268,6 +269,20 @@ def render_markdown(results: RunResults) -> str:
         ),
         f"- payload scale {sched.payload_scale:g}, {sched.ops} ops per iteration,"
         f" {sched.allreduce_buckets} AllReduce bucket(s)",
+        *(
+            [
+                f"- link rate {'chosen automatically' if emu.dilation['auto'] else 'of the scenario'}: {emu.dilation['why']}"
+            ]
+            if emu.dilation
+            else []
+        ),
+        *(
+            [
+                f"- the workers kept {summ.cpu_load:.0%} of the {results.environment.cpus} cores busy (median over the timed iterations)"
+            ]
+            if summ.cpu_load is not None
+            else []
+        ),
         "",
         *_allreduce_lines(sched.allreduce),
         "## Result",

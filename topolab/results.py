@@ -90,6 +90,7 @@ class Iteration:
     # faults preceded it
     predicted_real_ms: float | None = None
     faults_before: int | None = None
+    worker_cpu_s: float | None = None  # the workers' CPU seconds (user + system, all ranks)
 
     def to_dict(self) -> dict[str, Any]:
         return _without_none(asdict(self))
@@ -98,6 +99,10 @@ class Iteration:
     def from_dict(cls, d: Mapping[str, Any]) -> Iteration:
         return cls(**_known(cls, d))
 
+
+CPU_BOUND_LOAD = 0.85
+"""A run whose workers kept this share of the machine's cores busy was CPU-bound: it measured
+the processor more than the cables (`Summary.cpu_bound`)."""
 
 BUILT_FACTS = ("time_scale", "link_mbps", "mtu")
 """What the network that was built decides over the scenario (`EmulationFacts.add_network`)."""
@@ -115,6 +120,7 @@ class EmulationFacts:
     payload_scale: float
     netem: bool | None = None  # None until the network is up
     teardown_s: float | None = None
+    dilation: dict[str, Any] | None = None  # the rate's choice (topolab.time_dilation.Dilation)
     network: dict[str, Any] = field(default_factory=dict)
 
     def add_network(self, facts: Mapping[str, Any], netem: bool) -> None:
@@ -321,6 +327,8 @@ class Summary:
     error: float | None = None  # |predicted - measured| / measured
     tolerance: float | None = None
     error_over_tolerance: bool | None = None
+    cpu_load: float | None = None  # median share of the machine's cores the workers kept busy
+    cpu_bound: bool | None = None  # cpu_load above CPU_BOUND_LOAD
 
     def to_dict(self) -> dict[str, Any]:
         return _without_none(asdict(self))
@@ -411,6 +419,10 @@ class RunResults:
                 out.error = abs(self.predicted.emulated_s - med) / med
                 out.tolerance = self.tolerance
                 out.error_over_tolerance = out.error > self.tolerance
+            loads = [it.worker_cpu_s / it.measured_s for it in its if it.worker_cpu_s is not None and it.measured_s > 0]
+            if loads and self.environment.cpus:
+                out.cpu_load = statistics.median(loads) / self.environment.cpus
+                out.cpu_bound = out.cpu_load > CPU_BOUND_LOAD
         return out
 
     def worker_cost_share(self) -> float | None:
@@ -422,6 +434,18 @@ class RunResults:
         if self.calibration is None or not med:
             return None
         return self.calibration.op_overhead_s * self.calibration.critical_ops / med
+
+    def cpu_bound_note(self) -> str | None:
+        """One line when the run was CPU-bound (`CPU_BOUND_LOAD`), else None."""
+        summ = self.summarize()
+        if not summ.cpu_bound or summ.cpu_load is None:
+            return None
+        rate = self.emulation.link_mbps
+        return (
+            f"CPU-bound: the workers kept {summ.cpu_load:.0%} of the {self.environment.cpus} cores busy at "
+            f"{rate:g} Mbit/s per cable, so the time measured is this machine's more than the cables' "
+            f'(emulation.link_mbps = "auto" picks a rate the cores keep up with)'
+        )
 
     def fault_phases(self) -> list[FaultPhase]:
         return fault_phases(self.iterations) if self.faults is not None else []

@@ -102,6 +102,9 @@ def run_run(args: argparse.Namespace) -> int:
     print(f"report: {out / 'report.md'}")
     if not summ.verified:
         return 1
+    cpu_note = results.cpu_bound_note()
+    if cpu_note:
+        print(f"topolab: {cpu_note}", file=sys.stderr)
     if summ.error_over_tolerance and summ.error is not None:
         print(
             f"topolab: prediction error {100 * summ.error:.1f}% is above the scenario's tolerance "

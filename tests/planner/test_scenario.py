@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from planner import load_scenario
+from planner.scenario import with_overrides
 from topolab.cli import main
 
 GOOD = """
@@ -57,6 +58,7 @@ BAD = [
         "a x b",
     ),
     ("negative emulated rate", GOOD + "[emulation]\nlink_mbps = -5\n", "emulation.link_mbps", ">= 0.1"),
+    ("rate word", GOOD + '[emulation]\nlink_mbps = "fast"\n', "emulation.link_mbps", '"auto"'),
 ]
 
 
@@ -68,6 +70,19 @@ def test_bad_scenario_is_one_line_exit_2(tmp_path, capsys, label, text, key, fra
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert str(path) in err and key in err and fragment in err, err
+
+
+def test_auto_rate_reads_and_writes_back(tmp_path):
+    """``link_mbps = "auto"``: the default rate as the highest, the choice left to the run, and
+    the table written back as the file said it."""
+    path = tmp_path / "auto.toml"
+    path.write_text(GOOD + '[emulation]\nlink_mbps = "auto"\n')
+    s = load_scenario(path)
+    assert s.emulation.auto_rate and s.emulation.link_mbps == 100.0
+    assert s.emulation.table() == {"link_mbps": "auto"}
+    assert with_overrides(s, cluster={"servers": 16}).emulation.auto_rate
+    path.write_text(GOOD)
+    assert not load_scenario(path).emulation.auto_rate
 
 
 def test_missing_file(capsys):

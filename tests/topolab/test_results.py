@@ -165,3 +165,26 @@ def test_alltoall_bytes_are_the_whole_items_the_workers_move():
     nbytes = phase_bytes(traffic, factor)
     assert isinstance(nbytes, int) and nbytes % 4 == 0
     assert nbytes == sum(phase_schedule(plan, traffic, factor).bytes_sent())
+
+
+def test_cpu_load_and_the_cpu_bound_line():
+    """The workers' CPU seconds of each iteration over its time and the cores: the median is
+    the run's CPU load, and above CPU_BOUND_LOAD the run says in one line that it was CPU-bound,
+    in the report too."""
+    from topolab.report import render_markdown
+    from topolab.results import CPU_BOUND_LOAD
+
+    results = smoke_results("complete", [2.0, 2.0, 4.0], 2.0, [LinkBytes(0, 1, 1000)])
+    cores = results.environment.cpus
+    assert results.summarize().cpu_load is None and results.cpu_bound_note() is None  # not recorded
+    for it, load in zip(results.iterations, [0.1, 0.3, 0.2]):
+        it.worker_cpu_s = load * cores * it.measured_s
+    summ = results.summarize()
+    assert summ.cpu_load == pytest.approx(0.2) and summ.cpu_bound is False
+    assert results.cpu_bound_note() is None
+    for it in results.iterations:
+        it.worker_cpu_s = it.measured_s * cores * (CPU_BOUND_LOAD + 0.05)
+    note = results.cpu_bound_note()
+    assert results.summarize().cpu_bound and note is not None and "CPU-bound" in note and "\n" not in note
+    assert note in render_markdown(results)
+    assert RunResults.from_dict(_through_json(results.to_dict())).summarize() == results.summarize()

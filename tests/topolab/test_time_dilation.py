@@ -1,0 +1,132 @@
+"""Automatic time dilation (topolab.time_dilation): the rate and payload scale chosen from the
+workers' CPU cost, as the module's formulas say; and the machine probe that measures that cost."""
+
+import math
+
+import pytest
+
+from contract.emulation import MIN_LINK_MBPS
+from planner.collectives.rings import ring_allreduce
+from topolab.machine_probe import PROBE_RANKS, MachineCost, probe_schedule
+from topolab.results import CPU_BOUND_LOAD
+from topolab.time_dilation import (
+    BUFFER_COPIES,
+    MEMORY_SHARE,
+    WORKER_BASE_MIB,
+    WORKER_CPU_SHARE,
+    choose,
+    payload_for_memory,
+    step_floor,
+    transfer_ops,
+    worker_memory_bytes,
+)
+
+COST = MachineCost(op_cpu_s=50e-6, byte_cpu_s=1e-9, cores=2, key="test", probe_s=0.0)
+GIB = 2.0**30
+
+
+@pytest.mark.parametrize(
+    "x,want", [(100, 100), (99.9, 80), (61, 60), (59.99, 50), (1.3, 1.2), (0.27, 0.25), (12_345, 12_000)]
+)
+def test_step_floor(x, want):
+    assert step_floor(x) == pytest.approx(want)
+    assert step_floor(x) <= x * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("bad", [0, -1, math.inf, math.nan])
+def test_step_floor_refuses(bad):
+    with pytest.raises(ValueError):
+        step_floor(bad)
+
+
+def _choose(ops=10_000, bytes_sent=10**9, predicted_s=1.0, link_mbps=100.0, auto=True, cost=COST):
+    return choose(
+        ranks=12,
+        ops=ops,
+        bytes_sent=bytes_sent,
+        buffer_bytes=2**20,
+        predicted_s=predicted_s,
+        link_mbps=link_mbps,
+        payload_scale=1.0,
+        cost=cost,
+        auto=auto,
+        available=64 * GIB,
+    )
+
+
+def test_rate_kept_when_the_cores_keep_up():
+    d = _choose(ops=1000, bytes_sent=10**8, predicted_s=1.0)  # W = 0.05 + 0.1 = 0.15 CPU-s in 1 s: 7.5%
+    assert d.link_mbps == 100.0 and d.iteration_s == 1.0
+    assert d.cpu_demand_s == pytest.approx(0.15) and d.cpu_load == pytest.approx(0.075)
+    assert not d.warning
+
+
+def test_rate_lowered_to_the_cpu_share():
+    """W = 10,000 x 50 us + 1 GB x 1 s/GB = 1.5 CPU-s; at 100 Mbit/s the iteration takes 1 s, so the
+    workers would need 75% of 2 cores; r <= 100 x 0.5 x 2 x 1 / 1.5 = 66.7 -> the step 60."""
+    d = _choose()
+    assert d.cpu_demand_s == pytest.approx(1.5)
+    assert d.link_mbps == 60.0
+    assert d.iteration_s == pytest.approx(1.0 * 100 / 60)
+    assert d.cpu_load == pytest.approx(1.5 / (2 * 100 / 60)) and d.cpu_load <= WORKER_CPU_SHARE
+    assert "60 Mbit/s" in d.why and "75%" in d.why
+
+
+def test_explicit_rate_kept_with_a_warning_when_cpu_bound():
+    d = _choose(ops=100_000, auto=False)  # W = 6 CPU-s in a 1 s iteration: 300% of 2 cores
+    assert d.link_mbps == 100.0 and d.cpu_load == pytest.approx(3.0) and d.cpu_load > CPU_BOUND_LOAD
+    assert "emulation.link_mbps = 100" in d.warning and '"auto" picks 15' in d.warning
+    assert not _choose(ops=100, bytes_sent=1, auto=False).warning
+
+
+def test_rate_never_below_the_emulator_minimum():
+    d = _choose(ops=10**9, predicted_s=1e-3)
+    assert d.link_mbps == MIN_LINK_MBPS
+    assert d.warning  # even the lowest rate leaves the machine CPU-bound, and it says so
+
+
+def test_payload_for_memory():
+    """n workers holding BUFFER_COPIES x their buffers plus WORKER_BASE_MIB each must fit in
+    MEMORY_SHARE of what is available; the scale is the highest step that does."""
+    available = 16 * GIB
+    assert payload_for_memory(12, 100e6, 1.0, available) == 1.0  # 12 x 248 MB: fits
+    scale = payload_for_memory(128, 100e6, 1.0, available)
+    assert scale < 1.0
+    assert 128 * worker_memory_bytes(100e6 * scale) <= MEMORY_SHARE * available
+    assert 128 * (BUFFER_COPIES * 100e6 * scale * 1.3 + WORKER_BASE_MIB * 2**20) > MEMORY_SHARE * available
+    with pytest.raises(ValueError, match="without buffers"):
+        payload_for_memory(10_000, 100e6, 1.0, available)
+
+
+def test_transfer_ops_counts_sends_and_receives():
+    s = ring_allreduce(4, 64)
+    assert transfer_ops(s) == s.op_count() == 4 * 4 * 3  # no compute in a bare AllReduce
+
+
+def test_probe_schedule_has_the_stated_ops():
+    """The probe's schedule: rounds x 2 rings x ranks x 4 (n - 1) ops, each round's bytes
+    sent 2 (n - 1) / n of its payload per ring and rank, and one check over every round."""
+    n, rounds = PROBE_RANKS, 3
+    s = probe_schedule(rounds, 4 * n * 2)
+    assert s.op_count() == rounds * 2 * n * 4 * (n - 1)
+    assert sum(s.bytes_sent()) == rounds * n * 2 * (n - 1) * (4 * n * 2 // n)
+    assert len(s.checks) == 1 and s.checks[0].length == rounds * 4 * n * 2
+
+
+def test_machine_cost_probes_real_workers_once(tmp_path, monkeypatch):
+    """The probe runs real workers on loopback; its figures are cached for this machine and
+    this version of the workers, and read back instead of probing again."""
+    import json
+    import os
+
+    from topolab.machine_probe import cache_path, machine_cost, machine_key
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    said: list[str] = []
+    cost = machine_cost(said.append)
+    assert said and "probing" in said[0]
+    assert 0 < cost.op_cpu_s < 0.1 and 0 < cost.byte_cpu_s < 1e-6
+    assert cost.cores == os.cpu_count() and cost.key == machine_key()
+    assert json.loads(cache_path().read_text())["key"] == cost.key
+    said.clear()
+    assert machine_cost(said.append) == cost and not said

@@ -1,0 +1,157 @@
+"""What the workers cost this machine: CPU seconds per op and per byte, measured once per
+machine and per version of the workers, so that `topolab.time_dilation` can pick a cable rate
+at which the workers' CPU demand fits the cores.
+
+The probe runs real workers on loopback (no root, no network built): `PROBE_RANKS` ranks
+run TopoOpt's multi-ring AllReduce over both directions of one ring,
+
+- ``PROBE_ROUNDS`` rounds of it chained on the same streams with a payload so small that only
+  the per-op cost counts: ``op_cpu_s`` = the workers' CPU seconds (user + system, summed over
+  the ranks, `workers.executor.IterationReport.cpu_s`) over the ops run;
+- one round on ``PROBE_BYTES`` bytes: ``byte_cpu_s`` = (its CPU seconds - its ops x
+  ``op_cpu_s``) over the bytes the ranks sent (each byte is also received, reduced or copied
+  once: its whole path through the workers).
+
+Each figure is the median of `PROBE_REPEATS` verified iterations after a warm-up. Loopback
+TCP costs the kernel less than a shaped veth cable (no qdisc, no netem) and the softirq work
+of the cables is not charged to the workers at all, which is why the rate chooser leaves the
+workers only a share of the cores (`topolab.time_dilation.WORKER_CPU_SHARE`).
+
+The result is cached in ``$XDG_CACHE_HOME/topolab/machine-cost.json`` (default
+``~/.cache``), keyed by this machine (``/etc/machine-id``, the number of cores) and by a hash
+of the workers' source files: a new executor is probed again, a new plan is not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from contract.errors import RunError
+from contract.schedule import Check, Schedule, ScheduleBuilder
+from planner.collectives.rings import add_multiring_allreduce, topoopt_rings
+
+PROBE_RANKS = 4
+PROBE_ROUNDS = 40  # 40 x 96 ops: a few thousand ops per iteration
+PROBE_BYTES = 32 << 20
+PROBE_REPEATS = 3
+PROBE_TIMEOUT_S = 60.0  # a probe worker silent for this long fails the probe, naming its rank
+CACHE_FILE = "machine-cost.json"
+
+
+@dataclass(frozen=True)
+class MachineCost:
+    """The workers' CPU cost on this machine (module docstring)."""
+
+    op_cpu_s: float  # CPU seconds per op (send or recv), payload aside
+    byte_cpu_s: float  # CPU seconds per byte sent (and received at the other end)
+    cores: int
+    key: str  # machine and workers' version the figures hold for
+    probe_s: float  # how long the probe took
+
+    def demand_s(self, ops: int, bytes_sent: float) -> float:
+        """CPU seconds the workers need for ``ops`` ops moving ``bytes_sent`` bytes."""
+        return ops * self.op_cpu_s + bytes_sent * self.byte_cpu_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MachineCost:
+        return cls(
+            op_cpu_s=float(d["op_cpu_s"]),
+            byte_cpu_s=float(d["byte_cpu_s"]),
+            cores=int(d["cores"]),
+            key=str(d["key"]),
+            probe_s=float(d["probe_s"]),
+        )
+
+
+def machine_key() -> str:
+    """This machine and the workers' version: machine id, cores, hash of workers/*.py."""
+    try:
+        machine = Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        machine = os.uname().nodename
+    import workers
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(workers.__file__).parent.glob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return f"{machine[:12]}-{os.cpu_count() or 1}cpu-workers.{digest.hexdigest()[:12]}"
+
+
+def cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "topolab" / CACHE_FILE
+
+
+def probe_schedule(rounds: int, nbytes: int) -> Schedule:
+    """``rounds`` multi-ring AllReduces of ``nbytes`` over `PROBE_RANKS` ranks, one after the
+    other on the same streams, each checked."""
+    n = PROBE_RANKS
+    rings = topoopt_rings(n, [1])
+    b = ScheduleBuilder(n, "probe")
+    b.buffer("grad", nbytes * rounds)
+    after: dict[int, list[int]] = {}
+    for r in range(rounds):
+        lasts = add_multiring_allreduce(b, rings, "grad", r * nbytes, nbytes, stream_prefix="ar", after=after)
+        after = {rank: ops for rank, ops in lasts.items()}
+    b.check(Check("allreduce", "grad", 0, nbytes * rounds, groups=[list(range(n))]))
+    return b.build()
+
+
+def _median_cpu(schedule: Schedule, timeout_s: float) -> float:
+    """The median over `PROBE_REPEATS` verified iterations of the workers' summed CPU seconds."""
+    from workers.coordinator import run_schedule
+
+    results = run_schedule(schedule.to_dict(), iterations=PROBE_REPEATS, warmup=1, timeout_s=timeout_s)
+    if not all(r.ok for r in results):
+        raise RunError(f"machine probe: a probe iteration failed verification: {results[0].mismatches[:1]}")
+    return statistics.median(sum(r.get("cpu_s", 0.0) for r in res.ranks) for res in results)
+
+
+def probe(timeout_s: float = PROBE_TIMEOUT_S, clock: Callable[[], float] = time.monotonic) -> MachineCost:
+    """Measure the workers' CPU cost per op and per byte on loopback (module docstring)."""
+    t0 = clock()
+    min_bytes = 4 * PROBE_RANKS * 2  # every ring's every chunk non-empty
+    small = probe_schedule(PROBE_ROUNDS, min_bytes)
+    op_cpu = _median_cpu(small, timeout_s) / small.op_count()
+    large = probe_schedule(1, PROBE_BYTES)
+    large_cpu = _median_cpu(large, timeout_s)
+    sent = sum(large.bytes_sent())
+    byte_cpu = max(0.0, large_cpu - large.op_count() * op_cpu) / sent
+    return MachineCost(op_cpu, byte_cpu, os.cpu_count() or 1, machine_key(), clock() - t0)
+
+
+def machine_cost(log: Callable[[str], None] | None = None, refresh: bool = False) -> MachineCost:
+    """The cached `MachineCost` of this machine and workers' version, probed first if there is
+    none (``refresh``: probe again)."""
+    key, path = machine_key(), cache_path()
+    if not refresh:
+        try:
+            cached = MachineCost.from_dict(json.loads(path.read_text()))
+            if cached.key == key:
+                return cached
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    if log:
+        log(f"      probing the workers' CPU cost on this machine (once per machine and workers' version; {path})")
+    cost = probe()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cost.to_dict(), indent=1) + "\n")
+        tmp.replace(path)
+    except OSError as err:
+        if log:
+            log(f"      (not cached: {err})")
+    return cost

@@ -1,0 +1,200 @@
+"""Automatic time dilation: the cable rate and the payload scale at which this machine emulates
+a plan faithfully (``[emulation] link_mbps = "auto"``; docs/emulation.md section 2).
+
+An emulated iteration is faithful while the shaped cables limit it, not the workers' CPU. The
+workers' CPU work for one iteration does not depend on the cables' rate,
+
+    W = ops x c_op + B x c_byte          (CPU seconds; `topolab.machine_probe.MachineCost`)
+
+where ``ops`` are the iteration schedule's sends and receives and ``B`` the bytes its ranks
+send, while the emulated iteration time grows as the rate falls: every dilated part of the
+predicted iteration (transfers, compute slowed by the time scale, netem latency) scales with
+1 / r, so T(r) = T(r0) x r0 / r from the prediction at the highest rate r0 (the config's
+``link_mbps``, 100 Mbit/s by default). The chosen rate is the highest step of `RATE_STEPS`
+at or below r0 at which the workers' load stays within their share of the cores:
+
+    W / (cores x T(r)) <= WORKER_CPU_SHARE      i.e.   r <= r0 x WORKER_CPU_SHARE x cores x T(r0) / W
+
+The share is a half: the cables' own kernel work (veth, HTB, netem in softirq) is not charged
+to the workers, and the probe's loopback TCP is cheaper than a shaped cable.
+
+Memory comes first: each worker holds its buffers about twice (the buffers, and what is in
+flight in its socket queues) plus `WORKER_BASE_MIB` of interpreter and libraries, and the n
+workers must fit in `MEMORY_SHARE` of the memory available. When they would not, the
+payload scale (every transfer and buffer multiplied by it) is the highest step that fits;
+never an out-of-memory kill. An explicit payload scale or rate is kept; the choice only says
+when it would overload the machine (`Dilation.warning`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from contract.emulation import MIN_LINK_MBPS
+from contract.schedule import Schedule
+
+from .machine_probe import MachineCost
+from .results import CPU_BOUND_LOAD
+
+WORKER_CPU_SHARE = 0.5
+"""The share of the cores the workers may keep busy (module docstring)."""
+MEMORY_SHARE = 0.7
+"""The share of the available memory the workers' buffers may take."""
+WORKER_BASE_MIB = 48.0
+"""One worker process without its buffers: Python, numpy and pyzmq measured 35 MiB resident
+here, plus its sockets' queues."""
+BUFFER_COPIES = 2.0
+"""How many times a worker holds its buffers' bytes at most (module docstring)."""
+RATE_STEPS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+"""The mantissas of the rates and scales chosen (x a power of ten), so that a choice reads
+well and does not move with every small change of the probe."""
+
+
+def step_floor(x: float) -> float:
+    """The largest ``m x 10^k`` (m in `RATE_STEPS`) not above ``x`` (> 0)."""
+    if not x > 0 or not math.isfinite(x):
+        raise ValueError(f"expected a positive number, got {x!r}")
+    k = math.floor(math.log10(x))
+    for m in reversed(RATE_STEPS):
+        v = round(m * 10.0**k, 12)
+        if v <= x * (1 + 1e-12):
+            return v
+    return round(RATE_STEPS[-1] * 10.0 ** (k - 1), 12)
+
+
+def transfer_ops(schedule: Schedule) -> int:
+    """The sends and receives of ``schedule`` (what the per-op CPU cost is paid for)."""
+    return sum(1 for prog in schedule.programs for ops in prog.values() for op in ops if op.kind != "compute")
+
+
+def schedule_buffer_bytes(schedule: Schedule) -> int:
+    """Bytes of buffers one worker allocates for ``schedule``."""
+    return sum(b.bytes for b in schedule.buffers.values())
+
+
+def worker_memory_bytes(buffer_bytes: float) -> float:
+    """What one worker is expected to hold in memory with ``buffer_bytes`` of buffers."""
+    return BUFFER_COPIES * buffer_bytes + WORKER_BASE_MIB * 2**20
+
+
+def memory_available_bytes() -> float:
+    """MemAvailable of /proc/meminfo (the kernel's estimate of what can be used without swapping)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return math.inf
+
+
+@dataclass
+class Dilation:
+    """The rate and payload scale a run uses, what they were chosen from, and why."""
+
+    auto: bool  # chosen here (False: the scenario's explicit rate, only checked)
+    link_mbps: float
+    payload_scale: float
+    highest_mbps: float  # r0: the rate the prediction T(r0) was made at
+    cores: int
+    op_cpu_s: float
+    byte_cpu_s: float
+    ops: int
+    bytes_sent: int
+    cpu_demand_s: float  # W at the chosen payload scale
+    iteration_s: float  # T(link_mbps), emulated seconds (estimated from T(r0))
+    cpu_load: float  # W / (cores x T(link_mbps)): the expected share of the cores busy
+    memory_gib: float  # the n workers' expected memory
+    memory_available_gib: float
+    why: str
+    warning: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if not self.warning:
+            del d["warning"]
+        return d
+
+
+def payload_for_memory(ranks: int, buffer_bytes: float, payload_scale: float, available: float) -> float:
+    """The highest payload scale (a step, at most ``payload_scale``) at which ``ranks`` workers
+    holding ``buffer_bytes`` each at ``payload_scale`` fit in `MEMORY_SHARE` of ``available``."""
+    budget = MEMORY_SHARE * available / ranks - WORKER_BASE_MIB * 2**20
+    need = BUFFER_COPIES * buffer_bytes
+    if need <= budget or buffer_bytes <= 0:
+        return payload_scale
+    if budget <= 0:
+        raise ValueError(
+            f"{ranks} workers need {ranks * WORKER_BASE_MIB / 1024:.1f} GiB without buffers; "
+            f"{available / 2**30:.1f} GiB are available"
+        )
+    return step_floor(payload_scale * budget / need)
+
+
+def choose(
+    *,
+    ranks: int,
+    ops: int,
+    bytes_sent: int,
+    buffer_bytes: int,
+    predicted_s: float,
+    link_mbps: float,
+    payload_scale: float,
+    cost: MachineCost,
+    auto: bool,
+    available: float,
+) -> Dilation:
+    """The rate (auto: the highest step at or below ``link_mbps``) at which the workers' CPU
+    demand for a schedule of ``ops`` ops sending ``bytes_sent`` bytes stays within
+    `WORKER_CPU_SHARE` of the cores, given ``predicted_s``, the emulated iteration at
+    ``link_mbps`` (module docstring). The schedule's figures are at ``payload_scale``."""
+    demand = cost.demand_s(ops, bytes_sent)
+    capacity = WORKER_CPU_SHARE * cost.cores
+    rate = link_mbps
+    if auto and demand > capacity * predicted_s:
+        rate = max(MIN_LINK_MBPS, step_floor(link_mbps * capacity * predicted_s / demand))
+    iteration_s = predicted_s * link_mbps / rate
+    load = demand / (cost.cores * iteration_s) if iteration_s > 0 else 0.0
+    memory = ranks * worker_memory_bytes(buffer_bytes)
+    work = (
+        f"the workers need ~{demand:.3g} CPU-s per iteration ({ops} ops x {cost.op_cpu_s * 1e6:.0f} us "
+        f"+ {bytes_sent / 1e9:.3g} GB x {cost.byte_cpu_s * 1e9:.2f} s/GB)"
+    )
+    if not auto:
+        why = f"set by the scenario; {work}: {load:.0%} of {cost.cores} cores"
+    elif rate < link_mbps:
+        why = (
+            f"{work}, {demand / (cost.cores * predicted_s):.0%} of {cost.cores} cores at {link_mbps:g} Mbit/s; "
+            f"at {rate:g} Mbit/s {load:.0%} (at most {WORKER_CPU_SHARE:.0%})"
+        )
+    else:
+        why = f"{work}: {load:.0%} of {cost.cores} cores at the highest rate, {link_mbps:g} Mbit/s"
+    warning = ""
+    if load > CPU_BOUND_LOAD:
+        fits = max(MIN_LINK_MBPS, step_floor(link_mbps * capacity * predicted_s / demand))
+        warning = (
+            f"emulation.link_mbps = {rate:g}: the workers would keep {load:.0%} of this machine's "
+            f"{cost.cores} cores busy, so the run will measure the CPU, not the cables"
+            + (f' (link_mbps = "auto" picks {fits:g})' if not auto else " (the lowest rate there is)")
+        )
+    return Dilation(
+        auto=auto,
+        link_mbps=rate,
+        payload_scale=payload_scale,
+        highest_mbps=link_mbps,
+        cores=cost.cores,
+        op_cpu_s=cost.op_cpu_s,
+        byte_cpu_s=cost.byte_cpu_s,
+        ops=ops,
+        bytes_sent=bytes_sent,
+        cpu_demand_s=demand,
+        iteration_s=iteration_s,
+        cpu_load=load,
+        memory_gib=memory / 2**30,
+        memory_available_gib=available / 2**30 if math.isfinite(available) else -1.0,
+        why=why,
+        warning=warning,
+    )
