@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from contract.emulation import AUTO_RATE
 from contract.emulation import MAX_LINK_MBPS as MAX_LINK_MBPS  # --link-mbps: [emulation] link_mbps's bounds
 from contract.emulation import MIN_LINK_MBPS as MIN_LINK_MBPS
 from contract.errors import UsageError
@@ -119,14 +120,30 @@ def require_root(command: str) -> None:
         )
 
 
-def add_link_mbps_argument(parser: argparse.ArgumentParser) -> None:
+def add_link_mbps_argument(parser: argparse.ArgumentParser, auto: bool = False) -> None:
     """``--link-mbps``, the emulated rate of one plan link, with ``[emulation] link_mbps``'s
-    bounds; every command that builds a network for a scenario takes it."""
+    bounds; every command that builds a network for a scenario takes it. ``auto``: the
+    command also takes the word ``auto`` (`topolab run`: automatic time dilation), kept as
+    `contract.emulation.AUTO_RATE`."""
+    number = bounded_float(MIN_LINK_MBPS, MAX_LINK_MBPS, low_inclusive=True)
+
+    def rate(text: str) -> float | str:
+        if not auto:
+            return number(text)
+        if text == AUTO_RATE:
+            return AUTO_RATE
+        try:
+            return number(text)
+        except argparse.ArgumentTypeError as err:
+            raise argparse.ArgumentTypeError(f'{err} (or "{AUTO_RATE}")') from None
+
     parser.add_argument(
         "--link-mbps",
-        type=bounded_float(MIN_LINK_MBPS, MAX_LINK_MBPS, low_inclusive=True),
-        metavar="MBPS",
-        help="override the scenario's emulated rate per link ([emulation] link_mbps)",
+        type=rate,
+        metavar="MBPS" + ("|auto" if auto else ""),
+        help="override the scenario's emulated rate per link ([emulation] link_mbps"
+        + ('; "auto": the highest rate up to 100 the cores keep up with' if auto else "")
+        + ")",
     )
 
 

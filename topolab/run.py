@@ -15,12 +15,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from planner import Scenario, load_scenario
+from planner.scenario import with_overrides
 
 from .faults import add_fault_arguments, faults_of
 from .journal import RESULTS_FILE
 from .measured_run import EXIT_OVER_TOLERANCE, FAULTS_OVER_MACHINES, ensure_network_free, execute
 from .network import add_network_arguments, network_config, network_flags, refuse_machines
-from .options import add_job_arguments, check_output_dir
+from .options import add_job_arguments, add_link_mbps_argument, check_output_dir
 from .results import RunResults
 
 
@@ -35,6 +36,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", metavar="DIR", help="where results.json, report.md and plots go (default: results/<scenario name>)"
     )
     add_job_arguments(parser)
+    add_link_mbps_argument(parser, auto=True)
     add_fault_arguments(parser)
     add_network_arguments(parser)
 
@@ -76,6 +78,8 @@ def keep_previous(out: Path) -> Path | None:
 
 def run_run(args: argparse.Namespace) -> int:
     s = load_scenario(args.scenario)
+    if args.link_mbps is not None:
+        s = with_overrides(s, emulation={"link_mbps": args.link_mbps})
     out = check_output_dir(default_out(s) if args.out is None else args.out, "--out")
     flags = network_flags(args, "run")
     if flags.machines is not None:  # the scenario recorded in results.json is the one that ran

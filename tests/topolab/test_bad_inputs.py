@@ -203,6 +203,8 @@ FLAG_CASES = [
     ("collective --chunk 1G", ["collective", "{s}", "--chunk", "1G"], "--chunk"),
     ("collective --segment 3", ["collective", "{s}", "--segment", "3"], "--segment"),
     ("collective --segment 1G", ["collective", "{s}", "--segment", "1G"], "--segment"),
+    ("run --link-mbps fast", ["run", "{s}", "--link-mbps", "fast"], '"auto"'),
+    ("collective --link-mbps auto", ["collective", "{s}", "--link-mbps", "auto"], "--link-mbps"),
     ("collective --link-mbps 0", ["collective", "{s}", "--link-mbps", "0"], "--link-mbps"),
     ("collective --link-mbps nan", ["collective", "{s}", "--link-mbps", "nan"], "--link-mbps"),
     ("collective --link-mbps 1e12", ["collective", "{s}", "--link-mbps", "1e12"], "--link-mbps"),
