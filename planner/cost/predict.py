@@ -144,17 +144,23 @@ class _Flow:
     dst: int
     tag: int
     length: int
-    remaining: float
+    remaining: float  # bytes left at time ``since``
     links: tuple[int, ...]  # link ids (`_Replay.link_ids`) along its path
     relayed: bool  # crosses another server (host-based forwarding)
     assured: float  # bytes/s its plane's allocation guarantees (0: plane 0)
     seq: int  # launch order: max-min fills a link's flows in this order
     done_below: float  # it is done once ``remaining`` falls to this (rounding leftovers)
+    since: float = 0.0  # when ``rate`` was set
     rate: float = 0.0
     reserved: float = 0.0  # of ``rate``, what its allocation reserves (`_reserve`)
-    finish: float = 0.0  # when it ends at its current rate (`_Replay.advance`)
+    finish: float = 0.0  # when it ends at its current rate
     mark: int = 0  # `_Replay.update_rates`: the pass that last reached it
     fixed: bool = False  # `max_min_rates`: its share is set
+    entry: int = 0  # its current entry in `_Replay.ends` (older ones are stale)
+
+    def left(self, t: float) -> float:
+        """Bytes left at time ``t`` (at its current rate since ``since``)."""
+        return self.remaining - min(self.remaining, self.rate * (t - self.since))
 
 
 def max_min_rates(flows: list[_Flow], users: list[list[_Flow]], capacity: list[float]) -> None:
@@ -263,6 +269,8 @@ class _Replay:
         self.capacity = [network.capacity[link] for link in links]
         self.link_users: list[list[_Flow]] = [[] for _ in links]  # flows on the wire, in launch order
         self.touched: set[int] = set()  # links whose flows changed since the rates were set
+        self.ends: list[tuple[float, int, _Flow]] = []  # (when it may end, entry, flow): `set_rate`
+        self.entries = 0
         self.rate_pass = 0
         self.carried = [0.0] * len(links)
         self.relayed_carried = [0.0] * len(links)
@@ -377,6 +385,7 @@ class _Replay:
         """Put the head message of every idle connection on the wire (connections in order
         of first use)."""
         active, users = self.active, self.link_users
+        carried, relayed_carried = self.carried, self.relayed_carried
         for conn in sorted(self.pending):
             q = self.queues[conn]
             if not q or conn in active:
@@ -403,10 +412,16 @@ class _Replay:
                 if not self.carried_seen[link]:
                     self.carried_seen[link] = 1
                     self.carried_order.append(link)
-                if relayed and not self.relayed_seen[link]:
-                    self.relayed_seen[link] = 1
-                    self.relayed_order.append(link)
-            self.touched.update(links)
+                carried[link] += length
+                if relayed:
+                    if not self.relayed_seen[link]:
+                        self.relayed_seen[link] = 1
+                        self.relayed_order.append(link)
+                    relayed_carried[link] += length
+            if links:
+                self.touched.update(links)
+            else:
+                self.set_rate(f, 0.0)  # no link to share: it ends at the next event
             self.flows_changed = True
         self.pending.clear()
 
@@ -427,7 +442,9 @@ class _Replay:
                     continue
                 f.mark = mark
                 if not f.assured and all(len(users[link]) == 1 for link in f.links):
-                    f.rate = min(capacity[link] for link in f.links)
+                    rate = min(capacity[link] for link in f.links)
+                    if rate != f.rate or not f.entry:
+                        self.set_rate(f, rate)
                     continue
                 shared.append(f)
                 for link in f.links:
@@ -436,7 +453,25 @@ class _Replay:
                         stack.append(link)
         if shared:
             shared.sort(key=_launch_order)
+            before = [f.rate for f in shared]
             max_min_rates(shared, users, capacity)
+            for f, old in zip(shared, before):
+                if f.rate != old or not f.entry:
+                    rate, f.rate = f.rate, old  # the bytes moved until now, at the old rate
+                    self.set_rate(f, rate)
+
+    def set_rate(self, f: _Flow, rate: float) -> None:
+        """From now on ``f`` runs at ``rate``: when it ends, in `ends`."""
+        now = self.now
+        f.remaining = f.left(now)
+        f.since, f.rate = now, rate
+        f.finish = now + (f.remaining / rate if rate > 0 else 0.0)
+        # it ends at the first event when its finish time is reached or only rounding
+        # leftovers are left, whichever comes first
+        near = now + (f.remaining - f.done_below) / rate if rate > 0 and f.remaining > f.done_below else now
+        self.entries += 1
+        f.entry = self.entries
+        heapq.heappush(self.ends, (min(near, f.finish), f.entry, f))
 
     def deliver(self, flow: _Flow, t: float) -> None:
         key = (flow.src, flow.dst, flow.tag)
@@ -453,45 +488,43 @@ class _Replay:
     def advance(self) -> bool:
         """Move the clock to the next event (a timer or the first flow to finish); False
         when nothing is left to happen."""
-        active, timers, now = self.active, self.timers, self.now
+        active, timers, ends = self.active, self.timers, self.ends
         if not active and not timers:
             return False
+        # the first finish time: among the flows whose end entry (finish time or the time
+        # only rounding leftovers are left, the earlier) is before it
         t_flow = INF
-        for f in active.values():
-            t = now + (f.remaining / f.rate if f.rate > 0 else 0.0)
-            f.finish = t
-            if t < t_flow:
-                t_flow = t
+        near = []
+        while ends and ends[0][0] <= t_flow:
+            item = heapq.heappop(ends)
+            f = item[2]
+            if f.entry != item[1]:
+                continue  # stale: its rate changed since
+            near.append(item)
+            if f.finish < t_flow:
+                t_flow = f.finish
         t_timer = timers[0][0] if timers else INF
         t_next = min(t_flow, t_timer)
-        dt = t_next - now
-        carried, relayed = self.carried, self.relayed_carried
         ended = []
-        for f in active.values():
-            if dt > 0:
-                moved = min(f.remaining, f.rate * dt)
-                f.remaining -= moved
-                for link in f.links:
-                    carried[link] += moved
-                if f.relayed:
-                    for link in f.links:
-                        relayed[link] += moved
+        for item in near:
+            f = item[2]
             # done when its finish time is reached (comparing times, not leftover bytes, stays
             # exact when a transfer is far shorter than the clock's float resolution)
-            if f.finish <= t_next or f.remaining <= f.done_below:
+            if f.finish <= t_next or f.left(t_next) <= f.done_below:
                 ended.append(f)
+            else:
+                heapq.heappush(ends, item)
         self.now = t_next
+        if len(ended) > 1:
+            ended.sort(key=_launch_order)
         users, touched = self.link_users, self.touched
         for f in ended:
             del active[f.conn]
+            f.entry = 0
             self.pending.add(f.conn)
             self.flows_changed = True
-            for link in f.links:  # rounding leftovers
-                carried[link] += f.remaining
+            for link in f.links:
                 users[link].remove(f)
-            if f.relayed:
-                for link in f.links:
-                    relayed[link] += f.remaining
             touched.update(f.links)
             self.deliver(f, t_next)
         while timers and timers[0][0] <= t_next + 1e-15:
