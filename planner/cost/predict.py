@@ -167,8 +167,10 @@ def max_min_rates(flows: list[_Flow], users: list[list[_Flow]], capacity: list[f
     """Set every flow's ``rate`` to its max-min fair share (progressive filling) plus, for a
     planned flow, its assured rate, reserved first (`_reserve`).
 
-    ``flows`` (in launch order) are every flow of the links they cross: ``users[link]`` lists
-    a link's flows, all of them among ``flows``; ``capacity[link]`` is its bytes/s.
+    ``flows`` are every flow of the links they cross: ``users[link]`` lists a link's flows,
+    all of them among ``flows``; ``capacity[link]`` is its bytes/s. The shares do not depend
+    on the order of either (the flows a link fixes all take the same share); reservations
+    are summed in launch order.
     The most contended link (least remaining capacity per unfixed flow) fixes its flows'
     share, which is subtracted from their other links; repeat. A link's fair share only grows
     as flows of other links are fixed ((R - s) / (c - 1) >= R / c when s <= R / c), so a heap
@@ -176,6 +178,7 @@ def max_min_rates(flows: list[_Flow], users: list[list[_Flow]], capacity: list[f
     link id (ids follow the links' sorted order)."""
     reserving = any(f.assured for f in flows)
     if reserving:
+        flows = sorted(flows, key=_launch_order)
         _reserve(flows, users, capacity)
     remaining: dict[int, float] = {}
     count: dict[int, int] = {}
@@ -441,18 +444,20 @@ class _Replay:
                 if f.mark == mark:
                     continue
                 f.mark = mark
-                if not f.assured and all(len(users[link]) == 1 for link in f.links):
-                    rate = min(capacity[link] for link in f.links)
+                links = f.links
+                if not f.assured and (
+                    len(users[links[0]]) == 1 if len(links) == 1 else all(len(users[link]) == 1 for link in links)
+                ):
+                    rate = min(capacity[link] for link in links)
                     if rate != f.rate or not f.entry:
                         self.set_rate(f, rate)
                     continue
                 shared.append(f)
-                for link in f.links:
+                for link in links:
                     if link not in seen:
                         seen.add(link)
                         stack.append(link)
         if shared:
-            shared.sort(key=_launch_order)
             before = [f.rate for f in shared]
             max_min_rates(shared, users, capacity)
             for f, old in zip(shared, before):
