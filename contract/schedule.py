@@ -337,6 +337,22 @@ class ScheduleBuilder:
         ops.append(op)
         return op.id
 
+    def extend(self, rank: int, stream: str, ops: list[Op]) -> int:
+        """Append ``ops`` to ``stream`` of ``rank`` in order, numbering them (their ``id`` is
+        overwritten) after the rank's ops so far; returns the first one's id (the others
+        follow it by one). For generators that write many ops at once: a call per op costs
+        more than the op."""
+        first = self._next_id[rank]
+        for i, op in enumerate(ops, first):
+            op.id = i
+        self._next_id[rank] = first + len(ops)
+        program = self.programs[rank]
+        if stream in program:
+            program[stream].extend(ops)
+        else:
+            program[stream] = list(ops)
+        return first
+
     def send(
         self,
         rank: int,

@@ -45,6 +45,8 @@ from contract.emulation import EmulatedRates
 from contract.network import cable_capacities
 from contract.physics import DEFAULT_MTU, REDUCE_BYTES_PER_S, cable_goodput
 
+from .collector import collector_paused
+
 
 @dataclass
 class Network:
@@ -137,26 +139,31 @@ class Prediction:
 @dataclass
 @dataclass(slots=True, eq=False)
 class _Flow:
-    """The message on the wire of one connection (`_Replay.launch_flows`)."""
+    """One connection (src, dst, plane): its waiting messages, and the one on the wire (a TCP
+    stream serves its messages first in, first out). The rate model's flow is the connection
+    while ``on_wire``."""
 
-    conn: int  # the connection's index
+    index: int  # connections are numbered in order of first use
     src: int
     dst: int
-    tag: int
-    length: int
-    remaining: float  # bytes left at time ``since``
     links: tuple[int, ...]  # link ids (`_Replay.link_ids`) along its path
     relayed: bool  # crosses another server (host-based forwarding)
     assured: float  # bytes/s its plane's allocation guarantees (0: plane 0)
-    seq: int  # launch order: max-min fills a link's flows in this order
-    done_below: float  # it is done once ``remaining`` falls to this (rounding leftovers)
+    queue: deque[tuple[int, int]]  # (tag, length) of the messages waiting behind it
+    on_wire: bool = False
+    # the message on the wire
+    tag: int = 0
+    length: int = 0
+    remaining: float = 0.0  # bytes left at time ``since``
     since: float = 0.0  # when ``rate`` was set
     rate: float = 0.0
+    done_below: float = 0.0  # it is done once ``remaining`` falls to this (rounding leftovers)
+    seq: int = 0  # launch order: reservations are summed in it
     reserved: float = 0.0  # of ``rate``, what its allocation reserves (`_reserve`)
     finish: float = 0.0  # when it ends at its current rate
+    entry: int = 0  # its current entry in `_Replay.ends` (older ones are stale)
     mark: int = 0  # `_Replay.update_rates`: the pass that last reached it
     fixed: bool = False  # `max_min_rates`: its share is set
-    entry: int = 0  # its current entry in `_Replay.ends` (older ones are stale)
 
     def left(self, t: float) -> float:
         """Bytes left at time ``t`` (at its current rate since ``since``)."""
@@ -241,8 +248,9 @@ class _Replay:
     replay keeps per rank and stream a cursor (the stream's next op), whether that op has
     started (``busy``) and whether it may have become startable (``flags``: its stream moved
     on, or an op it waits for ended); an event rescans only the flagged streams of the ranks
-    it touched, in stream order, the ranks in increasing order. Rates are recomputed only for
-    the flows sharing a link, transitively, with a flow that started or ended."""
+    it touched, in stream order, the ranks in increasing order. A flow's bytes left are
+    updated only when its rate changes, and rates are recomputed only for the flows sharing a
+    link, transitively, with a flow that started or ended."""
 
     def __init__(self, schedule, network: Network):
         ranks = self.ranks = schedule.ranks
@@ -256,13 +264,11 @@ class _Replay:
         self.waiters: list[dict[int, list[int]]] = []  # per rank: op id -> streams with an op waiting for it
         for streams in self.streams:
             self._index(streams)
-        # one connection per (src, dst, plane), numbered in order of first use: its waiting
-        # messages and the one on the wire
-        self.conn_of: dict[tuple[int, int, int], int] = {}
-        self.queues: list[deque[tuple[int, int]]] = []
-        self.conn_links: list[tuple[int, int, tuple[int, ...], bool, float]] = []  # src, dst, links, relayed, assured
+        self.overhead = network.op_overhead_s
+        self.conn_of: dict[tuple[int, int, int], _Flow] = {}
+        self.conns: list[_Flow] = []
         self.pending: set[int] = set()  # connections that got a message or finished one
-        self.active: dict[int, _Flow] = {}  # connection -> its flow on the wire, in launch order
+        self.on_wire = 0
         self.launched = 0
         self.arrived: dict[tuple[int, int, int], deque[float]] = defaultdict(deque)  # (src,dst,tag) -> arrivals
         self.waiting_recv: dict[tuple[int, int, int], deque] = defaultdict(deque)  # posted recvs
@@ -308,109 +314,101 @@ class _Replay:
 
     def cpu(self, rank: int, t: float) -> float:
         """Charge one op's software cost to ``rank``'s processor from time ``t`` on."""
-        overhead = self.network.op_overhead_s
+        overhead = self.overhead
         if overhead <= 0:
             return t
         t = max(t, self.cpu_free[rank]) + overhead
         self.cpu_free[rank] = t
         return t
 
-    def reduce_time(self, length: int) -> float:
-        return min(length, self.network.reduce_cap_bytes) / self.network.reduce_bytes_per_s
+    def received(self, rank: int, t: float, length: int) -> float:
+        """When a recv whose message is there at ``t`` ends: the rank's processor takes it,
+        then reduces or copies it."""
+        network = self.network
+        return self.cpu(rank, t) + min(length, network.reduce_cap_bytes) / network.reduce_bytes_per_s
 
     def push(self, t: float, kind: int, rank: int, stream: int) -> None:
         self.seq += 1
         heapq.heappush(self.timers, (t, self.seq, kind, rank, stream))
 
-    def finish(self, rank: int, stream: int, op, end: float) -> None:
-        self.done[rank][op.id] = 1
-        self.stream_end[rank][stream] = end
-        self.cursor[rank][stream] += 1
-        self.busy[rank][stream] = False
-        flags = self.flags[rank]
-        flags[stream] = True
-        for s in self.waiters[rank].get(op.id, ()):
-            flags[s] = True
-        self.dirty.add(rank)  # only a rank whose op finished can start new ops
-
-    def enqueue(self, src: int, op) -> None:
-        """Hand a send's message to its connection."""
-        key = (src, op.peer, op.plane)
-        conn = self.conn_of.get(key)
-        if conn is None:
-            conn = self.conn_of[key] = len(self.queues)
-            self.queues.append(deque())
-            path = self.network.links(*key)
-            limit = self.network.servers if self.network.servers is not None else float("inf")
-            relayed = any(b < limit for _, b in path[:-1])
-            ids = tuple(self.link_ids[link] for link in path)
-            self.conn_links.append((src, op.peer, ids, relayed, self.network.assured.get(key, 0.0)))
-        self.queues[conn].append((op.tag, op.length))
-        self.pending.add(conn)
+    def connection(self, key: tuple[int, int, int]) -> _Flow:
+        """The connection ``key`` = (src, dst, plane), numbered at its first use."""
+        path = self.network.links(*key)
+        limit = self.network.servers if self.network.servers is not None else float("inf")
+        relayed = any(b < limit for _, b in path[:-1])
+        ids = tuple(self.link_ids[link] for link in path)
+        conn = _Flow(len(self.conns), key[0], key[1], ids, relayed, self.network.assured.get(key, 0.0), deque())
+        self.conns.append(conn)
+        self.conn_of[key] = conn
+        return conn
 
     def start_ready(self, rank: int) -> None:
         """Start every op of ``rank`` whose stream, dependencies and message allow it."""
         now, done = self.now, self.done[rank]
         streams, cursor, busy, flags = self.streams[rank], self.cursor[rank], self.busy[rank], self.flags[rank]
+        waiters, conn_of, pending = self.waiters[rank], self.conn_of, self.pending
         for s in range(len(flags)):
             if not flags[s]:
                 continue
-            ops = streams[s]
-            while cursor[s] < len(ops) and not busy[s]:
-                op = ops[cursor[s]]
+            flags[s] = False
+            if busy[s]:
+                continue
+            ops, c = streams[s], cursor[s]
+            while c < len(ops):
+                op = ops[c]
                 if op.after and not all(done[a] for a in op.after):
                     break
-                busy[s] = True
                 kind = op.kind
-                if kind == "compute":
-                    self.push(now + op.seconds, _COMPUTE, rank, s)
-                    break
                 if kind == "send":
                     t_send = self.cpu(rank, now)
-                    if t_send <= now:
-                        self.enqueue(rank, op)
-                        self.finish(rank, s, op, now)
+                    if t_send <= now:  # handed to its connection at once: the stream goes on
+                        key = (rank, op.peer, op.plane)
+                        conn = conn_of.get(key) or self.connection(key)
+                        conn.queue.append((op.tag, op.length))
+                        pending.add(conn.index)
+                        done[op.id] = 1
+                        self.stream_end[rank][s] = now
+                        c += 1
+                        waiting = waiters.get(op.id)
+                        if waiting:
+                            for w in waiting:
+                                flags[w] = True
+                            self.dirty.add(rank)  # a stream before this one may go on
                         continue
+                    busy[s] = True
                     self.push(t_send, _SEND, rank, s)
+                    break
+                busy[s] = True
+                if kind == "compute":
+                    self.push(now + op.seconds, _COMPUTE, rank, s)
                     break
                 # recv: completes when the matching message has arrived
                 key = (op.peer, rank, op.tag)
                 arrived = self.arrived.get(key)
                 if arrived:
-                    end = self.cpu(rank, max(now, arrived.popleft())) + self.reduce_time(op.length)
-                    self.push(end, _RECV, rank, s)
+                    self.push(self.received(rank, max(now, arrived.popleft()), op.length), _RECV, rank, s)
                 else:
                     self.waiting_recv[key].append((rank, s, now))
                 break
-            flags[s] = False  # whatever stops it now ends later, flagging it again
+            cursor[s] = c
 
     def launch_flows(self) -> None:
         """Put the head message of every idle connection on the wire (connections in order
         of first use)."""
-        active, users = self.active, self.link_users
+        conns, users = self.conns, self.link_users
         carried, relayed_carried = self.carried, self.relayed_carried
-        for conn in sorted(self.pending):
-            q = self.queues[conn]
-            if not q or conn in active:
+        for index in sorted(self.pending):
+            f = conns[index]
+            if f.on_wire or not f.queue:
                 continue
-            tag, length = q.popleft()
-            src, dst, links, relayed, assured = self.conn_links[conn]
+            f.tag, length = f.queue.popleft()
+            f.on_wire, f.length, f.remaining, f.rate = True, length, float(length), 0.0
+            f.done_below = 1e-6 * max(1, length)
             self.launched += 1
-            f = _Flow(
-                conn,
-                src,
-                dst,
-                tag,
-                length,
-                float(length),
-                links,
-                relayed,
-                assured,
-                self.launched,
-                1e-6 * max(1, length),
-            )
-            active[conn] = f
-            for link in links:
+            f.seq = self.launched
+            self.on_wire += 1
+            relayed = f.relayed
+            for link in f.links:
                 users[link].append(f)
                 if not self.carried_seen[link]:
                     self.carried_seen[link] = 1
@@ -421,8 +419,8 @@ class _Replay:
                         self.relayed_seen[link] = 1
                         self.relayed_order.append(link)
                     relayed_carried[link] += length
-            if links:
-                self.touched.update(links)
+            if f.links:
+                self.touched.update(f.links)
             else:
                 self.set_rate(f, 0.0)  # no link to share: it ends at the next event
             self.flows_changed = True
@@ -468,33 +466,26 @@ class _Replay:
     def set_rate(self, f: _Flow, rate: float) -> None:
         """From now on ``f`` runs at ``rate``: when it ends, in `ends`."""
         now = self.now
-        f.remaining = f.left(now)
-        f.since, f.rate = now, rate
-        f.finish = now + (f.remaining / rate if rate > 0 else 0.0)
+        left = f.remaining - min(f.remaining, f.rate * (now - f.since))
+        f.remaining, f.since, f.rate = left, now, rate
+        f.finish = finish = now + (left / rate if rate > 0 else 0.0)
         # it ends at the first event when its finish time is reached or only rounding
         # leftovers are left, whichever comes first
-        near = now + (f.remaining - f.done_below) / rate if rate > 0 and f.remaining > f.done_below else now
+        if rate > 0 and left > f.done_below:
+            near = now + (left - f.done_below) / rate
+            if near > finish:
+                near = finish
+        else:
+            near = now
         self.entries += 1
         f.entry = self.entries
-        heapq.heappush(self.ends, (min(near, f.finish), f.entry, f))
-
-    def deliver(self, flow: _Flow, t: float) -> None:
-        key = (flow.src, flow.dst, flow.tag)
-        t_arr = t + self.network.alpha_s * len(flow.links)
-        waiting = self.waiting_recv.get(key)
-        if waiting:
-            rank, s, t_post = waiting.popleft()
-            op = self.streams[rank][s][self.cursor[rank][s]]
-            end = self.cpu(rank, max(t_arr, t_post)) + self.reduce_time(op.length)
-            self.push(end, _RECV, rank, s)
-        else:
-            self.arrived[key].append(t_arr)
+        heapq.heappush(self.ends, (near, f.entry, f))
 
     def advance(self) -> bool:
         """Move the clock to the next event (a timer or the first flow to finish); False
         when nothing is left to happen."""
-        active, timers, ends = self.active, self.timers, self.ends
-        if not active and not timers:
+        timers, ends = self.timers, self.ends
+        if not self.on_wire and not timers:
             return False
         # the first finish time: among the flows whose end entry (finish time or the time
         # only rounding leftovers are left, the earlier) is before it
@@ -522,23 +513,58 @@ class _Replay:
         self.now = t_next
         if len(ended) > 1:
             ended.sort(key=_launch_order)
-        users, touched = self.link_users, self.touched
-        for f in ended:
-            del active[f.conn]
+        users, touched, pending = self.link_users, self.touched, self.pending
+        alpha, waiting_recv = self.network.alpha_s, self.waiting_recv
+        streams, cursor = self.streams, self.cursor
+        for f in ended:  # delivered: the message arrives after every hop's latency
+            f.on_wire = False
             f.entry = 0
-            self.pending.add(f.conn)
-            self.flows_changed = True
+            self.on_wire -= 1
+            pending.add(f.index)
             for link in f.links:
                 users[link].remove(f)
             touched.update(f.links)
-            self.deliver(f, t_next)
-        while timers and timers[0][0] <= t_next + 1e-15:
-            _, _, kind, rank, s = heapq.heappop(timers)
-            op = self.streams[rank][s][self.cursor[rank][s]]
-            if kind == _SEND:
-                self.enqueue(rank, op)
-            self.finish(rank, s, op, t_next)
+            key = (f.src, f.dst, f.tag)
+            t_arr = t_next + alpha * len(f.links)
+            waiting = waiting_recv.get(key)
+            if waiting:
+                rank, s, t_post = waiting.popleft()
+                op = streams[rank][s][cursor[rank][s]]
+                self.push(self.received(rank, max(t_arr, t_post), op.length), _RECV, rank, s)
+            else:
+                self.arrived[key].append(t_arr)
+        if ended:
+            self.flows_changed = True
+        if timers and timers[0][0] <= t_next + 1e-15:
+            self.end_ops(t_next)
         return True
+
+    def end_ops(self, t: float) -> None:
+        """End the ops whose timers are due at ``t`` (sends handed over, computes done,
+        recvs reduced or copied)."""
+        timers, pending, conn_of = self.timers, self.pending, self.conn_of
+        streams, cursor, busy, flags_of = self.streams, self.cursor, self.busy, self.flags
+        done, stream_end, waiters, dirty = self.done, self.stream_end, self.waiters, self.dirty
+        pop = heapq.heappop
+        while timers and timers[0][0] <= t + 1e-15:
+            _, _, kind, rank, s = pop(timers)
+            op = streams[rank][s][cursor[rank][s]]
+            if kind == _SEND:
+                key = (rank, op.peer, op.plane)
+                conn = conn_of.get(key) or self.connection(key)
+                conn.queue.append((op.tag, op.length))
+                pending.add(conn.index)
+            done[rank][op.id] = 1
+            stream_end[rank][s] = t
+            cursor[rank][s] += 1
+            busy[rank][s] = False
+            flags = flags_of[rank]
+            flags[s] = True
+            waiting = waiters[rank].get(op.id)
+            if waiting:
+                for w in waiting:
+                    flags[w] = True
+            dirty.add(rank)
 
     def run(self) -> Prediction:
         while True:
@@ -582,4 +608,5 @@ INF = float("inf")
 
 def predict(schedule, network: Network) -> Prediction:
     """Predict one execution of ``schedule`` (a contract.schedule Schedule) on ``network``."""
-    return _Replay(schedule, network).run()
+    with collector_paused():
+        return _Replay(schedule, network).run()
