@@ -187,20 +187,21 @@ def max_min_rates(flows: list[_Flow], users: list[list[_Flow]], capacity: list[f
     if reserving:
         flows = sorted(flows, key=_launch_order)
         _reserve(flows, users, capacity)
-    remaining: dict[int, float] = {}
-    count: dict[int, int] = {}
+    remaining = list(capacity)  # indexed by link id: cheaper than a dict of the links touched
+    count = [0] * len(capacity)
+    links = []
     for f in flows:
         f.fixed = False
         for link in f.links:
-            if link not in remaining:
-                remaining[link] = capacity[link]
+            if not count[link]:
                 count[link] = len(users[link])
+                links.append(link)
     if reserving:
         for f in flows:
             if f.reserved:
                 for link in f.links:
                     remaining[link] = max(0.0, remaining[link] - f.reserved)
-    heap = [(remaining[link] / c, link) for link, c in count.items()]
+    heap = [(remaining[link] / count[link], link) for link in links]
     heapq.heapify(heap)
     pop, push = heapq.heappop, heapq.heappush
     left = len(flows)
@@ -217,9 +218,10 @@ def max_min_rates(flows: list[_Flow], users: list[list[_Flow]], capacity: list[f
             left -= 1
             for other in f.links:
                 remaining[other] -= share
-                count[other] -= 1
-                if other != link and count[other] > 0:
-                    push(heap, (remaining[other] / count[other], other))
+                c = count[other] - 1
+                count[other] = c
+                if c > 0 and other != link:
+                    push(heap, (remaining[other] / c, other))
 
 
 def _reserve(flows: list[_Flow], users: list[list[_Flow]], capacity: list[float]) -> None:
