@@ -267,6 +267,7 @@ class _Replay:
         for streams in self.streams:
             self._index(streams)
         self.overhead = network.op_overhead_s
+        self.reduce_cap, self.reduce_rate = network.reduce_cap_bytes, network.reduce_bytes_per_s
         self.conn_of: dict[tuple[int, int, int], _Flow] = {}
         self.conns: list[_Flow] = []
         self.pending: set[int] = set()  # connections that got a message or finished one
@@ -326,8 +327,9 @@ class _Replay:
     def received(self, rank: int, t: float, length: int) -> float:
         """When a recv whose message is there at ``t`` ends: the rank's processor takes it,
         then reduces or copies it."""
-        network = self.network
-        return self.cpu(rank, t) + min(length, network.reduce_cap_bytes) / network.reduce_bytes_per_s
+        if self.overhead > 0:
+            t = self.cpu(rank, t)
+        return t + min(length, self.reduce_cap) / self.reduce_rate
 
     def push(self, t: float, kind: int, rank: int, stream: int) -> None:
         self.seq += 1
@@ -445,10 +447,14 @@ class _Replay:
                     continue
                 f.mark = mark
                 links = f.links
-                if not f.assured and (
-                    len(users[links[0]]) == 1 if len(links) == 1 else all(len(users[link]) == 1 for link in links)
-                ):
-                    rate = min(capacity[link] for link in links)
+                alone = not f.assured
+                if alone:
+                    for link in links:
+                        if len(users[link]) != 1:
+                            alone = False
+                            break
+                if alone:
+                    rate = min([capacity[link] for link in links])
                     if rate != f.rate or not f.entry:
                         self.set_rate(f, rate)
                     continue
