@@ -30,6 +30,11 @@ exactly the schedule the workers run (contract.schedule), op by op:
 One module (over 300 lines): the network description, the rate model (max-min fairness with
 reservations) and the replay that uses them change together.
 
+Cost (`benchmarks/scale.py`): a few microseconds per op, and the ops of an iteration grow as
+n^2 (a ring step is a send and a recv on every rank); on top of that, every flow that starts
+or ends re-solves the max-min rates of the flows sharing a link with it, transitively, which
+in an all-to-all phase (DLRM) is most flows on the wire: those phases grow as n^3.
+
 The prediction is in the network's own time unit: give it emulated link rates to predict an
 emulated run, then divide by the time-scale factor to get the real cluster's time.
 """
