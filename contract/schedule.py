@@ -35,6 +35,7 @@ module, because the builder's only job is to emit that format and the two change
 from __future__ import annotations
 
 import json
+import sys
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -47,9 +48,12 @@ OP_KINDS = ("send", "recv", "compute")
 RECV_MODES = ("reduce", "copy")
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
-    """One op of one rank's program. ``id`` is unique within the rank."""
+    """One op of one rank's program. ``id`` is unique within the rank.
+
+    Slotted, with ``after`` a tuple (the empty one shared by most ops): an iteration at a few
+    hundred servers holds millions of ops, so an op is kept to a few dozen bytes of fields."""
 
     id: int
     kind: str
@@ -60,7 +64,7 @@ class Op:
     tag: int = 0
     mode: str = ""
     seconds: float = 0.0
-    after: list[int] = field(default_factory=list)
+    after: tuple[int, ...] = ()
     plane: int = 0  # send only: 0 = the destination route, p >= 1 = the pair's p-th allocated path
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,15 +85,15 @@ class Op:
     def from_dict(cls, d: dict[str, Any]) -> Op:
         return cls(
             id=int(d["id"]),
-            kind=str(d["op"]),
+            kind=sys.intern(str(d["op"])),
             peer=int(d.get("peer", -1)),
-            buffer=str(d.get("buffer", "")),
+            buffer=sys.intern(str(d.get("buffer", ""))),
             offset=int(d.get("offset", 0)),
             length=int(d.get("length", 0)),
             tag=int(d.get("tag", 0)),
-            mode=str(d.get("mode", "")),
+            mode=sys.intern(str(d.get("mode", ""))),
             seconds=float(d.get("seconds", 0.0)),
-            after=[int(a) for a in d.get("after", ())],
+            after=tuple(int(a) for a in d.get("after", ())),
             plane=int(d.get("plane", 0)),
         )
 
@@ -171,9 +175,12 @@ class Schedule:
         acc: dict[tuple[str, int, int], int] = defaultdict(int)
         for rank, program in enumerate(self.programs):
             for stream, ops in program.items():
+                per_peer: dict[int, int] = defaultdict(int)
                 for op in ops:
                     if op.kind == "send":
-                        acc[(stream, rank, op.peer)] += op.length
+                        per_peer[op.peer] += op.length
+                for peer, nbytes in per_peer.items():
+                    acc[(stream, rank, peer)] += nbytes
         return [{"stream": s, "src": a, "dst": b, "bytes": n} for (s, a, b), n in sorted(acc.items())]
 
     def bytes_sent(self) -> list[int]:
@@ -221,44 +228,68 @@ class Schedule:
     # ---- validation ------------------------------------------------------------------
     def validate(self) -> None:
         """Raise ValueError naming the first structural problem (not a deadlock check:
-        `planner.collectives.simulate.simulate_schedule` does that by executing the schedule)."""
+        `planner.collectives.simulate.simulate_schedule` does that by executing the schedule).
+
+        One pass over the ops with the buffers' sizes looked up once: it runs on every
+        schedule built, millions of ops for an iteration at a few hundred servers."""
         if len(self.programs) != self.ranks:
             raise ValueError(f"{len(self.programs)} programs for {self.ranks} ranks")
+        regions = {name: (buf.itemsize, buf.bytes) for name, buf in self.buffers.items()}
+        ranks = self.ranks
         for rank, program in enumerate(self.programs):
             ids: set[int] = set()
+            waits = False
             for stream, ops in program.items():
                 for op in ops:
-                    where = f"rank {rank} stream {stream!r} op {op.id}"
-                    if op.id in ids:
-                        raise ValueError(f"{where}: duplicate op id")
+                    seen = len(ids)
                     ids.add(op.id)
-                    if op.kind not in OP_KINDS:
-                        raise ValueError(f"{where}: unknown op {op.kind!r}")
-                    if op.kind == "compute":
+                    kind = op.kind
+                    if len(ids) == seen:
+                        raise ValueError(f"rank {rank} stream {stream!r} op {op.id}: duplicate op id")
+                    waits = waits or bool(op.after)
+                    if kind == "compute":
                         if op.seconds < 0:
-                            raise ValueError(f"{where}: negative compute time")
+                            raise ValueError(f"rank {rank} stream {stream!r} op {op.id}: negative compute time")
                         continue
-                    if not 0 <= op.peer < self.ranks or op.peer == rank:
-                        raise ValueError(f"{where}: bad peer {op.peer}")
-                    buf = self.buffers.get(op.buffer)
-                    if buf is None:
-                        raise ValueError(f"{where}: unknown buffer {op.buffer!r}")
-                    if op.offset % buf.itemsize or op.length % buf.itemsize:
-                        raise ValueError(f"{where}: offset/length not aligned to {buf.dtype}")
-                    if op.offset < 0 or op.length <= 0 or op.offset + op.length > buf.bytes:
-                        raise ValueError(
-                            f"{where}: region [{op.offset}, +{op.length}) "
-                            f"outside buffer {buf.name!r} of {buf.bytes} bytes"
-                        )
-                    if op.plane < 0 or (op.plane and op.kind != "send"):
-                        raise ValueError(f"{where}: plane {op.plane} (only sends name a plane >= 0)")
-                    if op.kind == "recv" and op.mode not in RECV_MODES:
-                        raise ValueError(f"{where}: recv mode {op.mode!r} not in {RECV_MODES}")
-            for ops in program.values():
-                for op in ops:
-                    missing = [a for a in op.after if a not in ids]
-                    if missing:
-                        raise ValueError(f"rank {rank} op {op.id}: waits on unknown ops {missing}")
+                    if kind not in OP_KINDS:
+                        raise ValueError(f"rank {rank} stream {stream!r} op {op.id}: unknown op {kind!r}")
+                    peer, offset, length = op.peer, op.offset, op.length
+                    region = regions.get(op.buffer)
+                    if (
+                        not 0 <= peer < ranks
+                        or peer == rank
+                        or region is None
+                        or offset % region[0]
+                        or length % region[0]
+                        or offset < 0
+                        or length <= 0
+                        or offset + length > region[1]
+                        or (op.plane and (op.plane < 0 or kind != "send"))
+                        or (kind == "recv" and op.mode not in RECV_MODES)
+                    ):
+                        raise ValueError(self._op_problem(rank, stream, op))
+            if waits:
+                for ops in program.values():
+                    for op in ops:
+                        missing = [a for a in op.after if a not in ids]
+                        if missing:
+                            raise ValueError(f"rank {rank} op {op.id}: waits on unknown ops {missing}")
+
+    def _op_problem(self, rank: int, stream: str, op: Op) -> str:
+        """What is wrong with a send or recv `validate` rejected (the first rule it breaks)."""
+        where = f"rank {rank} stream {stream!r} op {op.id}"
+        if not 0 <= op.peer < self.ranks or op.peer == rank:
+            return f"{where}: bad peer {op.peer}"
+        buf = self.buffers.get(op.buffer)
+        if buf is None:
+            return f"{where}: unknown buffer {op.buffer!r}"
+        if op.offset % buf.itemsize or op.length % buf.itemsize:
+            return f"{where}: offset/length not aligned to {buf.dtype}"
+        if op.offset < 0 or op.length <= 0 or op.offset + op.length > buf.bytes:
+            return f"{where}: region [{op.offset}, +{op.length}) outside buffer {buf.name!r} of {buf.bytes} bytes"
+        if op.plane < 0 or (op.plane and op.kind != "send"):
+            return f"{where}: plane {op.plane} (only sends name a plane >= 0)"
+        return f"{where}: recv mode {op.mode!r} not in {RECV_MODES}"
 
 
 class ScheduleBuilder:
@@ -299,8 +330,28 @@ class ScheduleBuilder:
     def _add(self, rank: int, stream: str, op: Op) -> int:
         op.id = self._next_id[rank]
         self._next_id[rank] += 1
-        self.programs[rank].setdefault(stream, []).append(op)
+        program = self.programs[rank]
+        ops = program.get(stream)
+        if ops is None:
+            ops = program[stream] = []
+        ops.append(op)
         return op.id
+
+    def extend(self, rank: int, stream: str, ops: list[Op]) -> int:
+        """Append ``ops`` to ``stream`` of ``rank`` in order, numbering them (their ``id`` is
+        overwritten) after the rank's ops so far; returns the first one's id (the others
+        follow it by one). For generators that write many ops at once: a call per op costs
+        more than the op."""
+        first = self._next_id[rank]
+        for i, op in enumerate(ops, first):
+            op.id = i
+        self._next_id[rank] = first + len(ops)
+        program = self.programs[rank]
+        if stream in program:
+            program[stream].extend(ops)
+        else:
+            program[stream] = list(ops)
+        return first
 
     def send(
         self,
@@ -314,7 +365,7 @@ class ScheduleBuilder:
         after: Iterable[int] = (),
         plane: int = 0,
     ) -> int:
-        return self._add(rank, stream, Op(0, "send", peer, buffer, offset, length, tag, after=list(after), plane=plane))
+        return self._add(rank, stream, Op(0, "send", peer, buffer, offset, length, tag, "", 0.0, tuple(after), plane))
 
     def recv(
         self,
@@ -328,10 +379,10 @@ class ScheduleBuilder:
         mode: str = "reduce",
         after: Iterable[int] = (),
     ) -> int:
-        return self._add(rank, stream, Op(0, "recv", peer, buffer, offset, length, tag, mode, after=list(after)))
+        return self._add(rank, stream, Op(0, "recv", peer, buffer, offset, length, tag, mode, 0.0, tuple(after)))
 
     def compute(self, rank: int, stream: str, seconds: float, after: Iterable[int] = ()) -> int:
-        return self._add(rank, stream, Op(0, "compute", seconds=float(seconds), after=list(after)))
+        return self._add(rank, stream, Op(0, "compute", seconds=float(seconds), after=tuple(after)))
 
     def check(self, check: Check) -> None:
         self.checks.append(check)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from math import gcd
 
-from contract.schedule import Check, Schedule, ScheduleBuilder, split_region
+from contract.schedule import Check, Op, Schedule, ScheduleBuilder, split_region
 
 Deps = Mapping[int, Iterable[int]]
 Region = tuple[int, int]  # (offset, length) in bytes
@@ -97,16 +97,20 @@ def _ring_pass(
     for ``after[rank]``; the others follow it on ``stream``."""
     k, shift, last = len(ring), 1 if mode == REDUCE else 0, {}
     for j, rank in enumerate(ring):
-        deps = list(after.get(rank, ()))
+        deps = tuple(after.get(rank, ()))
+        succ, pred = ring[(j + 1) % k], ring[(j - 1) % k]
+        ops = []
         for s in range(k - 1):
             so, sl = pieces[(j - s - shift) % k]
             ro, rl = pieces[(j - s - shift - 1) % k]
             if sl:
-                last[rank] = b.send(rank, stream, ring[(j + 1) % k], buffer, so, sl, tag, after=deps)
-                deps = []
+                ops.append(Op(0, "send", succ, buffer, so, sl, tag, "", 0.0, deps))
+                deps = ()
             if rl:
-                last[rank] = b.recv(rank, stream, ring[(j - 1) % k], buffer, ro, rl, tag, mode, after=deps)
-                deps = []
+                ops.append(Op(0, "recv", pred, buffer, ro, rl, tag, mode, 0.0, deps))
+                deps = ()
+        if ops:
+            last[rank] = b.extend(rank, stream, ops) + len(ops) - 1
     return last
 
 

@@ -51,6 +51,7 @@ from ..collectives.rings import add_multiring_allreduce
 from ..model.workload_graph import workload_graph
 from ..strategy.strategies import Flows, OpTraffic, op_traffic, plan_workload, strategy_of
 from ..topology.hierarchical import layout_span
+from .collector import collector_paused
 
 DDP_BUCKET_BYTES = 25 * 2**20
 ITEMSIZE = 4  # float32 buffers: every transfer is a whole number of elements
@@ -185,7 +186,11 @@ class _IterationBuilder:
 def iteration_schedule(plan: Plan, opts: IterationOptions | None = None) -> Schedule:
     """The schedule of one training iteration of ``plan`` (module docstring): its workload
     and placement say what is computed and moved, ``opts`` how it is run."""
-    opts = opts or IterationOptions()
+    with collector_paused():
+        return _iteration_schedule(plan, opts or IterationOptions())
+
+
+def _iteration_schedule(plan: Plan, opts: IterationOptions) -> Schedule:
     n, job = plan.servers, plan_workload(plan)
     graph, strategy = strategy_of(workload_graph(job), plan.placement)
     it = _IterationBuilder(plan, opts)

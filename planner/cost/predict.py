@@ -30,6 +30,11 @@ exactly the schedule the workers run (contract.schedule), op by op:
 One module (over 300 lines): the network description, the rate model (max-min fairness with
 reservations) and the replay that uses them change together.
 
+Cost (`benchmarks/scale.py`): a few microseconds per op, and the ops of an iteration grow as
+n^2 (a ring step is a send and a recv on every rank); on top of that, every flow that starts
+or ends re-solves the max-min rates of the flows sharing a link with it, transitively, which
+in an all-to-all phase (DLRM) is most flows on the wire: those phases grow as n^3.
+
 The prediction is in the network's own time unit: give it emulated link rates to predict an
 emulated run, then divide by the time-scale factor to get the real cluster's time.
 """
@@ -38,12 +43,14 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contract.emulation import EmulatedRates
 from contract.network import cable_capacities
 from contract.physics import DEFAULT_MTU, REDUCE_BYTES_PER_S, cable_goodput
+
+from .collector import collector_paused
 
 
 @dataclass
@@ -135,230 +142,442 @@ class Prediction:
 
 
 @dataclass
+@dataclass(slots=True, eq=False)
 class _Flow:
+    """One connection (src, dst, plane): its waiting messages, and the one on the wire (a TCP
+    stream serves its messages first in, first out). The rate model's flow is the connection
+    while ``on_wire``."""
+
+    index: int  # connections are numbered in order of first use
     src: int
     dst: int
-    tag: int
-    length: int
-    remaining: float
-    links: list[tuple[int, int]]
+    links: tuple[int, ...]  # link ids (`_Replay.link_ids`) along its path
+    relayed: bool  # crosses another server (host-based forwarding)
+    assured: float  # bytes/s its plane's allocation guarantees (0: plane 0)
+    queue: deque[tuple[int, int]]  # (tag, length) of the messages waiting behind it
+    on_wire: bool = False
+    # the message on the wire
+    tag: int = 0
+    length: int = 0
+    remaining: float = 0.0  # bytes left at time ``since``
+    since: float = 0.0  # when ``rate`` was set
     rate: float = 0.0
-    relayed: bool = False  # crosses another server (host-based forwarding)
-    assured: float = 0.0  # bytes/s its plane's allocation guarantees (0: plane 0)
+    done_below: float = 0.0  # it is done once ``remaining`` falls to this (rounding leftovers)
+    seq: int = 0  # launch order: reservations are summed in it
+    reserved: float = 0.0  # of ``rate``, what its allocation reserves (`_reserve`)
+    finish: float = 0.0  # when it ends at its current rate
+    entry: int = 0  # its current entry in `_Replay.ends` (older ones are stale)
+    mark: int = 0  # `_Replay.update_rates`: the pass that last reached it
+    fixed: bool = False  # `max_min_rates`: its share is set
+
+    def left(self, t: float) -> float:
+        """Bytes left at time ``t`` (at its current rate since ``since``)."""
+        return self.remaining - min(self.remaining, self.rate * (t - self.since))
 
 
-def max_min_rates(flows: Iterable[_Flow], capacity: dict[tuple[int, int], float]) -> None:
+def max_min_rates(flows: list[_Flow], users: list[list[_Flow]], capacity: list[float]) -> None:
     """Set every flow's ``rate`` to its max-min fair share (progressive filling) plus, for a
     planned flow, its assured rate, reserved first (`_reserve`).
 
+    ``flows`` are every flow of the links they cross: ``users[link]`` lists a link's flows,
+    all of them among ``flows``; ``capacity[link]`` is its bytes/s. The shares do not depend
+    on the order of either (the flows a link fixes all take the same share); reservations
+    are summed in launch order.
     The most contended link (least remaining capacity per unfixed flow) fixes its flows'
     share, which is subtracted from their other links; repeat. A link's fair share only grows
     as flows of other links are fixed ((R - s) / (c - 1) >= R / c when s <= R / c), so a heap
-    with lazily dropped stale entries finds the next link in O(log L)."""
-    unassigned = [f for f in flows if f.links]
-    reserved = _reserve(unassigned, capacity) if any(f.assured for f in unassigned) else {}
-    if reserved:
-        capacity = dict(capacity)
-        for f in unassigned:
-            for link in f.links:
-                capacity[link] = max(0.0, capacity[link] - reserved.get(id(f), 0.0))
-    remaining: dict[tuple[int, int], float] = {}
-    users: dict[tuple[int, int], list[_Flow]] = defaultdict(list)
-    for f in unassigned:
+    with lazily dropped stale entries finds the next link in O(log L); ties go to the lower
+    link id (ids follow the links' sorted order)."""
+    reserving = any(f.assured for f in flows)
+    if reserving:
+        flows = sorted(flows, key=_launch_order)
+        _reserve(flows, users, capacity)
+    remaining = list(capacity)  # indexed by link id: cheaper than a dict of the links touched
+    count = [0] * len(capacity)
+    links = []
+    for f in flows:
+        f.fixed = False
         for link in f.links:
-            users[link].append(f)
-            remaining[link] = capacity[link]
-    count = {link: len(fs) for link, fs in users.items()}
-    heap = [(remaining[link] / c, link) for link, c in count.items()]
+            if not count[link]:
+                count[link] = len(users[link])
+                links.append(link)
+    if reserving:
+        for f in flows:
+            if f.reserved:
+                for link in f.links:
+                    remaining[link] = max(0.0, remaining[link] - f.reserved)
+    heap = [(remaining[link] / count[link], link) for link in links]
     heapq.heapify(heap)
-    fixed: set[int] = set()
-    while heap and len(fixed) < len(unassigned):
-        share, link = heapq.heappop(heap)
-        if count[link] == 0 or share != remaining[link] / count[link]:
+    pop, push = heapq.heappop, heapq.heappush
+    left = len(flows)
+    while heap and left:
+        share, link = pop(heap)
+        c = count[link]
+        if c == 0 or share != remaining[link] / c:
             continue  # stale: the link's share changed since this entry was pushed
         for f in users[link]:
-            if id(f) in fixed:
+            if f.fixed:
                 continue
-            f.rate = share + reserved.get(id(f), 0.0)
-            fixed.add(id(f))
+            f.rate = share + f.reserved
+            f.fixed = True
+            left -= 1
             for other in f.links:
                 remaining[other] -= share
-                count[other] -= 1
-                if other != link and count[other] > 0:
-                    heapq.heappush(heap, (remaining[other] / count[other], other))
+                c = count[other] - 1
+                count[other] = c
+                if c > 0 and other != link:
+                    push(heap, (remaining[other] / c, other))
 
 
-def _reserve(flows: list[_Flow], capacity: dict[tuple[int, int], float]) -> dict[int, float]:
-    """The rate reserved for each planned flow (by ``id``): its assured rate, scaled down on a
-    link where the reservations exceed the planned flows' head-count share of the capacity (so
-    plane-0 flows sharing the link are never starved) or the capacity itself."""
-    assured: dict[tuple[int, int], float] = defaultdict(float)
-    planned: dict[tuple[int, int], int] = defaultdict(int)
-    users: dict[tuple[int, int], int] = defaultdict(int)
+def _reserve(flows: list[_Flow], users: list[list[_Flow]], capacity: list[float]) -> None:
+    """Set the rate reserved for each planned flow (``reserved``): its assured rate, scaled
+    down on a link where the reservations exceed the planned flows' head-count share of the
+    capacity (so plane-0 flows sharing the link are never starved) or the capacity itself."""
+    assured: dict[int, float] = {}
+    planned: dict[int, int] = {}
     for f in flows:
-        for link in f.links:
-            users[link] += 1
-            if f.assured:
-                assured[link] += f.assured
-                planned[link] += 1
-    scale = {link: min(1.0, capacity[link] * planned[link] / users[link] / a) for link, a in assured.items()}
-    return {id(f): f.assured * min(scale[link] for link in f.links) for f in flows if f.assured}
+        if f.assured:
+            for link in f.links:
+                assured[link] = assured.get(link, 0.0) + f.assured
+                planned[link] = planned.get(link, 0) + 1
+    scale = {link: min(1.0, capacity[link] * planned[link] / len(users[link]) / a) for link, a in assured.items()}
+    for f in flows:
+        f.reserved = f.assured * min(scale[link] for link in f.links) if f.assured else 0.0
+
+
+_COMPUTE, _SEND, _RECV = 0, 1, 2  # what a timer ends
 
 
 class _Replay:
-    """The event-driven replay of one schedule on one network (module docstring)."""
+    """The event-driven replay of one schedule on one network (module docstring).
+
+    Ranks are independent between events (an op waits only for ops of its own rank), so the
+    replay keeps per rank and stream a cursor (the stream's next op), whether that op has
+    started (``busy``) and whether it may have become startable (``flags``: its stream moved
+    on, or an op it waits for ended); an event rescans only the flagged streams of the ranks
+    it touched, in stream order, the ranks in increasing order. A flow's bytes left are
+    updated only when its rate changes, and rates are recomputed only for the flows sharing a
+    link, transitively, with a flow that started or ended."""
 
     def __init__(self, schedule, network: Network):
         ranks = self.ranks = schedule.ranks
         self.schedule, self.network = schedule, network
-        self.ops_by_id = [
-            {op.id: (stream, op) for stream, ops in prog.items() for op in ops} for prog in schedule.programs
-        ]
-        self.cursor = [{stream: 0 for stream in prog} for prog in schedule.programs]
-        self.done: list[dict[int, float]] = [dict() for _ in range(ranks)]
-        self.started: list[set[int]] = [set() for _ in range(ranks)]
-        self.stream_free = {(r, s): 0.0 for r in range(ranks) for s in schedule.programs[r]}
-        # one connection per (src, dst, plane): its waiting messages and the one on the wire
-        self.queues: dict[tuple[int, int, int], deque] = defaultdict(deque)
-        self.active: dict[tuple[int, int, int], _Flow] = {}
-        self.arrived: dict[tuple[int, int, int], deque] = defaultdict(deque)  # (src,dst,tag) -> arrival times
+        self.streams = [list(prog.values()) for prog in schedule.programs]
+        self.cursor = [[0] * len(s) for s in self.streams]
+        self.busy = [[False] * len(s) for s in self.streams]
+        self.flags = [[True] * len(s) for s in self.streams]
+        self.stream_end = [[0.0] * len(s) for s in self.streams]
+        self.done: list = []  # per rank: done[op id] = 1 once the op ended
+        self.waiters: list[dict[int, list[int]]] = []  # per rank: op id -> streams with an op waiting for it
+        for streams in self.streams:
+            self._index(streams)
+        self.overhead = network.op_overhead_s
+        self.reduce_cap, self.reduce_rate = network.reduce_cap_bytes, network.reduce_bytes_per_s
+        self.conn_of: dict[tuple[int, int, int], _Flow] = {}
+        self.conns: list[_Flow] = []
+        self.pending: set[int] = set()  # connections that got a message or finished one
+        self.on_wire = 0
+        self.launched = 0
+        self.arrived: dict[tuple[int, int, int], deque[float]] = defaultdict(deque)  # (src,dst,tag) -> arrivals
         self.waiting_recv: dict[tuple[int, int, int], deque] = defaultdict(deque)  # posted recvs
-        self.link_bytes: dict[tuple[int, int], float] = defaultdict(float)
-        self.relayed_bytes: dict[tuple[int, int], float] = defaultdict(float)
-        self.timers: list[tuple[float, int, str, tuple]] = []  # (time, seq, kind, payload)
+        links = sorted(network.capacity)
+        self.links = links
+        self.link_ids = {link: i for i, link in enumerate(links)}
+        self.capacity = [network.capacity[link] for link in links]
+        self.link_users: list[list[_Flow]] = [[] for _ in links]  # flows on the wire, in launch order
+        self.touched: set[int] = set()  # links whose flows changed since the rates were set
+        self.ends: list[tuple[float, int, _Flow]] = []  # (when it may end, entry, flow): `set_rate`
+        self.entries = 0
+        self.rate_pass = 0
+        self.carried = [0.0] * len(links)
+        self.relayed_carried = [0.0] * len(links)
+        self.carried_order: list[int] = []  # links in order of first use (the result's key order)
+        self.relayed_order: list[int] = []
+        self.carried_seen = bytearray(len(links))
+        self.relayed_seen = bytearray(len(links))
+        self.timers: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, rank, stream)
         self.seq = 0
         self.now = 0.0
         self.cpu_free = [0.0] * ranks
-        # ranks to scan for ops that can start: all at first, then those an event touched
-        # (an op's stream, dependencies and message state belong to its own rank only)
-        self.dirty: set[int] = set(range(ranks))
-        # max-min rates change only when a flow starts or ends, not at every timer event
+        self.dirty: set[int] = set(range(ranks))  # ranks to scan for ops that can start
         self.flows_changed = False
+
+    def _index(self, streams: list[list]) -> None:
+        """One rank's done flags (by op id) and who waits for which op."""
+        waiters: dict[int, list[int]] = {}
+        low, high, count = 0, -1, 0
+        for s, ops in enumerate(streams):
+            count += len(ops)
+            for op in ops:
+                if op.after:
+                    for a in op.after:
+                        waiters.setdefault(a, []).append(s)
+            if ops:
+                ids = [op.id for op in ops]
+                low, high = min(low, min(ids)), max(high, max(ids))
+        high = max([high, *waiters])
+        dense = low >= 0 and high < 4 * count + 64
+        self.done.append(bytearray(high + 1) if dense else defaultdict(int))
+        self.waiters.append(waiters)
 
     def cpu(self, rank: int, t: float) -> float:
         """Charge one op's software cost to ``rank``'s processor from time ``t`` on."""
-        overhead = self.network.op_overhead_s
+        overhead = self.overhead
         if overhead <= 0:
             return t
         t = max(t, self.cpu_free[rank]) + overhead
         self.cpu_free[rank] = t
         return t
 
-    def reduce_time(self, length: int) -> float:
-        return min(length, self.network.reduce_cap_bytes) / self.network.reduce_bytes_per_s
+    def received(self, rank: int, t: float, length: int) -> float:
+        """When a recv whose message is there at ``t`` ends: the rank's processor takes it,
+        then reduces or copies it."""
+        if self.overhead > 0:
+            t = self.cpu(rank, t)
+        return t + min(length, self.reduce_cap) / self.reduce_rate
 
-    def push(self, t: float, kind: str, payload: tuple) -> None:
+    def push(self, t: float, kind: int, rank: int, stream: int) -> None:
         self.seq += 1
-        heapq.heappush(self.timers, (t, self.seq, kind, payload))
+        heapq.heappush(self.timers, (t, self.seq, kind, rank, stream))
 
-    def finish(self, rank: int, op, stream: str, end: float) -> None:
-        self.done[rank][op.id] = end
-        self.stream_free[(rank, stream)] = end
-        self.cursor[rank][stream] += 1
-        self.dirty.add(rank)  # only a rank whose op finished can start new ops
+    def connection(self, key: tuple[int, int, int]) -> _Flow:
+        """The connection ``key`` = (src, dst, plane), numbered at its first use."""
+        path = self.network.links(*key)
+        limit = self.network.servers if self.network.servers is not None else float("inf")
+        relayed = any(b < limit for _, b in path[:-1])
+        ids = tuple(self.link_ids[link] for link in path)
+        conn = _Flow(len(self.conns), key[0], key[1], ids, relayed, self.network.assured.get(key, 0.0), deque())
+        self.conns.append(conn)
+        self.conn_of[key] = conn
+        return conn
 
-    def start_ready(self, rank: int) -> bool:
+    def start_ready(self, rank: int) -> None:
         """Start every op of ``rank`` whose stream, dependencies and message allow it."""
-        progressed = False
         now, done = self.now, self.done[rank]
-        for stream, ops in self.schedule.programs[rank].items():
-            while self.cursor[rank][stream] < len(ops):
-                op = ops[self.cursor[rank][stream]]
-                if op.id in self.started[rank]:
+        streams, cursor, busy, flags = self.streams[rank], self.cursor[rank], self.busy[rank], self.flags[rank]
+        waiters, conn_of, pending = self.waiters[rank], self.conn_of, self.pending
+        for s in range(len(flags)):
+            if not flags[s]:
+                continue
+            flags[s] = False
+            if busy[s]:
+                continue
+            ops, c = streams[s], cursor[s]
+            while c < len(ops):
+                op = ops[c]
+                if op.after and not all(done[a] for a in op.after):
                     break
-                if any(a not in done or done[a] > now for a in op.after):
-                    break
-                if self.stream_free[(rank, stream)] > now:
-                    break
-                self.started[rank].add(op.id)
-                progressed = True
-                if op.kind == "compute":
-                    self.push(now + op.seconds, "compute", (rank, stream, op.id, now))
-                    break
-                if op.kind == "send":
+                kind = op.kind
+                if kind == "send":
                     t_send = self.cpu(rank, now)
-                    if t_send <= now:
-                        self.queues[(rank, op.peer, op.plane)].append((op.tag, op.length))
-                        self.finish(rank, op, stream, now)
+                    if t_send <= now:  # handed to its connection at once: the stream goes on
+                        key = (rank, op.peer, op.plane)
+                        conn = conn_of.get(key) or self.connection(key)
+                        conn.queue.append((op.tag, op.length))
+                        pending.add(conn.index)
+                        done[op.id] = 1
+                        self.stream_end[rank][s] = now
+                        c += 1
+                        waiting = waiters.get(op.id)
+                        if waiting:
+                            for w in waiting:
+                                flags[w] = True
+                            self.dirty.add(rank)  # a stream before this one may go on
                         continue
-                    self.push(t_send, "send", (rank, stream, op.id, now))
+                    busy[s] = True
+                    self.push(t_send, _SEND, rank, s)
+                    break
+                busy[s] = True
+                if kind == "compute":
+                    self.push(now + op.seconds, _COMPUTE, rank, s)
                     break
                 # recv: completes when the matching message has arrived
                 key = (op.peer, rank, op.tag)
-                if self.arrived[key]:
-                    t_arr = self.arrived[key].popleft()
-                    end = self.cpu(rank, max(now, t_arr)) + self.reduce_time(op.length)
-                    self.push(end, "recv", (rank, stream, op.id, now))
+                arrived = self.arrived.get(key)
+                if arrived:
+                    self.push(self.received(rank, max(now, arrived.popleft()), op.length), _RECV, rank, s)
                 else:
-                    self.waiting_recv[key].append((rank, stream, op.id, now))
+                    self.waiting_recv[key].append((rank, s, now))
                 break
-        return progressed
+            cursor[s] = c
 
     def launch_flows(self) -> None:
-        """Put the head message of every idle connection on the wire."""
-        limit = self.network.servers if self.network.servers is not None else float("inf")
-        for key, q in self.queues.items():
-            if q and key not in self.active:
-                tag, length = q.popleft()
-                src, dst, plane = key
-                links = self.network.links(src, dst, plane)
-                relayed = any(b < limit for _, b in links[:-1])
-                assured = self.network.assured.get(key, 0.0)
-                self.active[key] = _Flow(src, dst, tag, length, float(length), links, relayed=relayed, assured=assured)
-                self.flows_changed = True
+        """Put the head message of every idle connection on the wire (connections in order
+        of first use)."""
+        conns, users = self.conns, self.link_users
+        carried, relayed_carried = self.carried, self.relayed_carried
+        for index in sorted(self.pending):
+            f = conns[index]
+            if f.on_wire or not f.queue:
+                continue
+            f.tag, length = f.queue.popleft()
+            f.on_wire, f.length, f.remaining, f.rate = True, length, float(length), 0.0
+            f.done_below = 1e-6 * max(1, length)
+            self.launched += 1
+            f.seq = self.launched
+            self.on_wire += 1
+            relayed = f.relayed
+            for link in f.links:
+                users[link].append(f)
+                if not self.carried_seen[link]:
+                    self.carried_seen[link] = 1
+                    self.carried_order.append(link)
+                carried[link] += length
+                if relayed:
+                    if not self.relayed_seen[link]:
+                        self.relayed_seen[link] = 1
+                        self.relayed_order.append(link)
+                    relayed_carried[link] += length
+            if f.links:
+                self.touched.update(f.links)
+            else:
+                self.set_rate(f, 0.0)  # no link to share: it ends at the next event
+            self.flows_changed = True
+        self.pending.clear()
 
-    def deliver(self, flow: _Flow, t: float) -> None:
-        key = (flow.src, flow.dst, flow.tag)
-        t_arr = t + self.network.alpha_s * len(flow.links)
-        if self.waiting_recv[key]:
-            rank, stream, op_id, t_post = self.waiting_recv[key].popleft()
-            _, op = self.ops_by_id[rank][op_id]
-            end = self.cpu(rank, max(t_arr, t_post)) + self.reduce_time(op.length)
-            self.push(end, "recv", (rank, stream, op_id, t_post))
+    def update_rates(self) -> None:
+        """Max-min rates for the flows that share a link, transitively, with a flow that
+        started or ended since the last update (the others' rates cannot have changed). A flow
+        alone on every link of its path gets the slowest of them without the heap."""
+        users, capacity = self.link_users, self.capacity
+        self.rate_pass += 1
+        mark = self.rate_pass
+        seen = set(self.touched)
+        stack = list(self.touched)
+        self.touched.clear()
+        shared: list[_Flow] = []
+        while stack:
+            for f in users[stack.pop()]:
+                if f.mark == mark:
+                    continue
+                f.mark = mark
+                links = f.links
+                alone = not f.assured
+                if alone:
+                    for link in links:
+                        if len(users[link]) != 1:
+                            alone = False
+                            break
+                if alone:
+                    rate = min([capacity[link] for link in links])
+                    if rate != f.rate or not f.entry:
+                        self.set_rate(f, rate)
+                    continue
+                shared.append(f)
+                for link in links:
+                    if link not in seen:
+                        seen.add(link)
+                        stack.append(link)
+        if shared:
+            before = [f.rate for f in shared]
+            max_min_rates(shared, users, capacity)
+            for f, old in zip(shared, before):
+                if f.rate != old or not f.entry:
+                    rate, f.rate = f.rate, old  # the bytes moved until now, at the old rate
+                    self.set_rate(f, rate)
+
+    def set_rate(self, f: _Flow, rate: float) -> None:
+        """From now on ``f`` runs at ``rate``: when it ends, in `ends`."""
+        now = self.now
+        left = f.remaining - min(f.remaining, f.rate * (now - f.since))
+        f.remaining, f.since, f.rate = left, now, rate
+        f.finish = finish = now + (left / rate if rate > 0 else 0.0)
+        # it ends at the first event when its finish time is reached or only rounding
+        # leftovers are left, whichever comes first
+        if rate > 0 and left > f.done_below:
+            near = now + (left - f.done_below) / rate
+            if near > finish:
+                near = finish
         else:
-            self.arrived[key].append(t_arr)
+            near = now
+        self.entries += 1
+        f.entry = self.entries
+        heapq.heappush(self.ends, (near, f.entry, f))
 
     def advance(self) -> bool:
         """Move the clock to the next event (a timer or the first flow to finish); False
         when nothing is left to happen."""
-        t_flow = float("inf")
-        finish_at: dict[tuple[int, int, int], float] = {}
-        for key, f in self.active.items():
-            t = self.now + (f.remaining / f.rate if f.rate > 0 else 0.0)
-            finish_at[key] = t
-            t_flow = min(t_flow, t)
-        t_timer = self.timers[0][0] if self.timers else float("inf")
-        if not self.active and not self.timers:
+        timers, ends = self.timers, self.ends
+        if not self.on_wire and not timers:
             return False
+        # the first finish time: among the flows whose end entry (finish time or the time
+        # only rounding leftovers are left, the earlier) is before it
+        t_flow = INF
+        near = []
+        while ends and ends[0][0] <= t_flow:
+            item = heapq.heappop(ends)
+            f = item[2]
+            if f.entry != item[1]:
+                continue  # stale: its rate changed since
+            near.append(item)
+            if f.finish < t_flow:
+                t_flow = f.finish
+        t_timer = timers[0][0] if timers else INF
         t_next = min(t_flow, t_timer)
-        dt = t_next - self.now
-        for f in self.active.values():
-            moved = min(f.remaining, f.rate * dt)
-            f.remaining -= moved
-            self._account(f, moved)
+        ended = []
+        for item in near:
+            f = item[2]
+            # done when its finish time is reached (comparing times, not leftover bytes, stays
+            # exact when a transfer is far shorter than the clock's float resolution)
+            if f.finish <= t_next or f.left(t_next) <= f.done_below:
+                ended.append(f)
+            else:
+                heapq.heappush(ends, item)
         self.now = t_next
-        # a flow is done when its finish time is reached (comparing times, not leftover bytes,
-        # stays exact when a transfer is far shorter than the clock's float resolution)
-        for key in [
-            k for k, f in self.active.items() if finish_at[k] <= t_next or f.remaining <= 1e-6 * max(1, f.length)
-        ]:
-            f = self.active.pop(key)
+        if len(ended) > 1:
+            ended.sort(key=_launch_order)
+        users, touched, pending = self.link_users, self.touched, self.pending
+        alpha, waiting_recv = self.network.alpha_s, self.waiting_recv
+        streams, cursor = self.streams, self.cursor
+        for f in ended:  # delivered: the message arrives after every hop's latency
+            f.on_wire = False
+            f.entry = 0
+            self.on_wire -= 1
+            pending.add(f.index)
+            for link in f.links:
+                users[link].remove(f)
+            touched.update(f.links)
+            key = (f.src, f.dst, f.tag)
+            t_arr = t_next + alpha * len(f.links)
+            waiting = waiting_recv.get(key)
+            if waiting:
+                rank, s, t_post = waiting.popleft()
+                op = streams[rank][s][cursor[rank][s]]
+                self.push(self.received(rank, max(t_arr, t_post), op.length), _RECV, rank, s)
+            else:
+                self.arrived[key].append(t_arr)
+        if ended:
             self.flows_changed = True
-            self._account(f, f.remaining)  # rounding leftovers
-            self.deliver(f, t_next)
-        while self.timers and self.timers[0][0] <= t_next + 1e-15:
-            _, _, kind, (rank, stream, op_id, _t_start) = heapq.heappop(self.timers)
-            _, op = self.ops_by_id[rank][op_id]
-            if kind == "send":
-                self.queues[(rank, op.peer, op.plane)].append((op.tag, op.length))
-            self.finish(rank, op, stream, t_next)
+        if timers and timers[0][0] <= t_next + 1e-15:
+            self.end_ops(t_next)
         return True
 
-    def _account(self, f: _Flow, nbytes: float) -> None:
-        for link in f.links:
-            self.link_bytes[link] += nbytes
-            if f.relayed:
-                self.relayed_bytes[link] += nbytes
+    def end_ops(self, t: float) -> None:
+        """End the ops whose timers are due at ``t`` (sends handed over, computes done,
+        recvs reduced or copied)."""
+        timers, pending, conn_of = self.timers, self.pending, self.conn_of
+        streams, cursor, busy, flags_of = self.streams, self.cursor, self.busy, self.flags
+        done, stream_end, waiters, dirty = self.done, self.stream_end, self.waiters, self.dirty
+        pop = heapq.heappop
+        while timers and timers[0][0] <= t + 1e-15:
+            _, _, kind, rank, s = pop(timers)
+            op = streams[rank][s][cursor[rank][s]]
+            if kind == _SEND:
+                key = (rank, op.peer, op.plane)
+                conn = conn_of.get(key) or self.connection(key)
+                conn.queue.append((op.tag, op.length))
+                pending.add(conn.index)
+            done[rank][op.id] = 1
+            stream_end[rank][s] = t
+            cursor[rank][s] += 1
+            busy[rank][s] = False
+            flags = flags_of[rank]
+            flags[s] = True
+            waiting = waiters[rank].get(op.id)
+            if waiting:
+                for w in waiting:
+                    flags[w] = True
+            dirty.add(rank)
 
     def run(self) -> Prediction:
         while True:
@@ -367,32 +586,40 @@ class _Replay:
                 self.dirty.clear()
                 for r in ranks:
                     self.start_ready(r)
-            self.launch_flows()
+            if self.pending:
+                self.launch_flows()
             if self.flows_changed:
-                max_min_rates(self.active.values(), self.network.capacity)
+                self.update_rates()
                 self.flows_changed = False
             if not self.advance():
                 break
         programs = self.schedule.programs
-        unfinished = [
-            (r, s) for r in range(self.ranks) for s, ops in programs[r].items() if self.cursor[r][s] < len(ops)
-        ]
-        if unfinished:
-            r, s = unfinished[0]
-            raise RuntimeError(
-                f"schedule deadlocks in the model: rank {r} stream {s!r} stops at op "
-                f"{programs[r][s][self.cursor[r][s]].id}"
-            )
-        rank_seconds = [max(self.done[r].values(), default=0.0) for r in range(self.ranks)]
+        for r, prog in enumerate(programs):
+            for s, (name, ops) in enumerate(prog.items()):
+                if self.cursor[r][s] < len(ops):
+                    raise RuntimeError(
+                        f"schedule deadlocks in the model: rank {r} stream {name!r} stops at op "
+                        f"{ops[self.cursor[r][s]].id}"
+                    )
+        rank_seconds = [max(ends, default=0.0) for ends in self.stream_end]
+        links = self.links
         return Prediction(
             max(rank_seconds, default=0.0),
             rank_seconds,
-            dict(self.link_bytes),
-            dict(self.relayed_bytes),
-            dict(self.stream_free),
+            {links[i]: self.carried[i] for i in self.carried_order},
+            {links[i]: self.relayed_carried[i] for i in self.relayed_order},
+            {(r, name): self.stream_end[r][s] for r, prog in enumerate(programs) for s, name in enumerate(prog)},
         )
+
+
+def _launch_order(f: _Flow) -> int:
+    return f.seq
+
+
+INF = float("inf")
 
 
 def predict(schedule, network: Network) -> Prediction:
     """Predict one execution of ``schedule`` (a contract.schedule Schedule) on ``network``."""
-    return _Replay(schedule, network).run()
+    with collector_paused():
+        return _Replay(schedule, network).run()

@@ -95,7 +95,7 @@ def placement_schedule(
         offset += length
     for key, recvs in waits.items():
         rank, pos = compute[key]
-        b.programs[rank]["compute"][pos].after.extend(recvs)
+        b.programs[rank]["compute"][pos].after += tuple(recvs)
     b.buffer(BUFFER, max(offset, FLOAT_BYTES))
     b.params.update(
         placement=[{"group": tasks.names[g], "server": a[g]} for g in placement.order],

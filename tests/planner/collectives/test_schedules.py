@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from planner.collectives import (
     Check,
+    Op,
     Schedule,
     ScheduleBuilder,
     ScheduleError,
@@ -180,6 +181,22 @@ def test_validate_names_the_problem():
     b.send(0, "s", 5, "grad", 0, 4, tag=1)
     with pytest.raises(ValueError, match="bad peer 5"):
         b.build()
+
+
+def test_extend_numbers_ops_after_the_ranks_ops_so_far():
+    b = ScheduleBuilder(2, "extend")
+    b.buffer("grad", 16)
+    first = b.send(0, "a", 1, "grad", 0, 4, tag=1)
+    ops = [Op(99, "send", 1, "grad", 4, 4, 1), Op(99, "recv", 1, "grad", 8, 4, 2, "copy", after=(first,))]
+    assert b.extend(0, "b", ops) == 1
+    assert b.compute(0, "a", 0.5) == 3
+    assert [op.id for op in b.programs[0]["b"]] == [1, 2]
+    b.recv(1, "s", 0, "grad", 0, 4, tag=1)
+    b.recv(1, "s", 0, "grad", 4, 4, tag=1)
+    b.send(1, "s", 0, "grad", 8, 4, tag=2)
+    sched = b.build()
+    assert Schedule.from_json(sched.to_json()).to_dict() == sched.to_dict()
+    assert sched.programs[0]["b"][1].to_dict()["after"] == [0]
 
 
 def test_composed_iteration_with_compute_and_buckets():

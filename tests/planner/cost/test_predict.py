@@ -3,6 +3,7 @@
 import pytest
 
 from contract.physics import tcp_goodput_fraction
+from contract.schedule import Schedule
 from planner import build_plan, load_scenario, parse_scenario
 from planner.collectives.p2p import p2p_transfers
 from planner.collectives.rings import multiring_allreduce, ring_allreduce, topoopt_rings
@@ -103,3 +104,17 @@ def test_relayed_bytes_count_servers_not_switches(scenario_dir):
         plan = build_plan(load_scenario(scenario_dir / f"{name}.toml"))
         pred = predict(p2p_transfers(12, all_to_all(range(12), 4096)), plan_network(plan))
         assert (sum(pred.relayed_bytes.values()) > 0) is relayed
+
+
+def test_prediction_does_not_depend_on_how_op_ids_are_numbered(scenario_dir):
+    plan = build_plan(load_scenario(scenario_dir / "hierarchical-12.toml"))
+    sched = iteration_schedule(plan, IterationOptions(payload_scale=1e-3))
+    spread = sched.to_dict()  # ids 7, 1007, 2007, ...: not a dense range
+    for program in spread["programs"]:
+        for ops in program.values():
+            for op in ops:
+                op["id"] = op["id"] * 1000 + 7
+                op["after"] = [a * 1000 + 7 for a in op.get("after", ())]
+    dense, sparse = predict(sched, plan_network(plan)), predict(Schedule.from_dict(spread), plan_network(plan))
+    assert sparse.seconds == dense.seconds and sparse.stream_end == dense.stream_end
+    assert sparse.link_bytes == dense.link_bytes
