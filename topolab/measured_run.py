@@ -67,7 +67,6 @@ from .results import (
 from .time_dilation import (
     Dilation,
     choose,
-    memory_available_bytes,
     payload_for_memory,
     schedule_buffer_bytes,
     transfer_ops,
@@ -168,10 +167,12 @@ def dilate(
     """The rate and payload scale the run uses (`topolab.time_dilation`): with ``link_mbps =
     "auto"`` chosen for this machine (the scenario and the preparation redone at them with
     ``prepare_at``), else the scenario's, checked against the cores."""
+    from emulator.validate import mem_available_mib
+
     plan, schedule, opts, emulated, predicted = prepared
     auto = s.emulation.auto_rate
     cost = machine_cost(log)
-    available = memory_available_bytes()
+    available = mem_available_mib() * 2**20
     if auto and payload_scale is None and s.run.payload_scale == 1.0:
         fit = payload_for_memory(plan.servers, schedule_buffer_bytes(schedule), opts.payload_scale, available)
         if fit < opts.payload_scale:

@@ -236,6 +236,7 @@ def render_markdown(results: RunResults) -> str:
     from .faults import report_section
 
     sc, plan, emu, summ = results.scenario, results.plan, results.emulation, results.summarize()
+    cpu_note = results.cpu_bound_note()
     pred, sched = results.predicted, results.schedule
     lines = [
         f"# topolab run: {sc['name']}",
@@ -243,7 +244,7 @@ def render_markdown(results: RunResults) -> str:
         f"Status: **{results.status}**" + (f" ({results.error})" if results.error else ""),
         "",
         *_tolerance_callout(summ),
-        *([f"> **{results.cpu_bound_note()}**", ""] if results.cpu_bound_note() else []),
+        *([f"> **{cpu_note}**", ""] if cpu_note else []),
         "## Plan",
         "",
         f"- topology: {plan['topology']}, {plan['servers']} servers"

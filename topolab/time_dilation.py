@@ -79,18 +79,6 @@ def worker_memory_bytes(buffer_bytes: float) -> float:
     return BUFFER_COPIES * buffer_bytes + WORKER_BASE_MIB * 2**20
 
 
-def memory_available_bytes() -> float:
-    """MemAvailable of /proc/meminfo (the kernel's estimate of what can be used without swapping)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return math.inf
-
-
 @dataclass
 class Dilation:
     """The rate and payload scale a run uses, what they were chosen from, and why."""
