@@ -21,8 +21,9 @@ cd "$root"
 
 # python3-venv brings ensurepip; make runs the labs' checkers; iproute2 is ip/tc; mnexec drives the hosts;
 # ethtool is not a Mininet dependency but Mininet calls it; ca-certificates for pip; openssh-server
-# gives the multi-machine tests their stand-in machines' sshd (started only inside their namespaces).
-apt_packages=(python3 python3-venv ca-certificates make mininet iperf3 iputils-ping traceroute ethtool iproute2 procps openssh-server)
+# gives the multi-machine tests their stand-in machines' sshd (started only inside their namespaces);
+# gcc and libc6-dev compile the workers' data-plane loop (workers/engine.c).
+apt_packages=(python3 python3-venv ca-certificates make mininet iperf3 iputils-ping traceroute ethtool iproute2 procps openssh-server gcc libc6-dev)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -90,3 +91,7 @@ if [ -n "$with_models" ] && { [ ! -f "$models_stamp" ] || [ pyproject.toml -nt "
   .venv/bin/python -m pip install -q --no-deps "mlc-chakra==1.0.0"
   touch "$models_stamp"
 fi
+
+# The workers' compiled data-plane loop: built here (a second run finds it built), so no worker
+# compiles at start-up; named by its source's hash, so a changed workers/engine.c is rebuilt.
+.venv/bin/python -c "from workers.engine import build; build()"

@@ -75,7 +75,8 @@ class MachineCost:
 
 
 def machine_key() -> str:
-    """This machine and the workers' version: machine id, cores, hash of workers/*.py."""
+    """This machine and the workers' version: machine id, cores, hash of workers/*.py and of
+    the compiled loop's source (workers/engine.c)."""
     try:
         machine = Path("/etc/machine-id").read_text().strip()
     except OSError:
@@ -83,7 +84,8 @@ def machine_key() -> str:
     import workers
 
     digest = hashlib.sha256()
-    for path in sorted(Path(workers.__file__).parent.glob("*.py")):
+    here = Path(workers.__file__).parent
+    for path in sorted([*here.glob("*.py"), *here.glob("*.c")]):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return f"{machine[:12]}-{os.cpu_count() or 1}cpu-workers.{digest.hexdigest()[:12]}"

@@ -3,15 +3,15 @@ more PUSH per (peer, plane) this rank sends on with a plane p >= 1, connected fr
 ``plane_sources[p]`` address (libzmq's ``tcp://SOURCE:0;DESTINATION:PORT``), so the emulator's
 policy routing can steer that traffic by source onto the pair's p-th path.
 
-Wire format: every message is two frames, a 16-byte `HEADER` (iteration, src, tag, nbytes;
+Wire format: every message is two frames, a 16-byte header (iteration, src, tag, nbytes;
 little-endian u32) and one chunk, under twice ``chunk_bytes`` (pipelined 64 KB - 4 MB chunks
-reach the TCP floor; one big message is slower; docs/emulation.md, pyzmq).
+reach the TCP floor; one big message is slower; docs/emulation.md, pyzmq). The compiled loop
+(`workers.engine`) writes and reads them on these sockets.
 
-Chunks of at least ``ZERO_COPY_MIN`` are sent zero-copy *and tracked* (``copy=False,
-track=True``), smaller ones copied (cheaper, docs/dataplane.md): `Channels.trackers` holds
-every send libzmq may still read, and a region is never overwritten (by a recv or the next
-iteration's inputs) until every send reading it has been released (`region_free`,
-`wait_sends`). Untracked zero-copy corrupted AllReduce results at >= 5 Gbit/s.
+Large chunks go zero-copy *and tracked*: `Channels.engine` knows every send libzmq may still
+read, and a region is never overwritten (by a recv or the next iteration's inputs) until
+every send reading it has been released (`wait_sends`). Untracked zero-copy corrupted
+AllReduce results at >= 5 Gbit/s.
 
 Every PUSH socket has a monitor reporting its TCP connection coming up and dropping:
 `peer_down` holds the peers whose connection dropped (their process ended).
@@ -19,26 +19,16 @@ Every PUSH socket has a monitor reporting its TCP connection coming up and dropp
 
 from __future__ import annotations
 
-import struct
-from collections import deque
-
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from .engine import Engine
 from .protocol import PeerFailure, now
 from .spec import WorkerSpec
 
-HEADER = struct.Struct("<IIII")  # iteration, src rank, tag, chunk bytes
-ZERO_COPY_MIN = 512 << 10
-"""Chunks below this are copied into the message, larger ones go zero-copy and tracked. A
-zero-copy frame costs a fixed ~30-50 us of CPU (pyzmq's tracker, and its garbage thread
-taking the GIL to release each frame); a copy costs ~0.3 ms per MiB on the reference 2-core
-machine. Measured on loopback (docs/dataplane.md): 128 KiB chunks cost 27 % less CPU per GB
-copied than zero-copy, 1 MiB chunks 5 % more; 512 KiB sits between."""
 QUEUE_MESSAGES = 4096
 """High-water mark of every data socket: 4096 chunks (>= 256 MB at 64 KB) queue before a send
 would block, so a step's whole share is handed over at once."""
-TRACKER_WAIT_S = 0.2  # one blocking wait on a send's tracker before re-checking the deadline
 
 
 class Channels:
@@ -58,16 +48,25 @@ class Channels:
         self.plane_sources = dict(spec.plane_sources)
         self.send_planes = sorted(spec.send_planes())
         self.push: dict[tuple[int, int], zmq.Socket] = {}  # (peer, plane) -> PUSH
+        self.push_keys: list[tuple[int, int]] = []  # the compiled loop's socket indices
+        self.push_index: dict[tuple[int, int], int] = {}
+        self.push_sockets: list[zmq.Socket] = []
         self.monitors: dict[zmq.Socket, int] = {}
         self.peer_address: dict[int, str] = dict(spec.peers)
         self.peer_down: dict[int, float] = {}
-        self.trackers: deque = deque()  # (buffer, lo, hi, MessageTracker, peer) of sends in flight
-        self.keep_early = False
+        self.engine = Engine()  # the zero-copy sends in flight, the messages kept for later
+
+    @property
+    def keep_early(self) -> bool:
         """Keep a message of a later iteration for it (`workers.session`: each collective is
         an iteration and a peer may start the next before this rank finished the current
         one); off, such a message fails the iteration (the coordinator's barrier makes it
         impossible, so it would be a bug)."""
-        self.early: dict[int, list[tuple[int, int, zmq.Frame]]] = {}  # iteration -> [(src, tag, frame)]
+        return self.engine.keep_early
+
+    @keep_early.setter
+    def keep_early(self, keep: bool) -> None:
+        self.engine.keep_early = keep
 
     def connect(self, peers: dict[int, str]) -> None:
         """Connect a PUSH socket (and its monitor) to every peer, at the bound addresses, and
@@ -86,6 +85,9 @@ class Channels:
             mon = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
             sock.connect(endpoint)
             self.push[key] = sock
+            self.push_index[key] = len(self.push_keys)
+            self.push_keys.append(key)
+            self.push_sockets.append(sock)
             self.monitors[mon] = peer
 
     def close(self, linger_ms: int = 0) -> None:
@@ -98,6 +100,7 @@ class Channels:
         for sock in self.push.values():
             sock.close(linger=linger_ms)
         self.pull.close(linger=0)
+        self.engine.close()
 
     def describe(self, peer: int) -> str:
         return f"rank {peer} ({self.peer_address.get(peer, '?')})"
@@ -115,31 +118,12 @@ class Channels:
             elif event["event"] == zmq.EVENT_CONNECTED:
                 self.peer_down.pop(peer, None)
 
-    def region_free(self, buffer: str, lo: int, hi: int) -> bool:
-        """No tracked send of an overlapping region is still held by libzmq."""
-        trackers = self.trackers
-        while trackers and trackers[0][3].done:
-            trackers.popleft()
-        for buf, a, b, tracker, _ in trackers:
-            if buf == buffer and a < hi and lo < b and not tracker.done:
-                return False
-        return True
-
     def wait_sends(self, timeout: float) -> None:
         """Block until libzmq has released every zero-copy send (before buffers change)."""
-        deadline = now() + timeout
-        while self.trackers:
-            tracker, peer = self.trackers[0][3], self.trackers[0][4]
-            if not tracker.done:
-                left = deadline - now()
-                if left <= 0:
-                    raise PeerFailure(
-                        f"rank {self.rank}: a send to {self.describe(peer)} was "
-                        f"not taken by the network within {timeout:.1f} s",
-                        peer,
-                    )
-                try:
-                    tracker.wait(min(left, TRACKER_WAIT_S))
-                except zmq.NotDone:
-                    continue
-            self.trackers.popleft()
+        held, peer = self.engine.wait_sends(timeout)
+        if held:
+            raise PeerFailure(
+                f"rank {self.rank}: a send to {self.describe(peer)} was "
+                f"not taken by the network within {timeout:.1f} s",
+                peer,
+            )

@@ -2,8 +2,8 @@
 
 One executor runs every schedule; it knows nothing about rings or trees. It owns this rank's
 buffers and data-plane sockets for the worker's life and runs one iteration at a time: run
-the program (`workers.scheduler`, moving bytes with `workers.transfers` over
-`workers.channels`) on inputs filled ahead (`workers.patterns`), verify the checks
+the program (`workers.scheduler`, moving bytes with the compiled loop of
+`workers.engine` over `workers.channels`) on inputs filled ahead (`workers.patterns`), verify the checks
 (`workers.verify`), fill the next iteration's inputs.
 """
 
@@ -23,7 +23,6 @@ from .program import Program
 from .protocol import now
 from .scheduler import IterationRun
 from .spec import WorkerSpec
-from .transfers import FRAME_REDUCE_MIN
 from .verify import verify
 
 
@@ -70,7 +69,6 @@ class Executor:
             self.raw[b["name"]] = raw
             self.arrays[b["name"]] = raw[: len(raw) - len(raw) % dtype.itemsize].view(dtype)
             self.buffer_index[b["name"]] = i
-        self.scratch = np.empty(FRAME_REDUCE_MIN, dtype=np.uint8)  # smaller reduce chunks land here
         self.program = Program(spec.streams)
         self.channels = Channels(spec, ctx)
         self.address = self.channels.address
@@ -109,9 +107,7 @@ class Executor:
         """Run ``program`` to completion as iteration ``iteration`` on the buffers ``raw``
         (bytes) / ``arrays`` (typed views of the same memory, by buffer name): the worker's
         own buffers, or a caller's (`workers.session`). No fill, no verification."""
-        run = IterationRun(
-            program, self.spec, self.channels, (raw, arrays, self.scratch), iteration, control, heartbeat
-        )
+        run = IterationRun(program, self.spec, self.channels, (raw, arrays), iteration, control, heartbeat)
         cpu0 = time.process_time()
         t_start = now()
         run.execute()
@@ -121,8 +117,8 @@ class Executor:
             True,
             t_start,
             t_end,
-            bytes_sent=run.xfer.bytes_sent,
-            bytes_received=run.xfer.bytes_received,
+            bytes_sent=run.bytes_sent,
+            bytes_received=run.bytes_received,
             cpu_s=time.process_time() - cpu0,
         )
         return report, run

@@ -2,8 +2,8 @@
 
 The schedule format (contract/schedule.py, docs/schedules.md) gives each rank named streams
 of ops with integer ids; ``after`` names op ids. Here every op gets a dense ``index`` (its
-position in `Program.ops`) and ``after`` becomes indices, so the scheduler's per-op checks
-are list lookups.
+position in `Program.ops`) and ``after`` becomes indices; `Program.packed` lays it out as
+the arrays the compiled loop runs (`workers.engine`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-SEND, RECV, COMPUTE = 0, 1, 2
+from .engine import COMPUTE, RECV, SEND, PackedProgram
+
 KINDS = {"send": SEND, "recv": RECV, "compute": COMPUTE}
 
 
@@ -82,3 +83,12 @@ class Program:
                 self.ops_per_peer[op.peer] += 1
             if op.kind == SEND:
                 self.sends_per_peer[op.peer] += 1
+        self._packed: dict[tuple, PackedProgram] = {}
+
+    def packed(self, buffer_index: dict[str, int], push_index: dict[tuple[int, int], int]) -> PackedProgram:
+        """This program as the compiled loop's arrays (`workers.engine.PackedProgram`), made
+        once per mapping of buffer names and (peer, plane) sockets to indices."""
+        key = (tuple(buffer_index.items()), tuple(push_index.items()))
+        if key not in self._packed:
+            self._packed[key] = PackedProgram(self, buffer_index, push_index)
+        return self._packed[key]

@@ -2,9 +2,10 @@
 
 Semantics are the schedule format's (contract/schedule.py, docs/schedules.md): the ops of a
 stream run in order, an op also waits for its ``after`` ops, sends are eager, and matching is
-FIFO per (src, dst, tag). The loop starts every stream head whose dependencies are done,
-lets `workers.transfers` move bytes, polls the data, monitor and control sockets for at most
-`POLL_S`, and checks for faults:
+FIFO per (src, dst, tag). The per-op work (start every stream head whose dependencies are
+done, move bytes, wake the streams waiting on what completed) runs in compiled code
+(`workers.engine`), a slice of at most `POLL_S` at a time, and returns here at once when a
+monitor or the control socket has something. Between slices this checks for faults:
 
 - a peer's TCP connection dropped (`workers.channels` monitors) while ops with it remain:
   fail naming it, at once when sends to it remain; when only receives from it remain, once
@@ -12,7 +13,9 @@ lets `workers.transfers` move bytes, polls the data, monitor and control sockets
   its last chunks may still be on the wire to us: its exit is not a failure);
 - no progress for ``timeout_s`` (and no compute running): fail naming the peer whose data is
   awaited longest, or the peer that accepts nothing, or a deadlock;
-- ``abort`` from the coordinator: `Aborted`.
+- ``abort`` from the coordinator: `Aborted`;
+- what the compiled loop found wrong (a malformed header, data of another iteration, more
+  bytes than the matching recv expects): fail naming the peer.
 
 Every `HEARTBEAT_S` it reports progress (``heartbeat(done, total)``).
 """
@@ -20,24 +23,21 @@ Every `HEARTBEAT_S` it reports progress (``heartbeat(done, total)``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+import numpy as np
 import zmq
 
+from . import engine
 from .channels import Channels
-from .program import COMPUTE, RECV, SEND, Op, Program
+from .program import Program
 from .protocol import HEARTBEAT_S, Aborted, PeerFailure, decode, now
 from .spec import WorkerSpec
-from .transfers import Active, Transfers
 
 POLL_S = 0.05
-"""Longest poll of a loop turn: bounds how late a compute's end or a fault is noticed."""
+"""Longest slice of the compiled loop: bounds how late a fault or a heartbeat is noticed."""
 DOWN_GRACE_S = 1.0
 """How long a peer whose connection dropped may still deliver what it sent before closing
 (its sockets linger; a shaped link drains a chunk in ~0.1 s at 100 Mbit/s)."""
-STASH_POLL_S = 0.0005
-"""Poll while early chunks wait for a tracked send to release their region: libzmq gives
-no event for that, and the region is typically free within a fraction of a millisecond."""
 
 
 class IterationRun:
@@ -48,104 +48,104 @@ class IterationRun:
         program: Program,
         spec: WorkerSpec,
         channels: Channels,
-        buffers: tuple[Any, Any, Any],
+        buffers: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
         iteration: int,
         control: zmq.Socket | None,
         heartbeat: Callable[[int, int], None] | None,
     ) -> None:
-        """``buffers``: the executor's (raw bytes, numpy views, scratch) of every buffer."""
+        """``buffers``: (raw bytes, typed views of the same memory) of every buffer, by name."""
         self.program = program
         self.timeout_s = spec.timeout_s
         self.control = control
         self.heartbeat = heartbeat
         self.channels = channels
         self.rank = spec.rank
-        raw, arrays, scratch = buffers
-        self.xfer = Transfers(channels, raw, arrays, scratch, spec.chunk_bytes, iteration, self.complete)
-        n = len(program.ops)
-        self.done = [False] * n
-        self.started = [0.0] * n
-        self.ended = [0.0] * n
-        self.ndone = 0
-        self.cursor = [0] * len(program.streams)
-        self.busy = [False] * len(program.streams)  # stream's head op is in progress
-        self.computes: list[Active] = []
-        self.stale = list(range(len(program.streams)))  # streams whose head may have become startable
-        self.remaining_with = dict(program.ops_per_peer)
-        self.sends_to = dict(program.sends_per_peer)
-        self.poller = zmq.Poller()
-        self.poller.register(channels.pull, zmq.POLLIN)
-        for mon in channels.monitors:
-            self.poller.register(mon, zmq.POLLIN)
-        if control is not None:
-            self.poller.register(control, zmq.POLLIN)
+        raw, arrays = buffers
+        names = list(raw)
+        buffer_index = {name: i for i, name in enumerate(names)}
+        packed = program.packed(buffer_index, channels.push_index)
+        peers = [*channels.peers, *program.ops_per_peer, self.rank]
+        extra = [*channels.monitors, *([control] if control is not None else [])]
+        self.native = engine.NativeRun(
+            channels.engine,
+            packed,
+            pull=channels.pull,
+            push=channels.push_sockets,
+            extra=extra,
+            buffers=[raw[name] for name in names],
+            dtypes=[arrays[name].dtype for name in names],
+            npeers=max(peers) + 1,
+            remaining_with=program.ops_per_peer,
+            sends_to=program.sends_per_peer,
+            chunk_bytes=spec.chunk_bytes,
+            iteration=iteration,
+            rank=self.rank,
+        )
+        self.started = self.native.started
+        self.ended = self.native.ended
 
-    # ---- op life cycle ---------------------------------------------------------------
-    def complete(self, op: Op) -> None:
-        self.done[op.index] = True
-        self.ended[op.index] = t = now()
-        self.ndone += 1
-        self.cursor[op.stream] += 1
-        self.busy[op.stream] = False
-        self.stale.extend(self.program.wakes[op.index])
-        if op.kind != COMPUTE:
-            self.remaining_with[op.peer] -= 1
-            if op.kind == SEND:
-                self.sends_to[op.peer] -= 1
-        self.xfer.last_progress = t
+    # ---- what the compiled loop reports ------------------------------------------------
+    @property
+    def ndone(self) -> int:
+        return int(self.native.stats.ndone)
 
-    def advance(self) -> None:
-        """Start every stream head whose dependencies are done, until nothing changes. Only
-        an op completing can make a head startable, so only the streams it wakes
-        (`Program.wakes`: its own and those waiting on it) are looked at."""
-        xfer, stale, streams, done = self.xfer, self.stale, self.program.streams, self.done
-        while stale:
-            si = stale.pop()
-            ops = streams[si]
-            if self.busy[si] or self.cursor[si] >= len(ops):
-                continue
-            op = ops[self.cursor[si]]
-            if op.after and not all(done[a] for a in op.after):
-                continue
-            self.busy[si] = True
-            self.started[op.index] = now()
-            act = Active(op)
-            if op.kind == SEND:
-                xfer.start_send(act)
-            elif op.kind == RECV:
-                xfer.post_recv(act)
-            else:
-                act.deadline = self.started[op.index] + op.seconds
-                if op.seconds <= 0:
-                    self.complete(op)
-                else:
-                    self.computes.append(act)
+    @property
+    def bytes_sent(self) -> int:
+        return int(self.native.stats.bytes_sent)
+
+    @property
+    def bytes_received(self) -> int:
+        return int(self.native.stats.bytes_received)
+
+    @property
+    def last_progress(self) -> float:
+        return float(self.native.stats.last_progress)
+
+    @property
+    def computes(self) -> int:
+        return int(self.native.stats.computes)
+
+    def remaining(self, peer: int) -> int:
+        """Send and recv ops with ``peer`` still to run."""
+        return int(self.native.remaining_with[peer]) if 0 <= peer < len(self.native.remaining_with) else 0
+
+    def sends_left(self, peer: int) -> int:
+        return int(self.native.sends_to[peer]) if 0 <= peer < len(self.native.sends_to) else 0
+
+    def last_heard(self, peer: int) -> float:
+        return float(self.native.last_heard[peer]) if 0 <= peer < len(self.native.last_heard) else 0.0
+
+    def waiting(self) -> dict[int, int]:
+        """Bytes still awaited from each peer by the posted recvs."""
+        return {int(p): int(b) for p, b in enumerate(self.native.waiting()) if b > 0}
+
+    def blocked_peers(self) -> list[int]:
+        """Peers whose PUSH queue is full (they accept nothing)."""
+        keys = self.channels.push_keys
+        return sorted({keys[i][0] for i in np.flatnonzero(self.native.blocked[: len(keys)])})
 
     # ---- faults ------------------------------------------------------------------------
     def check_faults(self) -> None:
-        channels, xfer = self.channels, self.xfer
+        channels = self.channels
         for peer, down_at in channels.peer_down.items():
-            quiet = now() - max(down_at, xfer.last_heard.get(peer, 0.0))
-            if self.remaining_with.get(peer, 0) > 0 and (self.sends_to.get(peer, 0) > 0 or quiet > DOWN_GRACE_S):
+            quiet = now() - max(down_at, self.last_heard(peer))
+            if self.remaining(peer) > 0 and (self.sends_left(peer) > 0 or quiet > DOWN_GRACE_S):
                 # a peer that went down because the coordinator aborted everyone is not
                 # the culprit: report the abort (already queued) rather than the peer
                 if self.control is not None:
                     self.check_control()
                 raise PeerFailure(
                     f"rank {self.rank}: peer {channels.describe(peer)} disconnected "
-                    f"(its process ended?) with {self.remaining_with[peer]} ops "
+                    f"(its process ended?) with {self.remaining(peer)} ops "
                     f"still to exchange with it",
                     peer,
                 )
-        idle = now() - xfer.last_progress
+        idle = now() - self.last_progress
         if idle < self.timeout_s or self.computes:
             return
-        waiting: dict[int, int] = {}
-        for (src, _tag), q in xfer.posted.items():
-            for act in q:
-                waiting[src] = waiting.get(src, 0) + act.op.length - act.pos
+        waiting = self.waiting()
         if waiting:
-            peer = min(waiting, key=lambda p: xfer.last_heard.get(p, 0.0))
+            peer = min(waiting, key=self.last_heard)
             others = ", ".join(f"rank {p}" for p in sorted(waiting) if p != peer)
             raise PeerFailure(
                 f"rank {self.rank}: no data from peer {channels.describe(peer)} for {idle:.1f} s "
@@ -154,8 +154,9 @@ class IterationRun:
                 + ")",
                 peer,
             )
-        if xfer.blocked_push:
-            peer = min(xfer.blocked_push)[0]
+        blocked = self.blocked_peers()
+        if blocked:
+            peer = blocked[0]
             raise PeerFailure(
                 f"rank {self.rank}: peer {channels.describe(peer)} accepted no data for "
                 f"{idle:.1f} s (timeout {self.timeout_s:g} s)",
@@ -165,6 +166,37 @@ class IterationRun:
             f"rank {self.rank}: no progress for {idle:.1f} s with "
             f"{len(self.program.ops) - self.ndone} ops left (schedule deadlock?)"
         )
+
+    def failure(self, code: int) -> PeerFailure:
+        """The compiled loop's error ``code`` in words, naming the peer."""
+        st, describe = self.native.stats, self.channels.describe
+        src, a, b, c = int(st.err_src), int(st.err_a), int(st.err_b), int(st.err_c)
+        me = f"rank {self.rank}"
+        if code == engine.ERR_HEADER:
+            return PeerFailure(f"{me}: malformed message header ({a} bytes)")
+        if code == engine.ERR_ITERATION:
+            return PeerFailure(
+                f"{me}: {describe(src)} sent data of iteration {a} during iteration {self.iteration}", src
+            )
+        if code == engine.ERR_TOO_MANY:
+            return PeerFailure(
+                f"{me}: {describe(src)} sent more bytes on tag {a} than op {self.program.ops[b].id} expects "
+                f"({c}): the peers run different schedules",
+                src,
+            )
+        if code == engine.ERR_SIZE:
+            return PeerFailure(f"{me}: chunk from {describe(src)} has {a} bytes, header said {b}", src)
+        if code == engine.ERR_UNKNOWN:
+            return PeerFailure(
+                f"{me}: {describe(src)} sent data on tag {a}, which no recv of this rank's program "
+                f"takes: the peers run different schedules",
+                src,
+            )
+        if code == engine.ERR_ZMQ:
+            where = {1: "polling", 2: "sending", 3: "receiving"}.get(b, "?")
+            peer = f" ({describe(src)})" if src >= 0 else ""
+            return PeerFailure(f"{me}: libzmq failed {where}{peer}: {zmq.strerror(a)}", src if src >= 0 else None)
+        return PeerFailure(f"{me}: the data-plane loop ran out of memory")
 
     def check_control(self) -> None:
         while True:
@@ -176,46 +208,28 @@ class IterationRun:
                 raise Aborted(f"rank {self.rank}: aborted by the coordinator: {msg.get('reason', '')}")
 
     # ---- the loop --------------------------------------------------------------------
+    @property
+    def iteration(self) -> int:
+        return int(self.native.io.iteration)
+
     def execute(self) -> None:
-        channels, xfer = self.channels, self.xfer
+        channels = self.channels
         total = len(self.program.ops)
         next_beat = now() + HEARTBEAT_S
-        while True:
-            self.advance()
-            if self.ndone == total:
-                return
-            xfer.pump_sends()
-            for key in xfer.stash_pending():
-                xfer.drain_stash(key)
-            self.advance()
-            if self.ndone == total:
-                return
-            t = now()
-            wait = POLL_S
-            if self.computes:
-                wait = min(wait, max(0.0, min(a.deadline for a in self.computes) - t))
-            if xfer.stash_waiting():
-                wait = min(wait, STASH_POLL_S)
-            for key in xfer.blocked_push:
-                self.poller.register(channels.push[key], zmq.POLLOUT)
-            events = dict(self.poller.poll(wait * 1000))
-            for key in xfer.blocked_push:
-                self.poller.unregister(channels.push[key])
-            if channels.pull in events:
-                xfer.receive()
-            for mon in channels.monitors:
-                if mon in events:
+        try:
+            while True:
+                status = self.native.step(POLL_S)
+                if status == engine.DONE:
+                    return
+                if status < 0:
+                    raise self.failure(status)
+                for mon in channels.monitors:
                     channels.check_monitor(mon)
-            if self.control is not None and self.control in events:
-                self.check_control()
-            if self.computes:
-                t = now()
-                due = [a for a in self.computes if a.deadline <= t]
-                if due:
-                    self.computes = [a for a in self.computes if a.deadline > t]
-                    for a in due:
-                        self.complete(a.op)
-            self.check_faults()
-            if self.heartbeat is not None and now() >= next_beat:
-                self.heartbeat(self.ndone, total)
-                next_beat = now() + HEARTBEAT_S
+                if self.control is not None:
+                    self.check_control()
+                self.check_faults()
+                if self.heartbeat is not None and now() >= next_beat:
+                    self.heartbeat(self.ndone, total)
+                    next_beat = now() + HEARTBEAT_S
+        finally:
+            self.native.close()

@@ -3,13 +3,16 @@ peer whose connection dropped fails the run."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 
 from workers import scheduler
+from workers.engine import chunk_end, constant, send_pieces
 from workers.program import Program
 from workers.protocol import PeerFailure
 from workers.scheduler import IterationRun
-from workers.transfers import CHUNK_ALIGN, chunk_end, send_pieces
 
 
 def chunk_sizes(length: int, chunk: int) -> list[int]:
@@ -24,6 +27,7 @@ def test_send_chunks_are_at_least_chunk_bytes_and_under_twice(chunk, length):
     sizes = chunk_sizes(length, chunk)
     assert sum(sizes) == length
     assert len(sizes) == max(1, length // chunk)  # no short tail beyond the full chunks
+    CHUNK_ALIGN = constant("CHUNK_ALIGN")
     assert all(s % CHUNK_ALIGN == 0 for s in sizes[:-1])
     assert min(sizes) >= min(chunk, length) - CHUNK_ALIGN
     assert max(sizes) < 2 * chunk + CHUNK_ALIGN
@@ -61,25 +65,31 @@ def test_uneven_pieces_in_nearly_equal_chunks_verify_on_workers(chunk):
 
 
 class _Down:
-    """The parts of the channels and transfers `IterationRun.check_faults` reads: peer 1's
-    connection dropped at t = 10."""
+    """The parts of the channels `IterationRun.check_faults` reads: peer 1's connection
+    dropped at t = 10."""
 
     def __init__(self) -> None:
         self.peer_down = {1: 10.0}
-        self.last_heard = {1: 9.5}
-        self.last_progress = 10.0
-        self.posted: dict = {}
-        self.blocked_push: list = []
+        self.push_keys: list = []
 
     def describe(self, peer: int) -> str:
         return f"rank {peer}"
 
 
 def _run_with_peer_down(sends: int, recvs: int) -> IterationRun:
+    """What the compiled loop reports (`workers.engine.NativeRun`): peer 1 last heard at 9.5,
+    ``sends + recvs`` ops with it left, nothing awaited, no socket blocked."""
     run = IterationRun.__new__(IterationRun)
-    run.channels = run.xfer = _Down()  # type: ignore[assignment]
-    run.rank, run.control, run.computes, run.timeout_s = 0, None, [], 300.0
-    run.remaining_with, run.sends_to = {1: sends + recvs}, {1: sends}
+    run.channels = _Down()  # type: ignore[assignment]
+    run.rank, run.control, run.timeout_s = 0, None, 300.0
+    run.native = SimpleNamespace(  # type: ignore[assignment]
+        stats=SimpleNamespace(last_progress=10.0, computes=0, ndone=0),
+        remaining_with=np.array([0, sends + recvs]),
+        sends_to=np.array([0, sends]),
+        last_heard=np.array([0.0, 9.5]),
+        waiting=lambda: np.zeros(2, dtype=np.int64),
+        blocked=np.zeros(1, dtype=np.uint8),
+    )
     return run
 
 
@@ -88,7 +98,7 @@ def test_a_peer_gone_after_its_last_send_may_still_deliver(monkeypatch):
     monkeypatch.setattr(scheduler, "now", lambda: clock["t"])
     receiving = _run_with_peer_down(sends=0, recvs=3)
     receiving.check_faults()  # its last chunks may be on the wire: no failure yet
-    receiving.xfer.last_heard[1] = 10.9  # they arrive
+    receiving.native.last_heard[1] = 10.9  # they arrive
     clock["t"] = 10.9 + scheduler.DOWN_GRACE_S - 0.01
     receiving.check_faults()
     clock["t"] = 10.9 + scheduler.DOWN_GRACE_S + 0.01  # nothing more from it
