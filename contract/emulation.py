@@ -19,7 +19,8 @@ prediction made before a network is built; the result, `EmulatedRates`, gives th
 scale, every cable's shaped rate and the network's directed goodput at the MTU its cables
 really have.
 
-Why ``link_mbps = 100`` by default (the rate every scenario uses): the emulated run must be
+Why ``link_mbps = 100`` is the highest default rate (``topolab run`` on a scenario that states
+no rate picks one up to it, `auto_rate`; the other commands take it as it is): the emulated run must be
 limited by the shaped links, not by the 2-core machine. At 100 Mbit/s per link the workers'
 per-operation software cost stays small next to transfer times (the end-to-end prediction
 error stays under 10%; at 400 Mbit/s it reached 70%), a 12-worker ring AllReduce measured
@@ -101,9 +102,10 @@ class EmulationConfig:
     host_memory_mib: float = HOST_MEMORY_MIB
     """Memory one emulated host costs, for the up-front check that the network fits."""
     auto_rate: bool = False
-    """``link_mbps = "auto"`` in the table: `topolab run` picks the rate, at most ``link_mbps``
-    (the default rate), at which this machine's cores keep up with the workers
-    (topolab.time_dilation); the emulator itself always gets a number."""
+    """``link_mbps = "auto"`` in the table, or no ``link_mbps`` (nor ``budget_mbps``) at all:
+    `topolab run` picks the rate, at most ``link_mbps`` (the default rate), at which this
+    machine's cores keep up with the workers (topolab.time_dilation); the emulator itself
+    always gets a number, and the other commands take ``link_mbps``."""
 
     def __post_init__(self) -> None:
         _number(self, "link_mbps", MIN_LINK_MBPS, MAX_LINK_MBPS)
@@ -145,16 +147,16 @@ class EmulationConfig:
         rate = table.get("link_mbps")
         if isinstance(rate, str) and rate != AUTO_RATE:
             raise EmulationConfigError("emulation.link_mbps", f'expected Mbit/s or "{AUTO_RATE}", got {rate!r}')
-        if rate == AUTO_RATE:
+        if rate == AUTO_RATE or (rate is None and not table.get("budget_mbps")):
             return cls(**{**table, "link_mbps": DEFAULT_LINK_MBPS, "auto_rate": True})
         return cls(**table)
 
     def table(self) -> dict[str, Any]:
-        """The table keys that differ from their defaults, as a scenario file would write them."""
+        """The table keys that differ from their defaults, as a scenario file would write them;
+        ``link_mbps`` always (a table without it means "auto")."""
         defaults = {f.name: f.default for f in fields(self)}
         out = {key: getattr(self, key) for key in TABLE_KEYS if getattr(self, key) != defaults[key]}
-        if self.auto_rate:
-            out["link_mbps"] = AUTO_RATE
+        out["link_mbps"] = AUTO_RATE if self.auto_rate else self.link_mbps
         return out
 
 

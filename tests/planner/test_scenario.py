@@ -81,8 +81,12 @@ def test_auto_rate_reads_and_writes_back(tmp_path):
     assert s.emulation.auto_rate and s.emulation.link_mbps == 100.0
     assert s.emulation.table() == {"link_mbps": "auto"}
     assert with_overrides(s, cluster={"servers": 16}).emulation.auto_rate
-    path.write_text(GOOD)
-    assert not load_scenario(path).emulation.auto_rate
+    path.write_text(GOOD)  # no rate stated: auto is the default
+    assert load_scenario(path).emulation.auto_rate
+    path.write_text(GOOD + "[emulation]\nlink_mbps = 100\n")  # a stated rate is kept, and written back
+    stated = load_scenario(path)
+    assert not stated.emulation.auto_rate and stated.emulation.table() == {"link_mbps": 100.0}
+    assert not with_overrides(stated, cluster={"servers": 16}).emulation.auto_rate
 
 
 def test_missing_file(capsys):
