@@ -20,7 +20,8 @@ to the workers, and the probe's loopback TCP is cheaper than a shaped cable.
 
 Memory comes first: each worker holds its buffers about twice (the buffers, and what is in
 flight in its socket queues) plus `WORKER_BASE_MIB` of interpreter and libraries, and the n
-workers must fit in `MEMORY_SHARE` of the memory available. When they would not, the
+workers must fit in `MEMORY_SHARE` of the memory available once the emulated hosts have
+taken theirs (``[emulation] host_memory_mib`` each; `topolab.measured_run.dilate`). When they would not, the
 payload scale (every transfer and buffer multiplied by it) is the highest step that fits;
 never an out-of-memory kill. An explicit payload scale or rate is kept; the choice only says
 when it would overload the machine (`Dilation.warning`).
