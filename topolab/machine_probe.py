@@ -13,8 +13,8 @@ run TopoOpt's multi-ring AllReduce over both directions of one ring,
   once: its whole path through the workers).
 
 Each figure is the median of `PROBE_REPEATS` verified iterations after a warm-up. Loopback
-TCP costs the kernel less than a shaped veth cable (no qdisc, no netem) and the softirq work
-of the cables is not charged to the workers at all, which is why the rate chooser leaves the
+TCP costs the kernel less than a shaped veth cable (no qdisc, no netem, a larger MTU): the
+rate chooser doubles the estimate (`topolab.time_dilation.SHAPED_CABLE_CPU`) and leaves the
 workers only a share of the cores (`topolab.time_dilation.WORKER_CPU_SHARE`).
 
 The result is cached in ``$XDG_CACHE_HOME/topolab/machine-cost.json`` (default

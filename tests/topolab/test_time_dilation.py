@@ -12,6 +12,7 @@ from topolab.results import CPU_BOUND_LOAD
 from topolab.time_dilation import (
     BUFFER_COPIES,
     MEMORY_SHARE,
+    SHAPED_CABLE_CPU,
     WORKER_BASE_MIB,
     WORKER_CPU_SHARE,
     choose,
@@ -55,27 +56,27 @@ def _choose(ops=10_000, bytes_sent=10**9, predicted_s=1.0, link_mbps=100.0, auto
 
 
 def test_rate_kept_when_the_cores_keep_up():
-    d = _choose(ops=1000, bytes_sent=10**8, predicted_s=1.0)  # W = 0.05 + 0.1 = 0.15 CPU-s in 1 s: 7.5%
+    d = _choose(ops=1000, bytes_sent=10**8, predicted_s=1.0)  # W = 2 x (0.05 + 0.1) = 0.3 CPU-s in 1 s: 15%
     assert d.link_mbps == 100.0 and d.iteration_s == 1.0
-    assert d.cpu_demand_s == pytest.approx(0.15) and d.cpu_load == pytest.approx(0.075)
+    assert d.cpu_demand_s == pytest.approx(SHAPED_CABLE_CPU * 0.15) and d.cpu_load == pytest.approx(0.15)
     assert not d.warning
 
 
 def test_rate_lowered_to_the_cpu_share():
-    """W = 10,000 x 50 us + 1 GB x 1 s/GB = 1.5 CPU-s; at 100 Mbit/s the iteration takes 1 s, so the
-    workers would need 75% of 2 cores; r <= 100 x 0.5 x 2 x 1 / 1.5 = 66.7 -> the step 60."""
+    """W = 2 x (10,000 x 50 us + 1 GB x 1 s/GB) = 3 CPU-s on the cables; at 100 Mbit/s the iteration
+    takes 1 s, so the workers would need 150% of 2 cores; r <= 100 x 0.6 x 2 x 1 / 3 = 40."""
     d = _choose()
-    assert d.cpu_demand_s == pytest.approx(1.5)
-    assert d.link_mbps == 60.0
-    assert d.iteration_s == pytest.approx(1.0 * 100 / 60)
-    assert d.cpu_load == pytest.approx(1.5 / (2 * 100 / 60)) and d.cpu_load <= WORKER_CPU_SHARE
-    assert "60 Mbit/s" in d.why and "75%" in d.why
+    assert d.cpu_demand_s == pytest.approx(SHAPED_CABLE_CPU * 1.5)
+    assert d.link_mbps == 40.0 == step_floor(100 * WORKER_CPU_SHARE * 2 / d.cpu_demand_s)
+    assert d.iteration_s == pytest.approx(1.0 * 100 / 40)
+    assert d.cpu_load == pytest.approx(3.0 / (2 * 100 / 40)) and d.cpu_load <= WORKER_CPU_SHARE
+    assert "40 Mbit/s" in d.why and "150%" in d.why
 
 
 def test_explicit_rate_kept_with_a_warning_when_cpu_bound():
-    d = _choose(ops=100_000, auto=False)  # W = 6 CPU-s in a 1 s iteration: 300% of 2 cores
-    assert d.link_mbps == 100.0 and d.cpu_load == pytest.approx(3.0) and d.cpu_load > CPU_BOUND_LOAD
-    assert "emulation.link_mbps = 100" in d.warning and '"auto" picks 15' in d.warning
+    d = _choose(ops=100_000, auto=False)  # W = 2 x 6 CPU-s in a 1 s iteration: 600% of 2 cores
+    assert d.link_mbps == 100.0 and d.cpu_load == pytest.approx(6.0) and d.cpu_load > CPU_BOUND_LOAD
+    assert "emulation.link_mbps = 100" in d.warning and '"auto" picks 10' in d.warning
     assert not _choose(ops=100, bytes_sent=1, auto=False).warning
 
 
