@@ -262,7 +262,7 @@ class _Replay:
     def __init__(self, schedule, network: Network):
         ranks = self.ranks = schedule.ranks
         self.schedule, self.network = schedule, network
-        self.streams = [list(prog.values()) for prog in schedule.programs]
+        self.streams = [[list(ops) for ops in prog.values()] for prog in schedule.programs]  # `Op` objects
         self.cursor = [[0] * len(s) for s in self.streams]
         self.busy = [[False] * len(s) for s in self.streams]
         self.flags = [[True] * len(s) for s in self.streams]
