@@ -388,10 +388,15 @@ class Program(Mapping[str, StreamOps]):
     def op_count(self) -> int:
         return len(self.kind)
 
-    def stream_order(self) -> tuple[np.ndarray, np.ndarray]:
+    def stream_order(self, keep: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """The rows stream by stream (each stream's in order) and where each stream begins
-        in it (``len(streams) + 1`` bounds)."""
+        in it (``len(streams) + 1`` bounds); kept for the next call unless ``keep`` is off
+        (4 bytes per op)."""
         if self._order is None:
+            if not keep:
+                order, bounds = self.stream_order()
+                self._order = self._bounds = None
+                return order, bounds
             n = self.op_count
             index = np.int32 if n < 2**31 else np.int64
             if len(self.streams) <= 1:

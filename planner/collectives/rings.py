@@ -97,7 +97,8 @@ def _ring_pass(
     piece (j - s - a - 1) mod k from its predecessor and reduces or copies it (``mode``), with
     a = 1 to reduce (reduce-scatter) and a = 0 to copy (all-gather); empty pieces are
     skipped. A rank's first op waits for ``after[rank]``; the others follow it on ``stream``.
-    Every position's ops are one row of arrays (`ScheduleBuilder.extend_columns`)."""
+    Every position's ops are one row of arrays (`ScheduleBuilder.extend_columns`), copied
+    out of the pass's table so that each rank's chunks are freed as `build` joins them."""
     k, shift, last = len(ring), 1 if mode == REDUCE else 0, {}
     if k < 2:
         return last
@@ -115,7 +116,7 @@ def _ring_pass(
     for j, rank in enumerate(ring):
         peers = np.where(is_send, ring[(j + 1) % k], ring[(j - 1) % k]).astype(np.int32)
         if whole:
-            kind, peer, offset, length, m = kinds, peers, op_offsets[j], op_lengths[j], modes
+            kind, peer, offset, length, m = kinds, peers, op_offsets[j].copy(), op_lengths[j].copy(), modes
         else:
             keep = op_lengths[j] > 0
             kind, peer, offset, length, m = (
