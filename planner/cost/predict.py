@@ -28,12 +28,19 @@ exactly the schedule the workers run (contract.schedule), op by op:
   take turns on its processor, so many small ops add up as they do in the workers.
 
 One module (over 300 lines): the network description, the rate model (max-min fairness with
-reservations) and the replay that uses them change together.
+reservations) and the replays that use them change together.
 
-Cost (`benchmarks/scale.py`): a few microseconds per op, and the ops of an iteration grow as
-n^2 (a ring step is a send and a recv on every rank); on top of that, every flow that starts
-or ends re-solves the max-min rates of the flows sharing a link with it, transitively, which
-in an all-to-all phase (DLRM) is most flows on the wire: those phases grow as n^3.
+Two replays, one prediction. When no two connections ever share a link (TopoOpt's rings: each
+ring edge is a cable of its own) and ops cost no processor time, every message runs alone at
+its path's rate and each op's end follows from the ops it waits for: `_dedicated_replay`
+computes them in rounds over the schedule's arrays (`contract.schedule.Program`), the next op
+of every stream at once, a ring step per round on all ranks (about 0.1 us per op). Any other
+schedule is replayed event by event (`_Replay`), which the first one agrees with to rounding
+(`_dedicated_replay`'s docstring). Cost of the event replay (`benchmarks/scale.py`): a few
+microseconds per op, and the ops of an iteration grow as n^2 (a ring step is a send and a
+recv on every rank); on top of that, every flow that starts or ends re-solves the max-min
+rates of the flows sharing a link with it, transitively, which in an all-to-all phase (DLRM)
+is most flows on the wire: those phases grow as n^3.
 
 The prediction is in the network's own time unit: give it emulated link rates to predict an
 emulated run, then divide by the time-scale factor to get the real cluster's time.
