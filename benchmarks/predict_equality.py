@@ -29,6 +29,7 @@ GENERATED = [  # (model, servers, degree)
     ("resnet50", 32, 4),
     ("resnet50", 32, 8),
     ("resnet50", 64, 8),
+    ("resnet50", 128, 8),
     ("dlrm", 12, 4),
     ("dlrm", 32, 8),
 ]
