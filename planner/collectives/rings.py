@@ -29,7 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from math import gcd
 
-from contract.schedule import Check, Op, Schedule, ScheduleBuilder, split_region
+import numpy as np
+
+from contract.schedule import MODES, RECV, SEND, Check, Schedule, ScheduleBuilder, split_region
 
 Deps = Mapping[int, Iterable[int]]
 Region = tuple[int, int]  # (offset, length) in bytes
@@ -93,24 +95,40 @@ def _ring_pass(
 
     Step s = 0 .. k-2: position j sends piece (j - s - a) mod k to its successor, then receives
     piece (j - s - a - 1) mod k from its predecessor and reduces or copies it (``mode``), with
-    a = 1 to reduce (reduce-scatter) and a = 0 to copy (all-gather). A rank's first op waits
-    for ``after[rank]``; the others follow it on ``stream``."""
+    a = 1 to reduce (reduce-scatter) and a = 0 to copy (all-gather); empty pieces are
+    skipped. A rank's first op waits for ``after[rank]``; the others follow it on ``stream``.
+    Every position's ops are one row of arrays (`ScheduleBuilder.extend_columns`), copied
+    out of the pass's table so that each rank's chunks are freed as `build` joins them."""
     k, shift, last = len(ring), 1 if mode == REDUCE else 0, {}
+    if k < 2:
+        return last
+    offsets = np.array([o for o, _ in pieces], np.int64)
+    lengths = np.array([n for _, n in pieces], np.int64)
+    dtype = np.int32 if offsets.max() + lengths.max() < 2**31 else np.int64
+    steps = np.arange(k - 1)
+    sent = (np.arange(k)[:, None] - steps - shift) % k  # [position, step]: the piece sent
+    piece = np.stack([sent, (sent - 1) % k], axis=2).reshape(k, 2 * (k - 1))  # send, recv, send, ...
+    op_offsets, op_lengths = offsets.astype(dtype)[piece], lengths.astype(dtype)[piece]
+    kinds = np.tile(np.array([SEND, RECV], np.int8), k - 1)
+    modes = np.tile(np.array([0, MODES.index(mode)], np.int8), k - 1)
+    is_send = kinds == SEND
+    whole = bool((lengths > 0).all())
     for j, rank in enumerate(ring):
-        deps = tuple(after.get(rank, ()))
-        succ, pred = ring[(j + 1) % k], ring[(j - 1) % k]
-        ops = []
-        for s in range(k - 1):
-            so, sl = pieces[(j - s - shift) % k]
-            ro, rl = pieces[(j - s - shift - 1) % k]
-            if sl:
-                ops.append(Op(0, "send", succ, buffer, so, sl, tag, "", 0.0, deps))
-                deps = ()
-            if rl:
-                ops.append(Op(0, "recv", pred, buffer, ro, rl, tag, mode, 0.0, deps))
-                deps = ()
-        if ops:
-            last[rank] = b.extend(rank, stream, ops) + len(ops) - 1
+        peers = np.where(is_send, ring[(j + 1) % k], ring[(j - 1) % k]).astype(np.int32)
+        if whole:
+            kind, peer, offset, length, m = kinds, peers, op_offsets[j].copy(), op_lengths[j].copy(), modes
+        else:
+            keep = op_lengths[j] > 0
+            kind, peer, offset, length, m = (
+                kinds[keep],
+                peers[keep],
+                op_offsets[j][keep],
+                op_lengths[j][keep],
+                modes[keep],
+            )
+        if len(kind):
+            first = b.extend_columns(rank, stream, kind, peer, buffer, offset, length, tag, m, after.get(rank, ()))
+            last[rank] = first + len(kind) - 1
     return last
 
 

@@ -60,19 +60,20 @@ def placement_schedule(
         )
     a = placement.assignment
     b = ScheduleBuilder(servers, "placement")
-    compute: dict[tuple[str, int], tuple[int, int]] = {}  # (pass, group) -> (rank, index in stream)
+    compute: dict[tuple[str, int], tuple[int, int]] = {}  # (pass, group) -> (rank, op id)
     sequence: list[list[tuple[str, int]]] = [[] for _ in range(servers)]
     for g in placement.order:
         sequence[a[g]].append(("f", g))
     for g in reversed(placement.order):
         sequence[a[g]].append(("b", g))
     for rank, tasks_of_rank in enumerate(sequence):
-        for i, (phase, g) in enumerate(tasks_of_rank):
+        for phase, g in tasks_of_rank:
             seconds = tasks.forward[g] if phase == "f" else tasks.backward[g]
-            b.compute(rank, "compute", seconds * time_scale)
-            compute[(phase, g)] = (rank, i)
+            compute[(phase, g)] = (rank, b.compute(rank, "compute", seconds * time_scale))
     # transfers, listed per sender in the order its compute stream produces them
-    outgoing: list[tuple[int, int, int, str, int, int]] = []  # (src rank, position, dst, phase, producer, consumer)
+    outgoing: list[
+        tuple[int, int, int, str, int, int]
+    ] = []  # (src rank, its compute op, dst, phase, producer, consumer)
     for u, v, _ in tasks.edges:
         if a[u] != a[v]:
             outgoing.append((a[u], compute[("f", u)][1], a[v], "f", u, v))
@@ -82,10 +83,9 @@ def placement_schedule(
     offset = 0
     plane_tags = [b.new_tag() for _ in range(1 + (network.planes if network is not None else 0))]
     waits: dict[tuple[str, int], list[int]] = {}
-    for src, pos, dst, phase, producer, consumer in outgoing:
+    for src, producer_op, dst, phase, producer, consumer in outgoing:
         edge = (producer, consumer) if phase == "f" else (consumer, producer)
         length = _scaled(nbytes[edge], payload_scale)
-        producer_op = b.programs[src]["compute"][pos].id
         for plane, piece_offset, piece in plane_pieces(network, src, dst, offset, length, FLOAT_BYTES):
             tag = plane_tags[plane]
             b.send(src, f"mp>{dst}", dst, BUFFER, piece_offset, piece, tag, after=[producer_op], plane=plane)
@@ -94,8 +94,8 @@ def placement_schedule(
         b.check(Check("copy", BUFFER, offset, length, src=src, dst=dst))
         offset += length
     for key, recvs in waits.items():
-        rank, pos = compute[key]
-        b.programs[rank]["compute"][pos].after += tuple(recvs)
+        rank, op = compute[key]
+        b.add_after(rank, op, recvs)
     b.buffer(BUFFER, max(offset, FLOAT_BYTES))
     b.params.update(
         placement=[{"group": tasks.names[g], "server": a[g]} for g in placement.order],

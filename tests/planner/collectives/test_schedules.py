@@ -161,10 +161,11 @@ def test_simulator_reports_length_mismatch():
 
 
 def test_verify_catches_a_wrong_schedule():
-    sched = ring_allreduce(4, 4 * 40)
+    d = ring_allreduce(4, 4 * 40).to_dict()
     # turn one reduce-scatter step into a copy: that chunk loses a contribution
-    op = next(op for op in sched.programs[2]["ring0"] if op.kind == "recv")
-    op.mode = "copy"
+    op = next(op for op in d["programs"][2]["ring0"] if op["op"] == "recv")
+    op["mode"] = "copy"
+    sched = Schedule.from_dict(d)
     inputs = make_inputs(sched, seed=1)
     problems = verify(sched, inputs, simulate_schedule(sched, inputs, seed=1).buffers)
     assert problems and "expected" in problems[0]
@@ -190,11 +191,13 @@ def test_extend_numbers_ops_after_the_ranks_ops_so_far():
     ops = [Op(99, "send", 1, "grad", 4, 4, 1), Op(99, "recv", 1, "grad", 8, 4, 2, "copy", after=(first,))]
     assert b.extend(0, "b", ops) == 1
     assert b.compute(0, "a", 0.5) == 3
-    assert [op.id for op in b.programs[0]["b"]] == [1, 2]
+    assert [op.id for op in ops] == [1, 2]
     b.recv(1, "s", 0, "grad", 0, 4, tag=1)
     b.recv(1, "s", 0, "grad", 4, 4, tag=1)
     b.send(1, "s", 0, "grad", 8, 4, tag=2)
     sched = b.build()
+    assert [op.id for op in sched.programs[0]["b"]] == [1, 2]
+    assert [op.id for op in sched.programs[0]["a"]] == [0, 3]
     assert Schedule.from_json(sched.to_json()).to_dict() == sched.to_dict()
     assert sched.programs[0]["b"][1].to_dict()["after"] == [0]
 

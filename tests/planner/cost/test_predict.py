@@ -118,3 +118,46 @@ def test_prediction_does_not_depend_on_how_op_ids_are_numbered(scenario_dir):
     dense, sparse = predict(sched, plan_network(plan)), predict(Schedule.from_dict(spread), plan_network(plan))
     assert sparse.seconds == dense.seconds and sparse.stream_end == dense.stream_end
     assert sparse.link_bytes == dense.link_bytes
+
+
+def _same(a, b, rel=1e-12):
+    assert a.seconds == pytest.approx(b.seconds, rel=rel)
+    assert a.rank_seconds == pytest.approx(b.rank_seconds, rel=rel)
+    assert a.stream_end.keys() == b.stream_end.keys()
+    assert [a.stream_end[k] for k in b.stream_end] == pytest.approx(list(b.stream_end.values()), rel=rel)
+    assert a.link_bytes == b.link_bytes and a.relayed_bytes == b.relayed_bytes
+
+
+@pytest.mark.parametrize("model, n, d", [("resnet50", 12, 4), ("resnet50", 16, 8), ("bert", 12, 4)])
+def test_rounds_replay_agrees_with_the_event_replay(model, n, d):
+    """TopoOpt rings give every connection links of its own: the replay in rounds applies
+    and predicts what the event replay predicts."""
+    from planner.cost.predict import _dedicated_replay
+
+    s = parse_scenario(
+        {
+            "cluster": {"servers": n, "degree": d, "link_gbps": 100, "latency_us": 1},
+            "workload": {"model": model, "batch_per_server": 16},
+            "parallelism": {"strategy": "data"},
+        }
+    )
+    plan = build_plan(s)
+    sched = iteration_schedule(plan, IterationOptions(payload_scale=0.1))
+    net = plan_network(plan)
+    rounds = _dedicated_replay(sched, net)
+    assert rounds is not None
+    _same(rounds, predict(sched, net, events=True))
+    _same(predict(sched, net), rounds, rel=0)
+
+
+def test_rounds_replay_declines_what_it_cannot_do():
+    from planner.cost.predict import _dedicated_replay
+
+    shared = p2p_transfers(3, [(0, 2, 400_000), (1, 2, 200_000)])  # both on link (1, 2)
+    assert _dedicated_replay(shared, _line_network()) is None
+    alone = p2p_transfers(3, [(0, 1, 100_000), (0, 1, 100_000)])
+    assert _dedicated_replay(alone, _line_network()) is not None
+    net = _line_network()
+    net.op_overhead_s = 1e-5  # the ranks' processors are shared: events decide the order
+    assert _dedicated_replay(alone, net) is None
+    assert predict(alone, net).seconds == pytest.approx(0.2 + 2e-5, rel=1e-6)
