@@ -238,17 +238,30 @@ def network_facts(run: RunState, net: Any) -> Workers:
     return Workers.on(net, plan.servers)
 
 
+SILENCE_ITERATIONS = 2.0
+"""A worker waits for a silent peer at least this many predicted iterations (emulated) before
+it fails the iteration, whatever ``[run] timeout_s`` says: under heavy time dilation an
+iteration takes minutes, and a rank the cores served late is silent for a good part of one
+(at 128 servers a 60 s limit failed a verified 110-140 s iteration)."""
+
+
+def silence_limit_s(run: RunState) -> float:
+    """How long a worker waits for a silent peer in this run (`SILENCE_ITERATIONS`)."""
+    predicted = run.results.predicted
+    return max(run.scenario.run.timeout_s, SILENCE_ITERATIONS * (predicted.emulated_s if predicted else 0.0))
+
+
 def calibrate(run: RunState, net: Any, workers: Workers) -> None:
     """The workers' cost per op from the zero-payload twin; the prediction made again with
     it; the faults armed with that prediction."""
-    s, plan, schedule, results = run.scenario, run.plan, run.schedule, run.results
+    plan, schedule, results = run.plan, run.schedule, run.results
     twin, critical_ops = zero_payload_twin(plan, run.opts)
     cal = measure_op_overhead(
         twin,
         critical_ops,
         workers.hosts,
         workers.spawn,
-        timeout_s=s.run.timeout_s,
+        timeout_s=silence_limit_s(run),
         plane_sources=workers.plane_sources,
         control_relay=workers.control_relay,
     )
@@ -282,7 +295,7 @@ def iterate(run: RunState, net: Any, workers: Workers) -> None:
             run.schedule.to_dict(),
             workers.hosts,
             spawn=workers.spawn,
-            timeout_s=s.run.timeout_s,
+            timeout_s=silence_limit_s(run),
             plane_sources=workers.plane_sources,
             control_relay=workers.control_relay,
         ) as coord,

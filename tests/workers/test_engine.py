@@ -50,24 +50,24 @@ def test_the_build_is_named_by_the_source(tmp_path):
     assert engine.library_path().exists()  # set-up built the real one
 
 
-def _failure_of(sched) -> str:
+def _failure_of(schedule: dict) -> str:
     with pytest.raises(WorkerFailure) as failure:
-        run_schedule(sched.to_dict(), iterations=1, timeout_s=5.0)
+        run_schedule(schedule, iterations=1, timeout_s=5.0)
     return str(failure.value)
 
 
 def test_a_chunk_longer_than_its_recv_names_the_sender():
-    sched = ring_allreduce(3, 3 * 4096)
-    recv = next(op for op in sched.programs[1]["ring0"] if op.kind == "recv")
-    recv.length //= 2  # rank 0 sends more than rank 1 expects
+    sched = ring_allreduce(3, 3 * 4096).to_dict()  # the JSON the workers get, edited
+    recv = next(op for op in sched["programs"][1]["ring0"] if op["op"] == "recv")
+    recv["length"] //= 2  # rank 0 sends more than rank 1 expects
     message = _failure_of(sched)
     assert "rank 1" in message and "rank 0" in message and "different schedules" in message
 
 
 def test_data_on_a_tag_nobody_receives_names_the_sender():
-    sched = ring_allreduce(3, 3 * 4096)
-    for op in sched.programs[2]["ring0"]:
-        if op.kind == "recv":
-            op.tag += 1000  # rank 2 never posts a recv for rank 1's tag
+    sched = ring_allreduce(3, 3 * 4096).to_dict()
+    for op in sched["programs"][2]["ring0"]:
+        if op["op"] == "recv":
+            op["tag"] += 1000  # rank 2 never posts a recv for rank 1's tag
     message = _failure_of(sched)
     assert "rank 2" in message and "rank 1" in message and "no recv" in message

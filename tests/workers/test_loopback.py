@@ -68,10 +68,10 @@ def test_generator_runs_and_verifies_on_workers(name):
 
 
 def test_verification_reports_a_wrong_schedule():
-    sched = ring_allreduce(4, 4 * 4096)
-    recv = next(op for op in sched.programs[1]["ring0"] if op.kind == "recv")
-    recv.mode = "copy"  # drops one contribution: the result is wrong, not the transport
-    (res,) = run_schedule(sched.to_dict(), iterations=1)
+    sched = ring_allreduce(4, 4 * 4096).to_dict()  # the JSON the workers get, edited
+    recv = next(op for op in sched["programs"][1]["ring0"] if op["op"] == "recv")
+    recv["mode"] = "copy"  # drops one contribution: the result is wrong, not the transport
+    (res,) = run_schedule(sched, iterations=1)
     assert not res.ok
     assert res.mismatches and "expected" in res.mismatches[0]
 
