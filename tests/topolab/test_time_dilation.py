@@ -131,3 +131,22 @@ def test_machine_cost_probes_real_workers_once(tmp_path, monkeypatch):
     assert json.loads(cache_path().read_text())["key"] == cost.key
     said.clear()
     assert machine_cost(said.append) == cost and not said
+
+
+def test_a_silent_peer_is_awaited_at_least_two_predicted_iterations():
+    """`topolab run`'s limit on a silent peer: the scenario's timeout_s, or twice the predicted
+    (emulated) iteration when that is longer (minutes under heavy dilation)."""
+    from types import SimpleNamespace
+
+    from topolab.measured_run import SILENCE_ITERATIONS, silence_limit_s
+
+    def run(timeout_s: float, predicted_s: float | None) -> SimpleNamespace:
+        predicted = SimpleNamespace(emulated_s=predicted_s) if predicted_s is not None else None
+        return SimpleNamespace(
+            scenario=SimpleNamespace(run=SimpleNamespace(timeout_s=timeout_s)),
+            results=SimpleNamespace(predicted=predicted),
+        )
+
+    assert silence_limit_s(run(60.0, 0.5)) == 60.0  # 12 servers: the scenario's limit
+    assert silence_limit_s(run(60.0, 50.3)) == SILENCE_ITERATIONS * 50.3  # 128 servers at 50 Mbit/s
+    assert silence_limit_s(run(60.0, None)) == 60.0
