@@ -343,7 +343,7 @@ class Program(Mapping[str, StreamOps]):
     def from_streams(cls, streams: Mapping[str, Iterable[Op]]) -> Program:
         """A program from ``{stream: [Op, ...]}`` (ids as given)."""
         kinds, modes, buffers = _Table(OP_KINDS), _Table(MODES), _Table(())
-        chunks: list = []
+        chunks: list[_Chunk] = []
         ids: list[int] = []
         for s, ops in enumerate(streams.values()):
             rows = [
