@@ -44,7 +44,7 @@ def test_cable_down_is_rerouted_and_the_run_goes_on(tmp_path):
     assert all(it["verified"] and it["measured_real_ms"] > 0 and it["predicted_real_ms"] > 0 for it in its)
     before_phase, after_phase = results["fault_phases"]
     assert after_phase["iterations"] == [2, 3]
-    assert after_phase["measured_slowdown"] > 0 and after_phase["predicted_slowdown"] >= 1.0
+    assert after_phase["measured_slowdown"] > 0 and after_phase["predicted_slowdown"] >= 1.0 - 1e-9  # never faster
     assert "## Faults" in (out / "report.md").read_text()
     print(f"smoke-12 h0-h1 down: before {before_phase}, after {after_phase}")
     assert _root_links() == before
