@@ -142,7 +142,11 @@ def add_link_mbps_argument(parser: argparse.ArgumentParser, auto: bool = False) 
         type=rate,
         metavar="MBPS" + ("|auto" if auto else ""),
         help="override the scenario's emulated rate per link ([emulation] link_mbps"
-        + ('; "auto": the highest rate up to 100 the cores keep up with' if auto else "")
+        + (
+            '; "auto", also where the scenario states no rate: the highest rate up to 100 the cores keep up with'
+            if auto
+            else "; where the scenario states none: 100"
+        )
         + ")",
     )
 
