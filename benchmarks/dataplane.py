@@ -126,11 +126,8 @@ def plan_for(case: Case):
 def pair_bytes(schedule) -> dict[tuple[int, int], int]:
     """Bytes each (source, destination) pair sends in one iteration of ``schedule``."""
     pairs: dict[tuple[int, int], int] = defaultdict(int)
-    for rank, streams in enumerate(schedule.programs):
-        for ops in streams.values():
-            for op in ops:
-                if op.kind == "send":
-                    pairs[(rank, op.peer)] += op.length
+    for edge in schedule.edge_bytes():  # per stream: summed over the streams here
+        pairs[(edge["src"], edge["dst"])] += edge["bytes"]
     return dict(pairs)
 
 

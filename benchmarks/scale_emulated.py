@@ -56,29 +56,22 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def mem_used_bytes() -> int:
-    info = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            key, value = line.split(":", 1)
-            info[key] = int(value.split()[0]) * 1024
-    return info["MemTotal"] - info["MemAvailable"]
-
-
 class PeakMemory:
     """The machine's memory in use, sampled every ``period_s`` in a thread: its peak over the
-    level when sampling started."""
+    level when sampling started (the fall of the memory available, as the emulator reads it)."""
 
     def __init__(self, period_s: float = 0.2) -> None:
+        from emulator.validate import mem_available_mib
+
+        self.available_mib = mem_available_mib
         self.period_s = period_s
-        self.base = mem_used_bytes()
-        self.peak = self.base
+        self.base = self.lowest = mem_available_mib()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         while not self._stop.wait(self.period_s):
-            self.peak = max(self.peak, mem_used_bytes())
+            self.lowest = min(self.lowest, self.available_mib())
 
     def __enter__(self) -> PeakMemory:
         self._thread.start()
@@ -90,7 +83,7 @@ class PeakMemory:
 
     @property
     def growth_gib(self) -> float:
-        return (self.peak - self.base) / 2**30
+        return (self.base - self.lowest) / 1024
 
 
 def scenario_for(job: str, servers: int, degree: int, iterations: int):

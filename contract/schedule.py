@@ -345,23 +345,9 @@ class Program(Mapping[str, StreamOps]):
         kinds, modes, buffers = _Table(OP_KINDS), _Table(MODES), _Table(())
         chunks: list[_Chunk] = []
         ids: list[int] = []
-        for s, ops in enumerate(streams.values()):
-            rows = [
-                (
-                    s,
-                    kinds.code(o.kind),
-                    o.peer,
-                    buffers.code(o.buffer),
-                    o.offset,
-                    o.length,
-                    o.tag,
-                    modes.code(o.mode),
-                    o.plane,
-                    o.seconds,
-                    o.after,
-                )
-                for o in ops
-            ]
+        for s, stream_ops in enumerate(streams.values()):
+            ops = list(stream_ops)  # read twice: rows, then ids
+            rows = [_op_row(s, o, kinds, modes, buffers) for o in ops]
             ids.extend(o.id for o in ops)
             if rows:
                 chunks.append(_rows_chunk(rows))
@@ -493,6 +479,23 @@ class _Table:
 
 
 Row = tuple[int, int, int, int, int, int, int, int, int, float, tuple[int, ...]]
+
+
+def _op_row(stream: int, op: Op, kinds: _Table, modes: _Table, buffers: _Table) -> Row:
+    """``op`` of stream index ``stream`` as a row, its names coded in the tables."""
+    return (
+        stream,
+        kinds.code(op.kind),
+        op.peer,
+        buffers.code(op.buffer),
+        op.offset,
+        op.length,
+        op.tag,
+        modes.code(op.mode),
+        op.plane,
+        op.seconds,
+        op.after,
+    )
 
 
 def _rows_chunk(rows: Sequence[Row]) -> _Chunk:
@@ -782,20 +785,7 @@ class ScheduleBuilder:
         kinds, modes, names = self._kinds, self._modes, self._buffer_names
         for i, op in enumerate(ops, first):
             op.id = i
-            row = (
-                s,
-                kinds.code(op.kind),
-                op.peer,
-                names.code(op.buffer),
-                op.offset,
-                op.length,
-                op.tag,
-                modes.code(op.mode),
-                op.plane,
-                op.seconds,
-                op.after,
-            )
-            self._add(rank, row)
+            self._add(rank, _op_row(s, op, kinds, modes, names))
         return first
 
     def extend_columns(

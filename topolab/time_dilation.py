@@ -37,8 +37,10 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from contract.emulation import MIN_LINK_MBPS
-from contract.schedule import Schedule
+from contract.schedule import COMPUTE, Schedule
 
 from .machine_probe import MachineCost
 from .results import CPU_BOUND_LOAD
@@ -74,7 +76,7 @@ def step_floor(x: float) -> float:
 
 def transfer_ops(schedule: Schedule) -> int:
     """The sends and receives of ``schedule`` (what the per-op CPU cost is paid for)."""
-    return sum(1 for prog in schedule.programs for ops in prog.values() for op in ops if op.kind != "compute")
+    return sum(int(np.count_nonzero(np.asarray(prog.kind) != COMPUTE)) for prog in schedule.programs)
 
 
 def schedule_buffer_bytes(schedule: Schedule) -> int:

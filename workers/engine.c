@@ -20,7 +20,6 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,7 +84,7 @@ int eng_load(const char *path) {
 #define SHORT_SLEEP_S 100e-6    /* a wait shorter than a poll's millisecond: sleep this, then look again */
 #define HEADER_BYTES 16
 
-enum { SEND = 0, RECV = 1, COMPUTE = 2 };
+enum { SEND = 0, RECV = 1, COMPUTE = 2 }; /* contract.schedule's kind codes */
 enum { DONE = 0, YIELD = 1 };
 enum {
   ERR_HEADER = -1,    /* a: the header's size */

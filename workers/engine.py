@@ -39,14 +39,13 @@ import numpy as np
 import zmq
 
 from contract.errors import TopolabError
+from contract.schedule import COMPUTE, RECV, SEND  # op kinds, as engine.c numbers them too
 
 SOURCE = Path(__file__).with_name("engine.c")
 BUILD_DIR = Path(__file__).with_name("_build")
 CFLAGS = ("-O3", "-std=gnu11", "-shared", "-fPIC", "-Wall")
 BUILD_TIMEOUT_S = 120.0
 
-SEND, RECV, COMPUTE = 0, 1, 2
-"""Op kinds, as engine.c numbers them (`workers.program.Op.kind`)."""
 DONE, YIELD = 0, 1
 ERR_HEADER, ERR_ITERATION, ERR_TOO_MANY, ERR_SIZE, ERR_UNKNOWN, ERR_ZMQ, ERR_MEMORY = range(-1, -8, -1)
 DTYPE_CODES = {"f4": 0, "f8": 1, "f2": 2, "i1": 3, "u1": 3, "i2": 4, "u2": 4, "i4": 5, "u4": 5, "i8": 6, "u8": 6}
