@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from planner.scenario import ScenarioError, parse_scenario
+from contract.emulation import EmulatedRates
+from planner.scenario import ScenarioError, load_scenario, parse_scenario
+from planner.topology.reroute import rerouted_plan
+from topolab.faults import cable_index
+from topolab.prediction import predict_run, prepare
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,6 +28,15 @@ def _topolab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "topolab", *args], cwd=REPO, text=True, capture_output=True, timeout=timeout
     )
+
+
+def _rerouted_prediction_ms(results: dict) -> float:
+    """smoke-12's schedule predicted again, as recorded, on its plan with cable h0-h1 down."""
+    em = results["emulation"]
+    plan, schedule, *_ = prepare(load_scenario(REPO / "scenarios/smoke-12.toml"), netem=em["netem"])
+    rates = EmulatedRates(em["reference_gbps"], em["link_mbps"], em["mtu"])
+    rerouted = rerouted_plan(plan, {cable_index(plan, 0, 1)})
+    return predict_run(rerouted, schedule, rates, em["netem"], results["calibration"]["op_overhead_s"])["real_ms"]
 
 
 @pytest.mark.root
@@ -44,7 +57,13 @@ def test_cable_down_is_rerouted_and_the_run_goes_on(tmp_path):
     assert all(it["verified"] and it["measured_real_ms"] > 0 and it["predicted_real_ms"] > 0 for it in its)
     before_phase, after_phase = results["fault_phases"]
     assert after_phase["iterations"] == [2, 3]
-    assert after_phase["measured_slowdown"] > 0 and after_phase["predicted_slowdown"] >= 1.0 - 1e-9  # never faster
+    assert after_phase["measured_slowdown"] > 0
+    # The phase after the fault is predicted on the rerouted plan (the same schedule, the same
+    # measured cost per op). Not "never faster": the flow-level replay orders the ops greedily,
+    # and a lost cable can reorder them into a slightly shorter makespan (0.9979x at 94-95 us
+    # per op on this scenario, a list-scheduling anomaly), so the check is the prediction itself.
+    assert after_phase["predicted_real_ms"] == fault["predicted_real_ms"]
+    assert fault["predicted_real_ms"] == pytest.approx(_rerouted_prediction_ms(results), rel=1e-12)
     assert "## Faults" in (out / "report.md").read_text()
     print(f"smoke-12 h0-h1 down: before {before_phase}, after {after_phase}")
     assert _root_links() == before
