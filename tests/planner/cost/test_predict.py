@@ -161,3 +161,56 @@ def test_rounds_replay_declines_what_it_cannot_do():
     net.op_overhead_s = 1e-5  # the ranks' processors are shared: events decide the order
     assert _dedicated_replay(alone, net) is None
     assert predict(alone, net).seconds == pytest.approx(0.2 + 2e-5, rel=1e-6)
+
+
+def _from_scratch(replay) -> dict[int, float]:
+    """Every flow on the wire's max-min rate solved anew (`max_min_rates` on copies)."""
+    from collections import deque
+
+    from planner.cost.predict import _Flow, max_min_rates
+
+    flows = [f for f in replay.conns if f.on_wire and f.links]
+    copies = [_Flow(f.index, f.src, f.dst, f.links, f.relayed, f.assured, deque(), seq=f.seq) for f in flows]
+    users: list[list] = [[] for _ in replay.capacity]
+    for c in copies:
+        for link in c.links:
+            users[link].append(c)
+    max_min_rates(copies, users, replay.capacity)
+    return {c.index: c.rate for c in copies}
+
+
+@pytest.mark.parametrize("servers, degree", [(16, 4), (24, 8)])
+def test_rates_kept_between_events_are_the_max_min_rates(monkeypatch, servers, degree):
+    """`_Replay.update_rates` solves only the flows at or above its threshold and gives a
+    flow that takes the place of one that ended on its path that flow's rate: after every
+    update, each flow on the wire has the rate a solve of all of them gives (DLRM's
+    all-to-all beside its AllReduce rings, on a TopoOpt network with relayed paths)."""
+    from planner.cost import predict as model
+
+    checked, held = [], []
+    update, solve = model._Replay.update_rates, model.max_min_rates
+
+    def update_then_check(self):
+        update(self)
+        expected = _from_scratch(self)
+        assert {f.index: f.rate for f in self.conns if f.index in expected} == pytest.approx(expected, rel=1e-9)
+        checked.append(len(expected))
+
+    def solve_and_count(flows, users, capacity, held_flows=False):
+        held.append(held_flows)
+        solve(flows, users, capacity, held_flows)
+
+    monkeypatch.setattr(model._Replay, "update_rates", update_then_check)
+    monkeypatch.setattr(model, "max_min_rates", solve_and_count)
+    s = parse_scenario(
+        {
+            "cluster": {"servers": servers, "degree": degree, "link_gbps": 100, "latency_us": 1},
+            "workload": {"model": "dlrm", "batch_per_server": 128},
+            "parallelism": {"strategy": "hybrid"},
+        }
+    )
+    plan = build_plan(s)
+    sched = iteration_schedule(plan, IterationOptions(payload_scale=0.05))
+    predict(sched, plan_network(plan), events=True)
+    assert max(checked) > 100  # the all-to-all had many flows on the wire at once
+    assert any(held) and not all(held)  # flows were held below the threshold, and not always
