@@ -85,7 +85,7 @@ int eng_load(const char *path) {
 #define HEADER_BYTES 16
 
 enum { SEND = 0, RECV = 1, COMPUTE = 2 }; /* contract.schedule's kind codes */
-enum { DONE = 0, YIELD = 1 };
+enum { DONE = 0, YIELD = 1, EXTRA = 2 }; /* run_step's outcomes */
 enum {
   ERR_HEADER = -1,    /* a: the header's size */
   ERR_ITERATION = -2, /* src; a: the iteration the message is of */
@@ -101,6 +101,9 @@ long eng_constant(const char *name) {
   if (!strcmp(name, "ZERO_COPY_MIN")) return ZERO_COPY_MIN;
   if (!strcmp(name, "RECEIVE_BUDGET")) return RECEIVE_BUDGET;
   if (!strcmp(name, "HEADER_BYTES")) return HEADER_BYTES;
+  if (!strcmp(name, "DONE")) return DONE;
+  if (!strcmp(name, "YIELD")) return YIELD;
+  if (!strcmp(name, "EXTRA")) return EXTRA;
   return -1;
 }
 
@@ -745,9 +748,9 @@ static void finish_computes(run_t *r) {
   r->io->stats->computes = kept;
 }
 
-/* Run until the program is done (DONE), `slice_s` has passed or an extra socket has an
-   event (YIELD: Python checks faults, control and monitors, then calls again), or a
-   failure (< 0, described in stats). */
+/* Run until the program is done (DONE), `slice_s` has passed or a signal came (YIELD:
+   Python checks for faults, then calls again), an extra socket has an event (EXTRA: Python
+   reads the monitors and the control socket too), or a failure (< 0, described in stats). */
 int run_step(run_t *r, double slice_s) {
   const prog_t *p = r->p;
   io_t *io = r->io;
@@ -791,7 +794,7 @@ int run_step(run_t *r, double slice_s) {
       if ((rc = receive(r))) return rc;
     if (st->computes) finish_computes(r);
     for (int x = first_extra; x < n; x++)
-      if (r->items[x].revents) return YIELD;
+      if (r->items[x].revents) return EXTRA;
     if (now() >= t_end) return YIELD;
   }
 }

@@ -46,7 +46,7 @@ BUILD_DIR = Path(__file__).with_name("_build")
 CFLAGS = ("-O3", "-std=gnu11", "-shared", "-fPIC", "-Wall")
 BUILD_TIMEOUT_S = 120.0
 
-DONE, YIELD = 0, 1
+DONE, YIELD, EXTRA = 0, 1, 2  # run_step's outcomes (engine.c; `constant` tells them too)
 ERR_HEADER, ERR_ITERATION, ERR_TOO_MANY, ERR_SIZE, ERR_UNKNOWN, ERR_ZMQ, ERR_MEMORY = range(-1, -8, -1)
 DTYPE_CODES = {"f4": 0, "f8": 1, "f2": 2, "i1": 3, "u1": 3, "i2": 4, "u2": 4, "i4": 5, "u4": 5, "i8": 6, "u8": 6}
 """The buffer dtypes a received chunk can be reduced in (numpy ``kind + itemsize``), and
@@ -398,7 +398,8 @@ class NativeRun:
             raise MemoryError("run")
 
     def step(self, slice_s: float) -> int:
-        """Run for at most ``slice_s``: `DONE`, `YIELD` or an error code (`stats` says more)."""
+        """Run for at most ``slice_s``: `DONE`, `YIELD` (the slice ended or a signal came),
+        `EXTRA` (an extra socket has an event) or an error code (`stats` says more)."""
         return int(self.lib.run_step(self.handle, slice_s))
 
     def waiting(self) -> np.ndarray:

@@ -223,10 +223,11 @@ class IterationRun:
                     return
                 if status < 0:
                     raise self.failure(status)
-                for mon in channels.monitors:
-                    channels.check_monitor(mon)
-                if self.control is not None:
-                    self.check_control()
+                if status == engine.EXTRA:  # a monitor or the control socket has something
+                    for mon in channels.monitors:
+                        channels.check_monitor(mon)
+                    if self.control is not None:
+                        self.check_control()
                 self.check_faults()
                 if self.heartbeat is not None and now() >= next_beat:
                     self.heartbeat(self.ndone, total)

@@ -41,6 +41,12 @@ def test_bool_buffers_are_refused():
         engine.dtype_code(np.dtype(bool))
 
 
+def test_run_step_outcomes_are_engine_cs():
+    """The outcome codes Python compares `run_step`'s result with are the ones engine.c returns."""
+    assert (engine.DONE, engine.YIELD, engine.EXTRA) == tuple(map(engine.constant, ("DONE", "YIELD", "EXTRA")))
+    assert len({engine.DONE, engine.YIELD, engine.EXTRA}) == 3
+
+
 def test_the_build_is_named_by_the_source(tmp_path):
     source = tmp_path / "engine.c"
     source.write_text("int x;\n")
