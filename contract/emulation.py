@@ -151,6 +151,10 @@ class EmulationConfig:
             return cls(**{**table, "link_mbps": DEFAULT_LINK_MBPS, "auto_rate": True})
         return cls(**table)
 
+    def hosts_memory_mib(self, nodes: int) -> float:
+        """Memory ``nodes`` emulated hosts take (``host_memory_mib`` each)."""
+        return nodes * self.host_memory_mib
+
     def table(self) -> dict[str, Any]:
         """The table keys that differ from their defaults, as a scenario file would write them;
         ``link_mbps`` always (a table without it means "auto")."""

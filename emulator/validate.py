@@ -105,7 +105,7 @@ def _check_routes(plan: Network, nodes: int, adjacency: np.ndarray) -> None:
 def _check_memory(nodes: int, config: EmulationConfig, available_mib: float | None) -> None:
     available = mem_available_mib() if available_mib is None else available_mib
     budget = available * MEMORY_SHARE
-    need = nodes * config.host_memory_mib
+    need = config.hosts_memory_mib(nodes)
     if need > budget:
         fit = int(budget // config.host_memory_mib)
         raise EmulationInputError(

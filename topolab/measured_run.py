@@ -173,7 +173,7 @@ def dilate(
     auto = s.emulation.auto_rate
     cost = machine_cost(log)
     # the workers' memory is what the emulated hosts leave (they are built first)
-    hosts = plan.nodes * s.emulation.host_memory_mib * 2**20
+    hosts = s.emulation.hosts_memory_mib(plan.nodes) * 2**20
     available = max(0.0, mem_available_mib() * 2**20 - hosts)
     if auto and payload_scale is None and s.run.payload_scale == 1.0:
         fit = payload_for_memory(plan.servers, schedule_buffer_bytes(schedule), opts.payload_scale, available)

@@ -40,6 +40,11 @@ DOWN_GRACE_S = 1.0
 (its sockets linger; a shaped link drains a chunk in ~0.1 s at 100 Mbit/s)."""
 
 
+def _of_peer(per_peer: np.ndarray, peer: int) -> float:
+    """``per_peer[peer]``, 0 for a peer this rank has no entry for."""
+    return per_peer[peer] if 0 <= peer < len(per_peer) else 0
+
+
 class IterationRun:
     """State of one iteration's execution (kept apart so a new iteration starts clean)."""
 
@@ -107,13 +112,13 @@ class IterationRun:
 
     def remaining(self, peer: int) -> int:
         """Send and recv ops with ``peer`` still to run."""
-        return int(self.native.remaining_with[peer]) if 0 <= peer < len(self.native.remaining_with) else 0
+        return int(_of_peer(self.native.remaining_with, peer))
 
     def sends_left(self, peer: int) -> int:
-        return int(self.native.sends_to[peer]) if 0 <= peer < len(self.native.sends_to) else 0
+        return int(_of_peer(self.native.sends_to, peer))
 
     def last_heard(self, peer: int) -> float:
-        return float(self.native.last_heard[peer]) if 0 <= peer < len(self.native.last_heard) else 0.0
+        return float(_of_peer(self.native.last_heard, peer))
 
     def waiting(self) -> dict[int, int]:
         """Bytes still awaited from each peer by the posted recvs."""
