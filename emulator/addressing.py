@@ -12,6 +12,10 @@ Everything lives in 198.18.0.0/15, the RFC 2544 benchmarking range, and nowhere 
   planes) in the top half of the cable range (198.19.128.0/17: up to 2048 nodes). A network
   with an allocation therefore keeps its cables in the bottom half (up to 16384 cables);
   `emulator.validate` checks both limits.
+- the Ethernet address of the cable end that holds address ``a.b.c.d``: ``02:00:a:b:c:d``
+  (`cable_mac`, locally administered), so each host knows its peer's MAC without asking:
+  every cable end gets a permanent neighbour entry for the other end (no ARP, see
+  `emulator.hostconfig`).
 Interface names follow Mininet's ``h3-eth2`` (``s0-eth11`` for switch nodes); they exist only
 inside the hosts' namespaces, never in the root namespace.
 """
@@ -82,6 +86,12 @@ def link_addresses(k: int) -> tuple[str, str]:
         raise ValueError(f"cable {k} outside 0..{MAX_LINKS - 1}")
     base = LINK_NET.network_address + 2 * k
     return str(base), str(base + 1)
+
+
+def cable_mac(address: str) -> str:
+    """Ethernet address of the cable end that holds ``address`` (its /31 address):
+    ``02:00`` (locally administered, unicast) and the address's four bytes."""
+    return "02:00:" + ":".join(f"{b:02x}" for b in ipaddress.IPv4Address(address).packed)
 
 
 def node_name(node: int, servers: int) -> str:

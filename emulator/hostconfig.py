@@ -3,6 +3,12 @@
 For each host, inside its namespace (the calling thread enters it with ``setns``, see
 `emulator.nsutil`), over netlink in a few batches (`emulator.nlbatch`):
 - addresses: the identity /32 on ``lo`` and each cable end's /31, every link up;
+- neighbours: for each cable end, a permanent entry for the other end (its address at its
+  `addressing.cable_mac`). No ARP at all: the kernel keeps one neighbour table for all
+  namespaces, and past ``net.ipv4.neigh.default.gc_thresh3`` entries (1024 by default: 128
+  hosts of degree 8 have 1024 cable ends) it drops new ones ("neighbor table overflow!"),
+  so packets waited for ARP and TCP for its retransmission timeouts, seconds each. Permanent
+  entries do not count against that limit, and we leave the root namespace's sysctls alone;
 - sysctls (`write_sysctls`): ip_forward on (hosts relay for each other, as the TopoOpt
   prototype relayed with RDMA forwarding), rp_filter off (a relayed packet arrives on a cable
   that is not the route back to its source), cubic, no ICMP rate limit so traceroute sees
@@ -35,7 +41,7 @@ import numpy as np
 from contract.limits import limit_s
 
 from . import nlbatch, nsutil, shaping
-from .addressing import PLANE_BLOCK_LEN, Port, identity, plane_address, plane_block
+from .addressing import PLANE_BLOCK_LEN, Port, cable_mac, identity, plane_address, plane_block
 from .errors import EmulationError, ShapingError
 from .host import EmulatedHost
 from .planes import RULE_PRIORITY, NodePlanes
@@ -92,6 +98,12 @@ def write_sysctls(ifnames: list[str]) -> None:
                 raise EmulationError(f"cannot set sysctl {key.replace('/', '.')}={value} in a host: {exc}") from None
 
 
+def peer_neighbour(seq: int, index: int, port: Port) -> bytes:
+    """The permanent neighbour entry of ``port``'s other end (module docstring); a link
+    that goes down loses it, so bringing one up adds it again."""
+    return nlbatch.permanent_neighbour(seq, index, port.peer_address, cable_mac(port.peer_address))
+
+
 def _subnet31(address: str) -> str:
     return str(ipaddress.ip_network(f"{address}/31", strict=False).network_address)
 
@@ -134,6 +146,8 @@ def configure_host(
             add(nlbatch.addr_add(seq, idx, p.address, 31), f"{host.name}: {p.address}/31 on {p.ifname}")
             seq += 1
             add(nlbatch.link_up(seq, idx), f"{host.name}: {p.ifname} up")
+            seq += 1
+            add(peer_neighbour(seq, idx, p), f"{host.name}: neighbour {p.peer_address} on {p.ifname}")
         nlbatch.send(bytes(data), labels=labels, timeout_s=timeout_s)
         data.clear()
         labels.clear()

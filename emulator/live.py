@@ -7,7 +7,8 @@ section 5):
   interfaces (their next hop is dead), so traffic towards the dead cable fails at once
   ("Network is unreachable") until routes are replaced: as on a real fabric, a dead cable
   with nothing rerouted partitions the flows that used it.
-- **up** (`LiveChanges.cable_up`): both ends up again; the kernel re-adds the cable's
+- **up** (`LiveChanges.cable_up`): both ends up again, each with its permanent neighbour
+  entry for the other end (the link's going down flushed it); the kernel re-adds the cable's
   connected /31 without our congestion control, and the routes it dropped stay dropped, so
   both end hosts get their connected routes and every /32 route re-installed from the
   current next-hop table (replace semantics: existing routes are overwritten), with their
@@ -32,7 +33,7 @@ import numpy as np
 from . import nlbatch, nsutil, shaping
 from .addressing import Port
 from .errors import EmulationError
-from .hostconfig import CUBIC, apply_qdiscs, check_qdiscs, send_routes
+from .hostconfig import CUBIC, apply_qdiscs, check_qdiscs, peer_neighbour, send_routes
 
 CONNECTED_SEQ_BASE = 50_000
 """Netlink sequence numbers of the connected-route requests (below `ROUTE_SEQ_BASE`)."""
@@ -123,7 +124,11 @@ class LiveChanges:
             with nsutil.in_netns_of(host.pid):
                 index = socket.if_nametoindex(port.ifname)
                 label = f"{host.name}: {port.ifname} {'up' if up else 'down'}"
-                nlbatch.send(nlbatch.link_up(1, index, up), labels={1: label})
+                data, labels = nlbatch.link_up(1, index, up), {1: label}
+                if up:  # a link that went down lost its neighbour entry
+                    data += peer_neighbour(2, index, port)
+                    labels[2] = f"{host.name}: neighbour {port.peer_address} on {port.ifname}"
+                nlbatch.send(data, labels=labels)
 
     def _install_routes(self, u: int, next_hop: np.ndarray) -> None:
         """Connected routes of ``u``'s live cables and its /32 routes, replaced in one batch

@@ -183,6 +183,19 @@ def link_up(seq: int, index: int, up: bool = True) -> bytes:
     return _finish(m, RTM_NEWLINK, NLM_F_REQUEST | NLM_F_ACK, seq)
 
 
+def permanent_neighbour(seq: int, index: int, address: str, lladdr: str) -> bytes:
+    """RTM_NEWNEIGH (replace): ``address`` is at Ethernet address ``lladdr`` on interface
+    ``index``, for good (NUD_PERMANENT: never probed, never garbage-collected)."""
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST
+    from pyroute2.netlink.rtnl import RTM_NEWNEIGH
+    from pyroute2.netlink.rtnl.ndmsg import NUD_PERMANENT, ndmsg
+
+    m = ndmsg()
+    m["family"], m["ifindex"], m["state"], m["flags"], m["ndm_type"] = socket.AF_INET, index, NUD_PERMANENT, 0, 0
+    m["attrs"] = [("NDA_DST", address), ("NDA_LLADDR", lladdr)]
+    return _finish(m, RTM_NEWNEIGH, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, seq)
+
+
 def connected_route(seq: int, subnet: str, prefixlen: int, oif: int, prefsrc: str, cc_algo: str) -> bytes:
     """RTM_NEWROUTE (replace) of the kernel's connected route of a cable, with congctl."""
     from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST

@@ -16,7 +16,8 @@ and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we a
   20, UDP 8, VXLAN 8), so on a 1500-byte underlay every cable, tunnelled or not, gets MTU
   1450: one MTU for the whole network, so no path has a smaller MTU than its first hop.
 - **Batches, one round trip per machine**: the cables of a machine (veth pairs inside it,
-  its ends of the tunnels), then every host's sysctls, addresses and routes (``ip -batch``),
+  its ends of the tunnels, each end at its `addressing.cable_mac`), then every host's
+  sysctls, addresses, permanent neighbours (no ARP, as on one machine) and routes (``ip -batch``),
   HTB shaping (``tc -batch``, the same classes as on one machine, see `emulator.shaping`) and
   the read-back are one shell script per machine (``nsenter -t <host pid> -n ...`` per host)
   sent over the machine's ssh; machines are configured in parallel. ``ClusterLink`` then only
@@ -71,7 +72,7 @@ from contract.network import Network
 from contract.physics import ETHERNET_MTU, tunnel_mtu
 
 from .. import shaping
-from ..addressing import Port, identity, node_name, ports_of
+from ..addressing import Port, cable_mac, identity, node_name, ports_of
 from ..hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
 from ..interface import BuiltRates
 from ..nsutil import process_id
@@ -247,13 +248,15 @@ class ClusterNetwork(BuiltRates):
             pa, pb = self.hosts[link.a].pid, self.hosts[link.b].pid
             if link.a in mine and link.b in mine:
                 links.append(
-                    f"link add name {a.ifname} netns {pa} mtu {self.mtu} type veth peer name {b.ifname} netns {pb} mtu {self.mtu}"
+                    f"link add name {a.ifname} netns {pa} mtu {self.mtu} address {cable_mac(a.address)} type veth "
+                    f"peer name {b.ifname} netns {pb} mtu {self.mtu} address {cable_mac(b.address)}"
                 )
             for end, peer, pid in ((a, link.b, pa), (b, link.a, pb)):
                 if end.node in mine and peer not in mine:
                     here, there = self.underlay[m], self.underlay[self.assignment[peer]]
                     links.append(
-                        f"link add name {end.ifname} netns {pid} mtu {self.mtu} type vxlan id {VNI_BASE + k} "
+                        f"link add name {end.ifname} netns {pid} mtu {self.mtu} address {cable_mac(end.address)} "
+                        f"type vxlan id {VNI_BASE + k} "
                         f"local {here} remote {there} dstport {VXLAN_PORT} ttl 64"
                     )
         lines = ["set -e", record_script(self.run_id, [self.hosts[u].pid for u in sorted(mine)])]
@@ -270,6 +273,10 @@ class ClusterNetwork(BuiltRates):
             ip = ["link set lo up", f"addr add {identity(u)}/32 dev lo"]
             for p in ports:
                 ip += [f"addr add {p.address}/31 dev {p.ifname}", f"link set {p.ifname} up"]
+                # the other end's MAC for good: no ARP (emulator.hostconfig's docstring)
+                ip.append(
+                    f"neigh replace {p.peer_address} lladdr {cable_mac(p.peer_address)} dev {p.ifname} nud permanent"
+                )
                 # the kernel's connected route again, with cubic (module docstring)
                 ip.append(
                     f"route replace {_subnet31(p.address)}/31 dev {p.ifname} proto kernel scope link "

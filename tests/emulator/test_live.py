@@ -65,6 +65,8 @@ def test_cable_down_reroute_up_and_rate(tmp_path):
             net.live.replace_routes(network.next_hop)  # the old table needs the dead cable
 
         net.live.cable_up(k)
+        for node, ifname, peer in ((0, "h0-eth0", "198.19.0.1"), (1, "h1-eth0", "198.19.0.0")):
+            assert f"{peer} lladdr" in _out(net, node, ["ip", "neigh", "show", "dev", ifname, "nud", "permanent"])
         net.live.replace_routes(network.next_hop)
         assert not net.live.dead
         assert "dev h0-eth0" in _out(net, 0, ["ip", "route", "get", net.host_address(1)])

@@ -169,6 +169,29 @@ def test_routes_are_the_plan_and_packets_take_the_plan_paths(tmp_path):
         assert after - before >= 1_000_000, (before, after)  # the 2 MiB crossed the relaying host (not relayed: ~0)
 
 
+def _neighbours(net, u: int) -> list[dict]:
+    out = net.hosts[u].cmd("ip -j neigh show")
+    return json.loads(out or "[]")
+
+
+def test_every_cable_end_knows_its_peer_without_arp(tmp_path):
+    # the kernel's one neighbour table for all namespaces overflows at 1024 learned entries
+    # (128 hosts of degree 8): permanent entries for every cable's other end, and no ARP
+    plan = circulant_plan(12, (1, 5))
+    with EmulatedNetwork(plan, _config(tmp_path, link_mbps=100)) as net:
+        traced = check_paths(net, [(0, 6), (6, 0), (3, 9)])  # traffic first, relayed too
+        assert traced and all(r.ok for r in traced), traced
+        for u in range(12):
+            entries = {(e["dst"], e["dev"]): e for e in _neighbours(net, u)}
+            assert len(entries) == len(net.ports[u]), entries  # nothing learned by ARP
+            for p in net.ports[u]:
+                e = entries[(p.peer_address, p.ifname)]
+                assert e["state"] == ["PERMANENT"]
+                peer = next(q for q in net.ports[p.peer] if q.link == p.link)
+                real_mac = net.hosts[p.peer].cmd(f"cat /sys/class/net/{peer.ifname}/address").strip()
+                assert e["lladdr"] == real_mac
+
+
 def test_bad_plan_raises_before_anything_exists(tmp_path):
     plan = circulant_plan(6, (1,))
     bad = dataclasses.replace(plan, links=plan.links + (Link(0, 17, 25.0),))

@@ -12,7 +12,7 @@ from contract.network import circulant_network
 from contract.physics import tcp_goodput_fraction
 from contract.plan import Link
 from emulator import EmulationConfig, EmulationInputError, identity, link_addresses, node_of_identity
-from emulator.addressing import RANGE, ports_of
+from emulator.addressing import RANGE, cable_mac, ports_of
 from emulator.checks import parse_traceroute
 from emulator.validate import validate
 from tests.fixtures.sample_plans import circulant_plan, switch_plan
@@ -37,6 +37,14 @@ def test_ports_follow_mininet_names_and_parallel_cables_stay_separate():
     assert [p.ifname for p in ports[0]] == ["h0-eth0", "h0-eth1", "h0-eth2"]
     assert [p.peer for p in ports[0]].count(1) == 2
     assert all(len(p.ifname) <= 15 for ps in ports for p in ps)
+
+
+def test_every_cable_end_has_its_own_unicast_mac():
+    ports = [p for node in ports_of(circulant_network(12, (1, 5)).links, 12, 12) for p in node]
+    macs = {cable_mac(p.address) for p in ports}
+    assert len(macs) == len(ports) == 48
+    assert cable_mac("198.19.1.3") == "02:00:c6:13:01:03"
+    assert all(int(m.split(":")[0], 16) & 0b11 == 0b10 for m in macs)  # locally administered, unicast
 
 
 def test_tcp_maximum_matches_the_measured_fractions():

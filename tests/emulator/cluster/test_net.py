@@ -73,6 +73,10 @@ def test_cluster_network_over_three_machines(standins: StandIns) -> None:
             targets = " ".join(net.host_address(v) for v in range(NET.nodes) if v != u)
             out = net.hosts[u].cmd(f"for t in {targets}; do ping -c1 -W2 -q $t >/dev/null && echo ok $t; done")
             assert out.count("ok ") == NET.nodes - 1, f"h{u}: {out}"
+        # each cable end knows its peer for good, over a tunnel too: nothing learned by ARP
+        for u, host in enumerate(net.hosts):
+            entries = host.cmd("ip neigh show").strip().splitlines()
+            assert len(entries) == len(net.ports[u]) and all(e.split()[-1] == "PERMANENT" for e in entries), entries
         # a tunnel end is a VXLAN device of its own VNI, MTU 1450, shaped like a veth end
         detail = net.hosts[1].cmd("ip -d link show h1-eth1; tc class show dev h1-eth1")
         assert "vxlan id" in detail and "mtu 1450" in detail and "rate 100Mbit" in detail
