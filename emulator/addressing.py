@@ -110,6 +110,16 @@ class Port:
     peer_address: str
     link: int  # index in plan.links
 
+    @property
+    def mac(self) -> str:
+        """This end's Ethernet address (`cable_mac`)."""
+        return cable_mac(self.address)
+
+    @property
+    def peer_mac(self) -> str:
+        """The other end's Ethernet address, which this end's permanent neighbour entry names."""
+        return cable_mac(self.peer_address)
+
 
 def ports_of(links, nodes: int, servers: int) -> list[list[Port]]:
     """For every node, its ports in the order of ``links`` (the j-th cable of node u is

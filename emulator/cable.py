@@ -4,8 +4,9 @@ A cable never exists in the root namespace, not even for a moment: the netlink r
 creates the pair names both ends' namespaces (``net_ns_pid`` of each host's shell), so a
 crash at any point leaves nothing outside our namespaces. Both ends get the cable MTU
 (`contract.physics.DEFAULT_MTU` by default: RDMA clusters run jumbo frames) and the Ethernet
-address `addressing.cable_mac` gives its address, so the hosts' permanent neighbour entries
-(`emulator.hostconfig`) name it without ARP. All cables go to the kernel in one batch.
+address made from its IP address (`Port.mac`, `addressing.cable_mac`), so the hosts'
+permanent neighbour entries (`emulator.hostconfig`) name it without ARP. All cables go to
+the kernel in one batch.
 
 Each cable end is shaped on egress (`cable_shaping`): one HTB class at the cable's emulated
 rate, ``link.gbps / reference_gbps * link_mbps`` (time dilation, ``docs/emulation.md``;
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from contract.plan import Link
 
 from . import nlbatch, shaping
-from .addressing import Port, cable_mac, identity
+from .addressing import Port, identity
 from .host import EmulatedHost
 
 
@@ -44,9 +45,9 @@ def make_cables(
             ifname=a.ifname,
             kind="veth",
             mtu=mtu,
-            address=cable_mac(a.address),
+            address=a.mac,
             net_ns_pid=hosts[link.a].pid,
-            peer={"ifname": b.ifname, "mtu": mtu, "address": cable_mac(b.address), "net_ns_pid": hosts[link.b].pid},
+            peer={"ifname": b.ifname, "mtu": mtu, "address": b.mac, "net_ns_pid": hosts[link.b].pid},
         )
         what.append(f"veth {a.ifname} -- {b.ifname} (plan.links[{k}])")
     nlbatch.send(batch.batch, what, timeout_s=timeout_s)

@@ -41,7 +41,7 @@ import numpy as np
 from contract.limits import limit_s
 
 from . import nlbatch, nsutil, shaping
-from .addressing import PLANE_BLOCK_LEN, Port, cable_mac, identity, plane_address, plane_block
+from .addressing import PLANE_BLOCK_LEN, Port, identity, plane_address, plane_block
 from .errors import EmulationError, ShapingError
 from .host import EmulatedHost
 from .planes import RULE_PRIORITY, NodePlanes
@@ -101,7 +101,7 @@ def write_sysctls(ifnames: list[str]) -> None:
 def peer_neighbour(seq: int, index: int, port: Port) -> bytes:
     """The permanent neighbour entry of ``port``'s other end (module docstring); a link
     that goes down loses it, so bringing one up adds it again."""
-    return nlbatch.permanent_neighbour(seq, index, port.peer_address, cable_mac(port.peer_address))
+    return nlbatch.permanent_neighbour(seq, index, port.peer_address, port.peer_mac)
 
 
 def _subnet31(address: str) -> str:

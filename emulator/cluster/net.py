@@ -72,7 +72,7 @@ from contract.network import Network
 from contract.physics import ETHERNET_MTU, tunnel_mtu
 
 from .. import shaping
-from ..addressing import Port, cable_mac, identity, node_name, ports_of
+from ..addressing import Port, identity, node_name, ports_of
 from ..hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
 from ..interface import BuiltRates
 from ..nsutil import process_id
@@ -248,14 +248,14 @@ class ClusterNetwork(BuiltRates):
             pa, pb = self.hosts[link.a].pid, self.hosts[link.b].pid
             if link.a in mine and link.b in mine:
                 links.append(
-                    f"link add name {a.ifname} netns {pa} mtu {self.mtu} address {cable_mac(a.address)} type veth "
-                    f"peer name {b.ifname} netns {pb} mtu {self.mtu} address {cable_mac(b.address)}"
+                    f"link add name {a.ifname} netns {pa} mtu {self.mtu} address {a.mac} type veth "
+                    f"peer name {b.ifname} netns {pb} mtu {self.mtu} address {b.mac}"
                 )
             for end, peer, pid in ((a, link.b, pa), (b, link.a, pb)):
                 if end.node in mine and peer not in mine:
                     here, there = self.underlay[m], self.underlay[self.assignment[peer]]
                     links.append(
-                        f"link add name {end.ifname} netns {pid} mtu {self.mtu} address {cable_mac(end.address)} "
+                        f"link add name {end.ifname} netns {pid} mtu {self.mtu} address {end.mac} "
                         f"type vxlan id {VNI_BASE + k} "
                         f"local {here} remote {there} dstport {VXLAN_PORT} ttl 64"
                     )
@@ -274,9 +274,7 @@ class ClusterNetwork(BuiltRates):
             for p in ports:
                 ip += [f"addr add {p.address}/31 dev {p.ifname}", f"link set {p.ifname} up"]
                 # the other end's MAC for good: no ARP (emulator.hostconfig's docstring)
-                ip.append(
-                    f"neigh replace {p.peer_address} lladdr {cable_mac(p.peer_address)} dev {p.ifname} nud permanent"
-                )
+                ip.append(f"neigh replace {p.peer_address} lladdr {p.peer_mac} dev {p.ifname} nud permanent")
                 # the kernel's connected route again, with cubic (module docstring)
                 ip.append(
                     f"route replace {_subnet31(p.address)}/31 dev {p.ifname} proto kernel scope link "
