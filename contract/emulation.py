@@ -40,7 +40,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import UsageError
-from .network import Link, Network, cable_capacities
+from .network import Link, Network, cable_capacities, connection_capacities
 from .physics import DEFAULT_MTU, MAX_MTU, MIN_MTU, cable_goodput, time_scale
 
 NETEM_MODES = ("auto", "on", "off")
@@ -260,6 +260,11 @@ class EmulatedRates:
         """Directed goodput (bytes/s) of ``links`` as emulated (`cable_capacities`)."""
         links = list(links)
         return cable_capacities(links, self.mtu, self.link_rate_bps(links))
+
+    def connection_capacities(self, links: Iterable[Link]) -> dict[tuple[int, int], float]:
+        """What one connection gets over parallel cables as emulated (`connection_capacities`)."""
+        links = list(links)
+        return connection_capacities(links, self.mtu, self.link_rate_bps(links))
 
 
 def emulated_rates(network: Network, config: EmulationConfig, mtu: int | None = None) -> EmulatedRates:

@@ -18,6 +18,8 @@ per-destination HTB classes. A schedule's send names its plane (`contract.schedu
 an MTU, at the cables' planned rates or at the rates they are emulated at; every model of a
 network's capacity (the flow predictor, the cost model, the forest's packing, placement)
 starts from it, and so does a built emulated network (its ``capacities``).
+`connection_capacities` is what one TCP connection gets where cables run in parallel (one
+of them: the flow predictor caps each connection with it).
 
 `Plan.network` is the network of a plan; `circulant_network(n, strides)` builds the
 TopoOpt wiring C_n(strides) (cable ``i -- i+s`` for every stride ``s``) with shortest-path
@@ -49,6 +51,22 @@ class Link:
     gbps: float
 
 
+def cable_goodputs(
+    links: Iterable[Link], mtu: int = DEFAULT_MTU, rates_bps: Sequence[float] | None = None
+) -> dict[tuple[int, int], list[float]]:
+    """Directed ``{(a, b): [bytes/s of TCP goodput of each cable from a to b]}`` of ``links``
+    at ``mtu`` (``rates_bps``: as in `cable_capacities`); parallel cables are list entries."""
+    links = list(links)
+    if rates_bps is not None and len(rates_bps) != len(links):
+        raise ValueError(f"{len(rates_bps)} rates for {len(links)} cables")
+    goodputs: dict[tuple[int, int], list[float]] = {}
+    for k, link in enumerate(links):
+        goodput = cable_goodput(link.gbps * 1e9 if rates_bps is None else rates_bps[k], mtu)
+        for edge in ((link.a, link.b), (link.b, link.a)):
+            goodputs.setdefault(edge, []).append(goodput)
+    return goodputs
+
+
 def cable_capacities(
     links: Iterable[Link], mtu: int = DEFAULT_MTU, rates_bps: Sequence[float] | None = None
 ) -> dict[tuple[int, int], float]:
@@ -56,15 +74,17 @@ def cable_capacities(
     cable gives both directions its rate, parallel cables add up. ``rates_bps[k]`` is the rate
     cable ``k`` runs at (bit/s: an emulated network's shaped rates); by default each cable's
     planned ``gbps``."""
-    links = list(links)
-    if rates_bps is not None and len(rates_bps) != len(links):
-        raise ValueError(f"{len(rates_bps)} rates for {len(links)} cables")
-    capacity: dict[tuple[int, int], float] = {}
-    for k, link in enumerate(links):
-        goodput = cable_goodput(link.gbps * 1e9 if rates_bps is None else rates_bps[k], mtu)
-        for edge in ((link.a, link.b), (link.b, link.a)):
-            capacity[edge] = capacity.get(edge, 0.0) + goodput
-    return capacity
+    return {edge: sum(g) for edge, g in cable_goodputs(links, mtu, rates_bps).items()}
+
+
+def connection_capacities(
+    links: Iterable[Link], mtu: int = DEFAULT_MTU, rates_bps: Sequence[float] | None = None
+) -> dict[tuple[int, int], float]:
+    """Where parallel cables join two nodes, the most one TCP connection gets from ``a`` to
+    ``b``: the fastest of them (``{(a, b): bytes/s}``, only edges of two or more cables). A
+    multipath route hashes each connection onto one cable (ports included), so a connection
+    never adds the cables up; several connections spread over them."""
+    return {edge: max(g) for edge, g in cable_goodputs(links, mtu, rates_bps).items() if len(g) > 1}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,9 @@ exactly the schedule the workers run (contract.schedule), op by op:
 - every message is one flow along the plan's route (``Plan.path``: relayed hops included,
   the forwarding tax of docs/algorithms.md section 4); directed links are shared max-min fairly among
   the flows crossing them (the TCP steady state, computed by progressive filling), each at
-  the TCP goodput of the link (payload / wire bytes at the MTU);
+  the TCP goodput of the link (payload / wire bytes at the MTU); where parallel cables join
+  two nodes the link is their sum, but one connection gets at most one cable (a multipath
+  route hashes it onto one: ``Network.connection_cap``, a link of its own in the sharing);
 - a message arrives ``hops * alpha`` after its last byte left (per-hop latency, 1.5) and a
   ``recv`` completes when its message has arrived and been reduced or copied
   (``reduce_bytes / reduce_bytes_per_s``, ``reduce_bytes`` capped at the size of the last
@@ -59,7 +61,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from contract.emulation import EmulatedRates
-from contract.network import cable_capacities
+from contract.network import cable_capacities, connection_capacities
 from contract.physics import DEFAULT_MTU, REDUCE_BYTES_PER_S, cable_goodput
 from contract.schedule import COMPUTE as COMPUTE_CODE
 from contract.schedule import RECV as RECV_CODE
@@ -82,7 +84,19 @@ class Network:
     servers: int | None = None  # nodes >= servers are switches: crossing them is not relaying
     plane_path: Callable[[int, int, int], list[int]] | None = None  # planes >= 1 (allocated paths)
     assured: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (src, dst, plane) -> bytes/s
+    # directed links of parallel cables: the most one connection gets (one cable's goodput)
+    connection_cap: dict[tuple[int, int], float] = field(default_factory=dict)
     _paths: dict[tuple[int, int, int], list[tuple[int, int]]] = field(default_factory=dict, repr=False)
+
+    def connection_limit(self, path: list[tuple[int, int]]) -> float | None:
+        """The most one connection along ``path`` gets where it crosses parallel cables
+        (one cable's goodput, `connection_cap`), when that is below its links' capacities;
+        else None."""
+        caps = [self.connection_cap[link] for link in path if link in self.connection_cap]
+        if not caps:
+            return None
+        limit = min(caps)
+        return limit if limit < min(self.capacity[link] for link in path) else None
 
     def links(self, src: int, dst: int, plane: int = 0) -> list[tuple[int, int]]:
         key = (src, dst, plane)
@@ -106,7 +120,8 @@ def plan_network(
     rates: EmulatedRates | None = None,
 ) -> Network:
     """A `Network` for ``plan``: each cable gives both directions its goodput, parallel
-    cables add up (`contract.network.cable_capacities`). ``rates``: the cables as an emulated
+    cables add up (`contract.network.cable_capacities`), and one connection gets one of them
+    (`contract.network.connection_capacities`). ``rates``: the cables as an emulated
     network runs them (`contract.emulation.EmulatedRates`: its rates and its MTU, which
     replaces ``mtu``); ``link_bps`` is the shorthand for a plan link of ``plan.link_gbps``
     emulated at ``link_bps``; by default the plan's own rates are used.
@@ -115,6 +130,9 @@ def plan_network(
     if rates is None and link_bps is not None:
         rates = EmulatedRates(plan.link_gbps, link_bps / 1e6, mtu)
     cap = cable_capacities(plan.links, mtu) if rates is None else rates.capacities(plan.links)
+    per_connection = (
+        connection_capacities(plan.links, mtu) if rates is None else rates.connection_capacities(plan.links)
+    )
 
     def assured_of(gbps: float) -> float:  # bytes/s of goodput of an allocated path's rate
         return cable_goodput(gbps * 1e9, mtu) if rates is None else rates.goodput(gbps)
@@ -137,6 +155,7 @@ def plan_network(
         servers=plan.servers,
         plane_path=network.plane_path if network.allocation else None,
         assured=assured,
+        connection_cap=per_connection,
     )
 
 
@@ -381,6 +400,11 @@ class _Replay:
         limit = self.network.servers if self.network.servers is not None else float("inf")
         relayed = any(b < limit for _, b in path[:-1])
         ids = tuple(self.link_ids[link] for link in path)
+        limit = self.network.connection_limit(path)
+        if limit is not None:  # a link of its own at that capacity, outside the byte accounting
+            ids += (len(self.capacity),)
+            self.capacity.append(limit)
+            self.link_users.append([])
         conn = _Flow(len(self.conns), key[0], key[1], ids, relayed, self.network.assured.get(key, 0.0), deque())
         self.conns.append(conn)
         self.conn_of[key] = conn
@@ -441,6 +465,7 @@ class _Replay:
         of first use)."""
         conns, users, freed = self.conns, self.link_users, self.freed
         carried, relayed_carried = self.carried, self.relayed_carried
+        cables = len(self.links)
         for index in sorted(self.pending):
             f = conns[index]
             if f.on_wire or not f.queue:
@@ -454,6 +479,8 @@ class _Replay:
             relayed = f.relayed
             for link in f.links:
                 users[link].append(f)
+                if link >= cables:
+                    continue  # a connection's own limit (`connection`), not a cable
                 if not self.carried_seen[link]:
                     self.carried_seen[link] = 1
                     self.carried_order.append(link)
@@ -902,6 +929,9 @@ def _dedicated_replay(schedule: Schedule, network: Network) -> Prediction | None
         used.update(path)
         paths.append(path)
         rate[c] = min([capacity[link] for link in path])
+        own = network.connection_limit(path)
+        if own is not None:
+            rate[c] = own
         hops[c] = len(path)
         relayed[c] = any(v < limit for _, v in path[:-1])
     ends = _rounds(lay, rate, hops, network)

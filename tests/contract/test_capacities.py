@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from contract.emulation import EmulatedRates
-from contract.network import cable_capacities
+from contract.network import cable_capacities, connection_capacities
 from contract.plan import Link
 from planner.collectives.forest import plan_capacities
 from planner.cost.costmodel.network import NetworkModel
@@ -29,6 +29,19 @@ def test_parallel_cables_add_up_in_both_directions():
     assert caps[(0, 1)] == caps[(1, 0)] == pytest.approx(20e9 / 8 * PAYLOAD_1500)  # 2 x 10 Gbit/s
     assert caps[(1, 2)] == caps[(2, 1)] == pytest.approx(25e9 / 8 * PAYLOAD_1500)
     assert caps[(0, 1)] == pytest.approx(2_391_017_173, rel=1e-9)  # 2.5e9 B/s x 1448/1514, by hand
+
+
+def test_one_connection_gets_one_of_parallel_cables():
+    # a multipath route hashes a connection onto one cable: the fastest is the most it gets
+    links = (*LINKS, Link(1, 2, 10.0))  # a slower cable beside the 25 Gbit/s one
+    caps = connection_capacities(links, mtu=1500)
+    assert set(caps) == {(0, 1), (1, 0), (1, 2), (2, 1)}  # edges of two cables only
+    assert caps[(0, 1)] == caps[(1, 0)] == pytest.approx(10e9 / 8 * PAYLOAD_1500)
+    assert caps[(1, 2)] == pytest.approx(25e9 / 8 * PAYLOAD_1500)
+    assert cable_capacities(links, mtu=1500)[(1, 2)] == pytest.approx(35e9 / 8 * PAYLOAD_1500)
+    assert connection_capacities(LINKS[2:], mtu=1500) == {}
+    rates = EmulatedRates(reference_gbps=10.0, link_mbps=100.0, mtu=1500)
+    assert rates.connection_capacities(links)[(2, 1)] == pytest.approx(250e6 / 8 * PAYLOAD_1500)
 
 
 def test_emulated_rates_scale_every_cable_by_the_reference():

@@ -169,6 +169,31 @@ def test_routes_are_the_plan_and_packets_take_the_plan_paths(tmp_path):
         assert after - before >= 1_000_000, (before, after)  # the 2 MiB crossed the relaying host (not relayed: ~0)
 
 
+def test_one_connection_takes_one_of_parallel_cables(tmp_path):
+    # what the predictor's per-connection cap stands on (contract.network.connection_capacities):
+    # the multipath route hashes a TCP connection onto one cable, so it never adds them up
+    from contract.network import Network, Routes
+
+    links = (Link(0, 1, 25.0), Link(0, 1, 25.0))
+    network = Network(2, 0, links, Routes(kind="table", table=((-1, 1), (0, -1))), 1.0, 25.0)
+    with EmulatedNetwork(network, _config(tmp_path, link_mbps=50)) as net:
+        names = [p.ifname for p in net.ports[0]]
+        assert len(names) == 2
+
+        def sent() -> list[int]:
+            return [int(net.hosts[0].cmd(f"cat /sys/class/net/{n}/statistics/tx_bytes")) for n in names]
+
+        before = sent()
+        srv = net.popen(1, ["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
+        time.sleep(0.3)
+        cli = net.popen(0, ["iperf3", "-c", net.host_address(1), "-n", "4M"], stdout=subprocess.DEVNULL)
+        assert cli.wait(timeout=30) == 0
+        srv.wait(timeout=10)
+        moved = [b - a for a, b in zip(before, sent())]
+    assert sum(moved) >= 2_000_000, moved
+    assert max(moved) >= 0.97 * sum(moved), moved  # one cable: the other only its neighbour's odd frame
+
+
 def _neighbours(net, u: int) -> list[dict]:
     out = net.hosts[u].cmd("ip -j neigh show")
     return json.loads(out or "[]")

@@ -37,6 +37,22 @@ def test_two_flows_share_a_link_fairly():
     assert pred.seconds == pytest.approx(0.6, rel=1e-6)
 
 
+def test_one_connection_gets_one_of_parallel_cables():
+    # 0 - 1 - 2 with two cables between 1 and 2: (1, 2) carries 2 MB/s, one connection 1 MB/s
+    net = _line_network()
+    net.capacity[(1, 2)] = net.capacity[(2, 1)] = 2e6
+    net.connection_cap = {(1, 2): 1e6, (2, 1): 1e6}
+    alone = predict(p2p_transfers(3, [(1, 2, 400_000)]), net)
+    assert alone.seconds == pytest.approx(0.4, rel=1e-6)  # one cable, not the two
+    assert predict(p2p_transfers(3, [(1, 2, 400_000)]), net, events=True).seconds == pytest.approx(0.4, rel=1e-6)
+    # two connections (0->2 relayed by 1, and 1->2) each get a cable of (1, 2)
+    both = predict(p2p_transfers(3, [(0, 2, 400_000), (1, 2, 400_000)]), net)
+    assert both.seconds == pytest.approx(0.4, rel=1e-6)
+    assert both.link_bytes == {(0, 1): 400_000, (1, 2): 800_000}  # the cap is no cable: not counted
+    net.connection_cap = {}  # as if one connection could use both
+    assert predict(p2p_transfers(3, [(1, 2, 400_000)]), net).seconds == pytest.approx(0.2, rel=1e-6)
+
+
 def test_messages_of_one_pair_are_fifo():
     sched = p2p_transfers(3, [(0, 1, 100_000), (0, 1, 100_000)])
     pred = predict(sched, _line_network())
