@@ -5,7 +5,7 @@ rates and MTU a network is emulated at.
 The table's keys (`TABLE_KEYS`; docs/scenarios.md gives each its default, range and meaning)
 are ``link_mbps``, ``mtu``, ``netem``, ``budget_mbps``, ``machines``, ``ssh_user``,
 ``ssh_identity`` and ``ssh_known_hosts``. The run-time fields ``reference_gbps``, ``run_dir``,
-``lock_wait_s``, ``destination_classes`` and ``host_memory_mib`` are set by a command with
+``lock_wait_s``, ``destination_classes``, ``fair_queues`` and ``host_memory_mib`` are set by a command with
 ``dataclasses.replace``; a scenario file cannot set them. Every field is checked whenever a
 config is made (by the scenario loader, a constructor call or ``dataclasses.replace``): a bad
 value raises `EmulationConfigError`, one line naming the key and the value.
@@ -99,6 +99,11 @@ class EmulationConfig:
     """Enforce a per-destination allocation's rates with HTB classes (docs/emulation.md
     section 6); False keeps its planes' paths but shares each cable in one class, which is
     how the ablation measures multipath routing without the rates."""
+    fair_queues: bool = True
+    """Share every cable end round robin among the destinations routed through it (one HTB
+    class each, docs/emulation.md section 3), as the predictor's max-min sharing assumes;
+    False leaves one FIFO queue per cable end, where a small message waits behind every byte
+    queued before it (fewer classes, a faster start at 128 servers)."""
     host_memory_mib: float = HOST_MEMORY_MIB
     """Memory one emulated host costs, for the up-front check that the network fits."""
     auto_rate: bool = False
@@ -132,6 +137,8 @@ class EmulationConfig:
             raise EmulationConfigError(
                 "emulation.destination_classes", f"expected true or false, got {self.destination_classes!r}"
             )
+        if not isinstance(self.fair_queues, bool):
+            raise EmulationConfigError("emulation.fair_queues", f"expected true or false, got {self.fair_queues!r}")
         _number(self, "host_memory_mib", 0.0, math.inf, low_inclusive=False)
         if not isinstance(self.auto_rate, bool):
             raise EmulationConfigError(

@@ -12,18 +12,24 @@ Each cable end is shaped on egress (`cable_shaping`): one HTB class at the cable
 rate, ``link.gbps / reference_gbps * link_mbps`` (time dilation, ``docs/emulation.md``;
 `contract.emulation.EmulatedRates.rate_bps`), and
 netem with the dilated per-hop latency where the kernel has netem (`emulator.shaping`),
-and under it the destination classes of a bandwidth allocation (`emulator.planes`).
+and under it one class per destination: the planned rate of a bandwidth allocation
+(`emulator.planes`), and for every other destination routed through the cable end an equal
+share of what is left (`routed_destinations`, ``EmulationConfig.fair_queues``), so HTB's
+round robin shares the cable among destinations instead of one FIFO queue for all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from contract.plan import Link
 
 from . import nlbatch, shaping
 from .addressing import Port, identity
 from .host import EmulatedHost
+from .planes import MIN_CLASS_RATE_BPS
 
 
 def make_cables(
@@ -53,21 +59,45 @@ def make_cables(
     nlbatch.send(batch.batch, what, timeout_s=timeout_s)
 
 
+def routed_destinations(
+    next_hop: np.ndarray, ports: Sequence[Sequence[Port]], servers: int
+) -> dict[tuple[int, str], tuple[int, ...]]:
+    """``{(node, ifname): servers}``: the servers each cable end carries traffic towards, by
+    the network's routes (``next_hop[u][d]``, the neighbour ``u`` forwards to on the way to
+    ``d``); parallel cables to one neighbour each carry all of its destinations, as their
+    multipath route spreads the connections."""
+    out: dict[tuple[int, str], tuple[int, ...]] = {}
+    for u, node_ports in enumerate(ports):
+        for p in node_ports:
+            routed = tuple(int(d) for d in np.flatnonzero(next_hop[u, :servers] == p.peer) if d != u)
+            if routed:
+                out[u, p.ifname] = routed
+    return out
+
+
 def cable_shaping(
     ports: list[Port],
     rate_bps: list[int],
     delay_us: float,
-    destination_bps: dict[str, dict[int, int]] | None = None,
+    destination_bps: Mapping[str, Mapping[int, int]] | None = None,
+    shared_by: Mapping[str, Sequence[int]] | None = None,
 ) -> list[shaping.Shaping]:
     """What each of one host's cable ends must carry (``delay_us`` 0: no netem), with a class
-    per destination where ``destination_bps[ifname]`` (``{node: bit/s}``) plans one."""
-    planned = destination_bps or {}
-    return [
-        shaping.Shaping(
-            p.ifname,
-            rate_bps[p.link],
-            delay_us,
-            tuple(shaping.DestinationClass(d, identity(d), rate) for d, rate in planned.get(p.ifname, {}).items()),
-        )
-        for p in ports
-    ]
+    per destination where ``destination_bps[ifname]`` (``{node: bit/s}``) plans one, and one
+    per other destination of ``shared_by[ifname]`` at an equal share of the rate the planned
+    classes and the default class's floor (`shaping.DEFAULT_SHARE_FLOOR`) leave."""
+    planned_of = destination_bps or {}
+    shared_of = shared_by or {}
+    out = []
+    for p in ports:
+        rate = rate_bps[p.link]
+        planned = planned_of.get(p.ifname, {})
+        rates = dict(planned)
+        shared = [d for d in shared_of.get(p.ifname, ()) if d not in planned]
+        if shared:
+            left = rate - sum(planned.values()) - round(rate * shaping.DEFAULT_SHARE_FLOOR)
+            share = max(MIN_CLASS_RATE_BPS, left // len(shared))
+            rates.update((d, share) for d in shared)
+        classes = tuple(shaping.DestinationClass(d, identity(d), r) for d, r in sorted(rates.items()))
+        out.append(shaping.Shaping(p.ifname, rate, delay_us, classes))
+    return out

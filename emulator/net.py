@@ -14,8 +14,9 @@ tears down what exists and nothing is created before the input is checked:
    (`emulator.hostconfig`); with an allocation, also the plane addresses, rules and tables
    (`emulator.planes`);
 6. per host, one ``tc -batch`` (all hosts in parallel, bounded): HTB at each cable's
-   emulated rate, with a class per planned destination, netem with the dilated latency
-   where available;
+   emulated rate, with a class per destination routed through it (planned rates of an
+   allocation, equal shares otherwise: round robin among destinations), netem with the
+   dilated latency where available;
 7. read every qdisc back and raise `ShapingError` if any cable is not shaped as planned.
 
 Teardown (`stop`, leaving the block, an exception or a signal): end the processes started in
@@ -51,7 +52,7 @@ from contract.network import Network
 
 from . import counters, nsutil, shaping
 from .addressing import RANGE, Port, identity, node_name, plane_address, ports_of
-from .cable import cable_shaping, make_cables
+from .cable import cable_shaping, make_cables, routed_destinations
 from .config import EmulationConfig
 from .errors import EmulationError, EmulationInputError
 from .host import HOST_START_TIMEOUT_S, EmulatedHost, end_hosts
@@ -122,6 +123,10 @@ class EmulatedNetwork(BuiltRates):
             destination_rates(self.network, self.ports, self.rates.bps_per_gbps)
             if self.config.destination_classes
             else {}
+        )
+        # (node, ifname) -> the servers routed through it, which share it round robin
+        self.shared_by = (
+            routed_destinations(self.network.next_hop, self.ports, self.servers) if self.config.fair_queues else {}
         )
         self.facts: dict[str, Any] = {}
         self.mininet: Mininet | None = None
@@ -319,6 +324,7 @@ class EmulatedNetwork(BuiltRates):
         phases["tc"] = -t + (t := time.perf_counter())
         check_qdiscs(work, self.netem)
         self.facts["shaping_checked"] = sum(len(items) for _host, items in work)
+        self.facts["destination_classes"] = sum(len(s.destinations) for _host, items in work for s in items)
         if self.network.allocation:
             self.facts["planes"] = {
                 "pairs": len(self.network.allocation),
@@ -332,7 +338,8 @@ class EmulatedNetwork(BuiltRates):
     def shaping_of(self, u: int, delay_us: float) -> list[shaping.Shaping]:
         """What each of node ``u``'s cable ends carries (rates as now, destination classes)."""
         planned = {ifname: rates for (w, ifname), rates in self.destination_bps.items() if w == u}
-        return cable_shaping(self.ports[u], self.link_rate_bps, delay_us, planned)
+        shared = {ifname: routed for (w, ifname), routed in self.shared_by.items() if w == u}
+        return cable_shaping(self.ports[u], self.link_rate_bps, delay_us, planned, shared)
 
     # ---- teardown --------------------------------------------------------------------
     def _end_processes(self) -> None:

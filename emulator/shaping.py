@@ -5,13 +5,18 @@ Gbit/s and TCLink leaves every link above 1000 Mbit/s unshaped without an error
 (``docs/emulation.md`` section 3). One HTB class per interface carries the whole
 egress at the link's rate; its leaf is netem with the dilated plan latency when netem exists.
 
-A cable end that carries planes of a bandwidth allocation (`emulator.planes`) gets, under
-that class (1:1, the cable), one HTB class per destination (1:``DESTINATION_CLASS_BASE + d``,
-rate = the planned rate towards ``d`` through this cable, ceil = the cable's rate, so idle
-bandwidth is borrowed) selected by a u32 filter on the destination's identity, and a default
-class 1:2 for all other traffic (rate = what the plan leaves, at least
-`DEFAULT_SHARE_FLOOR` of the cable; ceil = the cable's rate). netem, where present, sits
-under every leaf class. ``docs/emulation.md`` section 6.
+Under that class (1:1, the cable), a cable end gets one HTB class per destination
+(1:``DESTINATION_CLASS_BASE + d``; ceil = the cable's rate, so idle bandwidth is borrowed)
+selected by a u32 filter on the destination's identity, and a default class 1:2 for all
+other traffic (rate = what the destination classes leave, at least `DEFAULT_SHARE_FLOOR` of
+the cable; ceil = the cable's rate). A destination's rate is the planned rate towards it
+through this cable where a bandwidth allocation plans one (`emulator.planes`,
+``docs/emulation.md`` section 6), else an equal share of the rest among the destinations
+routed through the cable end (`emulator.cable.cable_shaping`): HTB serves its busy classes
+round robin, `DESTINATION_QUANTUM` bytes at a turn, so a small message towards one
+destination no longer waits behind every byte queued towards the others (one FIFO), and the
+cable is shared max-min fairly among destinations as the predictor assumes
+(``docs/emulation.md`` section 3). netem, where present, sits under every leaf class.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ DESTINATION_CLASS_BASE = 0x100
 DEFAULT_SHARE_FLOOR = 0.01
 """The least share of a cable the default class is guaranteed when the plan fills the cable:
 unplanned traffic (acks, plane 0) is never starved, and borrows the rest like any class."""
+DESTINATION_QUANTUM = 9014
+"""Bytes a busy child class of a cable (a destination's, the default) sends at its turn of
+HTB's round robin: one jumbo frame with its Ethernet header, so the turns are short (the
+cable class 1:1, which has no siblings, keeps 200,000, which only silences HTB's "quantum is
+big" warning)."""
 NETEM_HANDLE = 0x10
 """Handle of the netem qdisc under the default class (10:)."""
 NETEM_LIMIT = 100000
@@ -78,7 +88,6 @@ def tc_batch(items: list[Shaping], use_netem: bool) -> str:
     """``tc -batch`` text that shapes every interface of one host."""
     lines = []
     for s in items:
-        # quantum: it only silences the "quantum is big" warning (HTB's r2q default).
         lines.append(f"qdisc replace dev {s.ifname} root handle 1: htb default {s.default_minor:x}")
         lines.append(_htb_class("add", s))
         netem = use_netem and s.delay_us > 0
@@ -112,9 +121,10 @@ def _htb_class(verb: str, s: Shaping, minor: int = CABLE_CLASS, rate_bps: int | 
     """The cable's class 1:1 (``minor`` 1), or a child of it at ``rate_bps`` with the cable's ceil."""
     rate = s.rate_bps if rate_bps is None else rate_bps
     parent = "1:" if minor == CABLE_CLASS else f"1:{CABLE_CLASS:x}"
+    quantum = 200000 if minor == CABLE_CLASS else DESTINATION_QUANTUM
     return (
         f"class {verb} dev {s.ifname} parent {parent} classid 1:{minor:x} htb rate {rate}bit "
-        f"ceil {s.rate_bps}bit burst {_burst(rate)}b cburst {_burst(s.rate_bps)}b quantum 200000"
+        f"ceil {s.rate_bps}bit burst {_burst(rate)}b cburst {_burst(s.rate_bps)}b quantum {quantum}"
     )
 
 

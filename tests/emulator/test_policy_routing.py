@@ -221,11 +221,23 @@ def test_destination_classes_are_read_back_with_their_rates(tmp_path):
             with nsutil.in_netns_of(net.hosts[u].pid), IPRoute() as ipr:
                 got = shaping.read_back(ipr, {ipr.link_lookup(ifname=port.ifname)[0]: port.ifname})[port.ifname]
             seen[u, peer] = {m: (c["rate_bps"], c["ceil_bps"]) for m, c in got["classes"].items()}, got["filters"]
-        cable = (100_000_000, 100_000_000)
-        assert seen[0, 2] == ({1: cable, 2: (40_000_000, 100_000_000), 0x103: (60_000_000, 100_000_000)}, {0x103})
-        assert seen[2, 3] == seen[0, 2]
-        assert seen[0, 4] == ({1: cable, 2: (1_000_000, 100_000_000), 0x103: cable}, {0x103})
-        assert seen[0, 1] == ({1: cable}, set())  # no plane crosses it: one class, as before
+        cable, ceil, floor = (100_000_000, 100_000_000), 100_000_000, (1_000_000, 100_000_000)
+        # a planned destination at its planned rate; every other destination routed through the
+        # cable end an equal share of what is left above the default class's floor
+        assert seen[0, 2] == (
+            {1: cable, 2: floor, 0x102: (39_000_000, ceil), 0x103: (60_000_000, ceil)},
+            {0x102, 0x103},
+        )
+        assert seen[2, 3] == (
+            {1: cable, 2: floor, 0x103: (60_000_000, ceil), 0x105: (39_000_000, ceil)},
+            {0x103, 0x105},
+        )
+        assert seen[0, 4] == ({1: cable, 2: floor, 0x103: cable, 0x104: (8, ceil)}, {0x103, 0x104})  # plan fills it
+        assert seen[4, 3] == ({1: cable, 2: floor, 0x103: cable}, {0x103})
+        assert seen[0, 1] == (
+            {1: cable, 2: floor, 0x101: (49_500_000, ceil), 0x103: (49_500_000, ceil)},
+            {0x101, 0x103},
+        )
         # a live rate change keeps the destination classes under the new ceiling
         net.live.set_cable_rate(net.live.cable_between(0, 2), 200_000_000)
 
