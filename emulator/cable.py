@@ -14,8 +14,8 @@ rate, ``link.gbps / reference_gbps * link_mbps`` (time dilation, ``docs/emulatio
 netem with the dilated per-hop latency where the kernel has netem (`emulator.shaping`),
 and under it one class per destination: the planned rate of a bandwidth allocation
 (`emulator.planes`), and for every other destination routed through the cable end an equal
-share of what is left (`routed_destinations`, ``EmulationConfig.fair_queues``), so HTB's
-round robin shares the cable among destinations instead of one FIFO queue for all.
+share of what is left (`routed_destinations`, ``EmulationConfig.fair_queues``), so each
+destination's traffic goes at its share at least instead of waiting in one FIFO queue for all.
 """
 
 from __future__ import annotations

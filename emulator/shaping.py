@@ -12,11 +12,12 @@ other traffic (rate = what the destination classes leave, at least `DEFAULT_SHAR
 the cable; ceil = the cable's rate). A destination's rate is the planned rate towards it
 through this cable where a bandwidth allocation plans one (`emulator.planes`,
 ``docs/emulation.md`` section 6), else an equal share of the rest among the destinations
-routed through the cable end (`emulator.cable.cable_shaping`): HTB serves its busy classes
-round robin, `DESTINATION_QUANTUM` bytes at a turn, so a small message towards one
-destination no longer waits behind every byte queued towards the others (one FIFO), and the
-cable is shared max-min fairly among destinations as the predictor assumes
-(``docs/emulation.md`` section 3). netem, where present, sits under every leaf class.
+routed through the cable end (`emulator.cable.cable_shaping`). Each class may send at its
+own rate at any time, so a small message towards one destination no longer waits behind
+every byte queued towards the others (one FIFO), and the cable is shared fairly among the
+destinations busy on it, as the predictor's max-min sharing assumes (``docs/emulation.md``
+section 3); what idle classes leave, the busy ones borrow round robin. netem, where present,
+sits under every leaf class.
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ DEFAULT_SHARE_FLOOR = 0.01
 """The least share of a cable the default class is guaranteed when the plan fills the cable:
 unplanned traffic (acks, plane 0) is never starved, and borrows the rest like any class."""
 DESTINATION_QUANTUM = 9014
-"""Bytes a busy child class of a cable (a destination's, the default) sends at its turn of
-HTB's round robin: one jumbo frame with its Ethernet header, so the turns are short (the
-cable class 1:1, which has no siblings, keeps 200,000, which only silences HTB's "quantum is
-big" warning)."""
+"""HTB quantum of a cable's child classes (a destination's, the default): the bytes a class
+borrowing above its own rate may send at its turn, one jumbo frame with its Ethernet header.
+HTB still sends a whole packet at a turn, and a veth hands it packets of up to 64 KiB, so
+among borrowing classes the turns are per packet; the fair share itself comes from every
+class's own rate. The cable class 1:1, which has no siblings, keeps 200,000, which only
+silences HTB's "quantum is big" warning."""
 NETEM_HANDLE = 0x10
 """Handle of the netem qdisc under the default class (10:)."""
 NETEM_LIMIT = 100000

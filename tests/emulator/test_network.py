@@ -206,8 +206,8 @@ def _classes(net, u: int, ifname: str) -> dict[int, tuple[int, int]]:
 @pytest.mark.parametrize("fair", [True, False], ids=["fair", "fifo"])
 def test_a_cable_end_has_a_class_per_destination_routed_through_it(tmp_path, fair):
     # what the predictor's max-min sharing stands on: h0's cable to h1 carries traffic to h1
-    # and, relayed by h1, to h2; with fair queues each destination has its own HTB class (HTB
-    # serves busy classes round robin), without them one class (one FIFO queue) carries all
+    # and, relayed by h1, to h2; with fair queues each destination has its own HTB class (each
+    # sends at its own rate, an equal share), without them one class (one FIFO queue) carries all
     from contract.network import Network, Routes
 
     links = (Link(0, 1, 25.0), Link(1, 2, 25.0))
@@ -235,6 +235,19 @@ def test_a_cable_end_has_a_class_per_destination_routed_through_it(tmp_path, fai
             assert cli.wait(timeout=30) == 0
             srv.wait(timeout=10)
             moved.append({m: n - before.get(m, 0) for m, n in sent().items()})
+        if fair:  # then busy together: eight connections to h1, one to h2 (one FIFO queue gave it 31-43%)
+            servers = [net.popen(d, ["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL) for d in (1, 2)]
+            time.sleep(0.3)
+            clients = [
+                net.popen(
+                    0, ["iperf3", "-J", "-c", net.host_address(d), "-t", "2", "-P", str(n)], stdout=subprocess.PIPE
+                )
+                for d, n in ((1, 8), (2, 1))
+            ]
+            received = [json.loads(c.communicate(timeout=30)[0])["end"]["sum_received"]["bytes"] for c in clients]
+            for srv in servers:
+                srv.wait(timeout=10)
+            assert 0.44 <= received[1] / sum(received) <= 0.56, received  # half the cable each
     big = 500_000  # of the 2 MiB, the classes' byte counters saw 0.8-1.1 MB in a trial run
     if fair:  # each destination's bytes in its own class; the other class sees at most a stray frame
         assert moved[0][0x102] >= big and moved[0][0x101] < 20_000, moved

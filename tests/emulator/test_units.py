@@ -13,6 +13,7 @@ from contract.physics import tcp_goodput_fraction
 from contract.plan import Link
 from emulator import EmulationConfig, EmulationInputError, identity, link_addresses, node_of_identity
 from emulator.addressing import RANGE, cable_mac, ports_of
+from emulator.cable import cable_shaping, routed_destinations
 from emulator.checks import parse_traceroute
 from emulator.validate import validate
 from tests.fixtures.sample_plans import circulant_plan, switch_plan
@@ -67,6 +68,7 @@ def test_tcp_maximum_matches_the_measured_fractions():
         ({"run_dir": "/tmp/x", "mtu": 9000, "lock_wait_s": -1.0}, "lock_wait_s"),
         ({"reference_gbps": 0.0}, "reference_gbps"),
         ({"destination_classes": "yes"}, "destination_classes"),
+        ({"fair_queues": 1}, "fair_queues"),
     ],
 )
 def test_bad_emulation_setting_is_one_line_naming_the_key(table, field):
@@ -182,3 +184,28 @@ def test_both_networks_expose_the_rates_they_are_built_at():
     assert (one.mtu, several.mtu) == (9000, 1450)  # a multi-machine network's cables are its tunnels'
     for net in (one, several):
         assert net.capacities[(0, 1)] == pytest.approx(50e6 * tcp_goodput_fraction(net.mtu) / 8)
+
+
+def test_every_cable_end_has_the_destinations_routed_through_it():
+    # C_12(1, 5): node 0's cables lead to 1, 11, 5 and 7; every other server is reached through one
+    network = circulant_network(12, (1, 5))
+    ports = ports_of(network.links, 12, 12)
+    routed = routed_destinations(network.next_hop, ports, 12)
+    for u in range(12):
+        mine = [routed.get((u, p.ifname), ()) for p in ports[u]]
+        assert sorted(d for ds in mine for d in ds) == [d for d in range(12) if d != u]
+        for p, ds in zip(ports[u], mine):
+            assert p.peer in ds and all(network.next_hop[u][d] == p.peer for d in ds)
+
+
+def test_shared_classes_split_what_planned_classes_and_the_default_floor_leave():
+    network = circulant_network(12, (1, 5))
+    ports = ports_of(network.links, 12, 12)[0]
+    rates = [100_000_000] * len(network.links)
+    first, second = ports[0].ifname, ports[1].ifname
+    shaped = cable_shaping(ports, rates, 0.0, {first: {3: 40_000_000}}, {first: (1, 2, 3), second: (11,)})
+    by_name = {s.ifname: {d.node: d.rate_bps for d in s.destinations} for s in shaped}
+    assert by_name[first] == {3: 40_000_000, 1: 29_500_000, 2: 29_500_000}  # (100 - 40 - 1) / 2 each
+    assert by_name[second] == {11: 99_000_000}
+    assert all(not by_name[p.ifname] for p in ports[2:])  # nothing routed: one class, as before
+    assert [s.default_rate_bps for s in shaped[:2]] == [1_000_000, 1_000_000]  # the floor, 1%
