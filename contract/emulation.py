@@ -100,8 +100,8 @@ class EmulationConfig:
     section 6); False keeps its planes' paths but shares each cable in one class, which is
     how the ablation measures multipath routing without the rates."""
     fair_queues: bool = True
-    """Share every cable end round robin among the destinations routed through it (one HTB
-    class each, docs/emulation.md section 3), as the predictor's max-min sharing assumes;
+    """Share every cable end among the destinations routed through it (one HTB class each,
+    at an equal share, docs/emulation.md section 3), as the predictor's max-min sharing assumes;
     False leaves one FIFO queue per cable end, where a small message waits behind every byte
     queued before it (fewer classes, a faster start at 128 servers)."""
     host_memory_mib: float = HOST_MEMORY_MIB

@@ -58,7 +58,7 @@ TC_TIMEOUT_S = limit_s(5.0)
 """The longest one host's ``tc -batch`` may take (a host of 64 cables needs ~10 ms)."""
 READBACK_TIMEOUT_S = limit_s(10.0)
 """The longest the read-back of every host's qdiscs may take (128 hosts with a class per
-destination: about 2.5 s on two cores)."""
+destination: 1.8-1.9 s on two cores)."""
 READBACK_HOSTS_PER_PROCESS = 16
 """Fewer hosts than this per core are read back in one process (a fork costs ~10 ms)."""
 ROUTE_SEQ_BASE = 100_000

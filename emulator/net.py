@@ -15,7 +15,7 @@ tears down what exists and nothing is created before the input is checked:
    (`emulator.planes`);
 6. per host, one ``tc -batch`` (all hosts in parallel, bounded): HTB at each cable's
    emulated rate, with a class per destination routed through it (planned rates of an
-   allocation, equal shares otherwise: round robin among destinations), netem with the
+   allocation, equal shares otherwise, so destinations share the cable), netem with the
    dilated latency where available;
 7. read every qdisc back and raise `ShapingError` if any cable is not shaped as planned.
 
@@ -124,7 +124,7 @@ class EmulatedNetwork(BuiltRates):
             if self.config.destination_classes
             else {}
         )
-        # (node, ifname) -> the servers routed through it, which share it round robin
+        # (node, ifname) -> the servers routed through it, which share it (a class each)
         self.shared_by = (
             routed_destinations(self.network.next_hop, self.ports, self.servers) if self.config.fair_queues else {}
         )

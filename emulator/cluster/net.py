@@ -18,7 +18,8 @@ and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we a
 - **Batches, one round trip per machine**: the cables of a machine (veth pairs inside it,
   its ends of the tunnels, each end at its `addressing.cable_mac`), then every host's
   sysctls, addresses, permanent neighbours (no ARP, as on one machine) and routes (``ip -batch``),
-  HTB shaping (``tc -batch``, the same classes as on one machine, see `emulator.shaping`) and
+  HTB shaping (``tc -batch``, the cable's class as on one machine, `emulator.shaping`, but no
+  class per destination: one FIFO queue per cable end, docs/emulation.md section 3) and
   the read-back are one shell script per machine (``nsenter -t <host pid> -n ...`` per host)
   sent over the machine's ssh; machines are configured in parallel. ``ClusterLink`` then only
   records the interfaces (Mininet's ``fast`` path): nothing is created twice.
