@@ -400,10 +400,10 @@ class _Replay:
         limit = self.network.servers if self.network.servers is not None else float("inf")
         relayed = any(b < limit for _, b in path[:-1])
         ids = tuple(self.link_ids[link] for link in path)
-        limit = self.network.connection_limit(path)
-        if limit is not None:  # a link of its own at that capacity, outside the byte accounting
+        own = self.network.connection_limit(path)
+        if own is not None:  # a link of its own at that capacity, outside the byte accounting
             ids += (len(self.capacity),)
-            self.capacity.append(limit)
+            self.capacity.append(own)
             self.link_users.append([])
         conn = _Flow(len(self.conns), key[0], key[1], ids, relayed, self.network.assured.get(key, 0.0), deque())
         self.conns.append(conn)
