@@ -50,7 +50,7 @@ from .faults import FaultInjector, injector_for
 from .journal import ITERATIONS_FILE, RESULTS_FILE, IterationJournal, write_results_file
 from .machine_probe import machine_cost
 from .network import NetworkFlags, network_config, open_network, refuse_machines
-from .prediction import compute_seconds, plan_dict, predict_run, prepare
+from .prediction import compute_seconds, measured_phase_ends, plan_dict, predict_run, prepare
 from .progress import Progress
 from .report import write_report
 from .results import (
@@ -323,6 +323,7 @@ def iterate(run: RunState, net: Any, workers: Workers) -> None:
                 verified=res.ok,
                 errors=res.mismatches[:10],
                 worker_cpu_s=sum(r.get("cpu_s", 0.0) for r in res.ranks),
+                phase_end_s=measured_phase_ends(res.ranks) or None,
             )
             if injector:
                 injector.annotate(record)

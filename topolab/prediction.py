@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from contract.emulation import EmulatedRates, emulated_rates
@@ -87,13 +88,25 @@ def phase_of(stream: str) -> str:
     return "other"
 
 
-def phase_ends(pred: Prediction) -> dict[str, float]:
-    """When each phase's last op ends on its slowest rank (emulated seconds)."""
+def phase_ends(stream_ends: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """When each phase ends: the latest end among its streams (``(stream name, end)`` pairs,
+    over all ranks; `phase_of` names a stream's phase)."""
     ends: dict[str, float] = {}
-    for (_, stream), end in pred.stream_end.items():
+    for stream, end in stream_ends:
         phase = phase_of(stream)
         ends[phase] = max(ends.get(phase, 0.0), end)
     return ends
+
+
+def measured_phase_ends(ranks: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """When each phase ended in a measured iteration (emulated seconds from the first rank's
+    start), from the workers' reports: ``t_start`` and ``streams`` (each stream's first op's
+    start and last op's end, `workers.executor.IterationReport`). Empty when the workers
+    reported no streams."""
+    if not ranks:
+        return {}
+    t0 = min(r["t_start"] for r in ranks)
+    return phase_ends((name, span[1] - t0) for r in ranks for name, span in r.get("streams", {}).items())
 
 
 def _predicted(pred: Prediction, rates: EmulatedRates, args: NetworkArgs, seconds: float) -> dict[str, Any]:
@@ -103,7 +116,7 @@ def _predicted(pred: Prediction, rates: EmulatedRates, args: NetworkArgs, second
         "real_ms": pred.seconds / rates.time_scale * 1e3,
         "time_scale": rates.time_scale,
         "mtu": rates.mtu,
-        "phase_end_s": phase_ends(pred),
+        "phase_end_s": phase_ends((stream, end) for (_, stream), end in pred.stream_end.items()),
         "alpha_s": args["alpha_s"],
         "op_overhead_s": args["op_overhead_s"],
         "model_seconds": seconds,

@@ -31,6 +31,7 @@ and their summary (`RunResults.summarize`), and splitting them would only pass t
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,27 @@ def _allreduce_lines(used: dict[str, dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
+def _phase_lines(results: RunResults) -> list[str]:
+    """When each phase ends, predicted beside measured (the median over the timed iterations),
+    in real-cluster ms from the iteration's start: where a prediction gains or loses time."""
+    pred, scale = results.predicted, results.emulation.time_scale
+    timed = [it.phase_end_s for it in results.iterations if not it.warmup and it.phase_end_s]
+    if not pred or not pred.phase_end_s or not timed:
+        return []
+    lines = [
+        "",
+        "When each phase ends (real cluster ms from the iteration's start; its slowest rank):",
+        "",
+        "| phase | predicted | measured (median) |",
+        "|---|---:|---:|",
+    ]
+    for phase in sorted(pred.phase_end_s, key=pred.phase_end_s.__getitem__):
+        measured = [ends[phase] for ends in timed if phase in ends]
+        med = statistics.median(measured) / scale * 1e3 if measured else None
+        lines.append(f"| {phase} | {_fmt(pred.phase_end_s[phase] / scale * 1e3, 3)} | {_fmt(med, 3)} |")
+    return lines
+
+
 def render_markdown(results: RunResults) -> str:
     from .faults import report_section
 
@@ -306,6 +328,7 @@ def render_markdown(results: RunResults) -> str:
             f"| {it.index} | {_fmt(m, 3)} | {_fmt(c, 3)} | {_fmt(max(0.0, m - c), 3)} | "
             f"{'yes' if it.verified else 'NO: ' + '; '.join(it.errors[:2])} |"
         )
+    lines += _phase_lines(results)
     lines += [
         "",
         "## Plots",

@@ -91,6 +91,9 @@ class Iteration:
     predicted_real_ms: float | None = None
     faults_before: int | None = None
     worker_cpu_s: float | None = None  # the workers' CPU seconds (user + system, all ranks)
+    # when each phase ended, emulated seconds from the iteration's start
+    # (topolab.prediction.measured_phase_ends; None: the workers reported no streams)
+    phase_end_s: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _without_none(asdict(self))

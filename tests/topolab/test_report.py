@@ -3,6 +3,8 @@ cut off, and a prediction error above the tolerance called out."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.fixtures.sample_results import smoke_results
 from topolab.cli import main
 from topolab.journal import write_results_file
@@ -42,6 +44,32 @@ def test_error_within_tolerance_is_not_called_out(tmp_path, capsys):
     folder = _results_folder(tmp_path, measured_ms=2.05, with_measured_links=False)
     assert main(["report", str(folder)]) == 0
     assert "above the tolerance" not in (folder / "report.md").read_text()
+
+
+def test_phase_ends_predicted_and_measured_side_by_side():
+    from topolab.prediction import measured_phase_ends
+    from topolab.report import render_markdown
+
+    # two ranks' reports (emulated seconds on the workers' clock): rank 1 starts last and ends
+    # the AllReduce last; a phase's end is its slowest rank's, from the first rank's start
+    ranks = [
+        {"t_start": 10.0, "streams": {"compute": [10.0, 10.2], "mp>1": [10.0, 10.1], "ar0": [10.2, 10.6]}},
+        {"t_start": 10.05, "streams": {"compute": [10.05, 10.3], "mp<0": [10.05, 10.15], "ar0": [10.3, 10.9]}},
+    ]
+    ends = measured_phase_ends(ranks)
+    assert ends == pytest.approx({"compute": 0.3, "model-parallel": 0.15, "AllReduce": 0.9})
+    assert measured_phase_ends([]) == {} and measured_phase_ends([{"t_start": 1.0}]) == {}
+
+    results = smoke_results("complete", [2.0, 2.2, 2.4], 2.0)
+    scale = results.emulation.time_scale
+    results.predicted.phase_end_s = {"AllReduce": 2.0 * scale / 1e3, "compute": 0.5 * scale / 1e3}
+    for it, ar_ms in zip(results.iterations, (1.9, 2.1, 2.3)):
+        it.phase_end_s = {"AllReduce": ar_ms * scale / 1e3, "compute": 0.4 * scale / 1e3}
+    text = render_markdown(results)
+    assert "| compute | 0.500 | 0.400 |" in text and "| AllReduce | 2.000 | 2.100 |" in text
+    assert text.index("| compute |") < text.index("| AllReduce |")  # in the order they end
+    results.iterations[0].phase_end_s = None  # a worker reported no streams: left out of the median
+    assert "| AllReduce | 2.000 | 2.200 |" in render_markdown(results)
 
 
 def test_long_titles_are_wrapped_not_cut():

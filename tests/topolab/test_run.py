@@ -72,6 +72,13 @@ def test_smoke_run_end_to_end(tmp_path):
     assert {k for k, v in measured.items() if v > 0.05 * max(predicted.values())} == set(predicted)
     assert sum(measured.values()) == pytest.approx(sum(predicted.values()), rel=0.15)
     assert "Bytes on the cables per timed iteration" in (out / "report.md").read_text()
+    # when each phase ended, from the workers' stream timestamps: within the iteration, the
+    # AllReduce last (it ends the smoke iteration), beside the prediction's phases
+    for it in results["iterations"]:
+        ends = it["phase_end_s"]
+        assert set(ends) == set(results["predicted"]["phase_end_s"])
+        assert 0 < min(ends.values()) and ends["AllReduce"] == pytest.approx(it["measured_s"], rel=0.05)
+    assert "| AllReduce |" in (out / "report.md").read_text()
     assert _root_links() == before
     assert not list((tmp_path / "run").glob("run-*.json"))
     print(f"smoke run took {elapsed:.1f} s")
