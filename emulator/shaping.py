@@ -22,6 +22,7 @@ sits under every leaf class.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import dataclass
 
@@ -142,6 +143,23 @@ def tc_rate_change(items: list[Shaping], use_netem: bool = False) -> str:
             lines.append(_htb_class("change", s, DEFAULT_CLASS, s.default_rate_bps))
             lines.extend(_htb_class("change", s, d.minor, d.rate_bps) for d in s.destinations)
     return "".join(line + "\n" for line in lines)
+
+
+_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_HTB_CLASS_LINE = re.compile(r"^class htb 1:(\w+) .*?\brate (\d+)([KMGT]?)bit\b")
+
+
+def htb_rates_from_text(text: str) -> dict[int, int]:
+    """``{minor: rate in bit/s}`` of the HTB classes of handle 1: in ``tc class show dev X``
+    text (this tc, iproute2 6.1, prints HTB classes as text even with ``-j``, and
+    ``tc -j class show`` without a device prints nothing). tc prints a rate in the largest
+    unit that keeps it whole or under 1000 of the next, so the value read is within 0.1%."""
+    rates = {}
+    for line in text.splitlines():
+        m = _HTB_CLASS_LINE.match(line)
+        if m:
+            rates[int(m.group(1), 16)] = int(m.group(2)) * _UNITS[m.group(3)]
+    return rates
 
 
 def netem_available() -> bool:

@@ -297,27 +297,35 @@ class ClusterNetwork(BuiltRates):
         return "\n".join(lines) + "\n"
 
     def check_shaping(self) -> None:
-        """Read every cable end's HTB class back from its machine; one line per mismatch."""
+        """Read every cable end's HTB class 1:1 back from its machine (``tc class show dev``
+        per cable end: this tc prints HTB classes as text only, `shaping.htb_rates_from_text`);
+        a cable end without it or at another rate fails the build, one line for all."""
 
         def script(m: int) -> str:
             return "".join(
-                f"echo '#{u}'; nsenter -t {self.hosts[u].pid} -n tc -j class show\n"
+                f"echo '#{u} {p.ifname}'; nsenter -t {self.hosts[u].pid} -n tc class show dev {p.ifname}\n"
                 for u in range(self.network.nodes)
                 if self.assignment[u] == m
+                for p in self.ports[u]
             )
 
-        problems = []
+        shown: dict[tuple[int, str], str] = {}
         for out in self._on_machines(script, CONFIG_TIMEOUT_S, "shaping read-back"):
-            node = -1
+            key = None
             for line in out.splitlines():
                 if line.startswith("#"):
-                    node = int(line[1:])
-                    continue
-                classes = {c["dev"]: c for c in json.loads(line or "[]") if c.get("class") == "htb"}
-                for p in self.ports[node]:
-                    got = classes.get(p.ifname, {}).get("rate")
-                    if got is None or abs(got * 8 - self.link_rate_bps[p.link]) > self.link_rate_bps[p.link] * 0.001:
-                        problems.append(f"{p.ifname}: htb rate {got} B/s, wanted {self.link_rate_bps[p.link]} bit/s")
+                    node, ifname = line[1:].split()
+                    key = (int(node), ifname)
+                    shown[key] = ""
+                elif key is not None:
+                    shown[key] += line + "\n"
+        problems = []
+        for u in range(self.network.nodes):
+            for p in self.ports[u]:
+                want = self.link_rate_bps[p.link]
+                got = shaping.htb_rates_from_text(shown.get((u, p.ifname), "")).get(shaping.CABLE_CLASS)
+                if got is None or abs(got - want) > want * 0.001:
+                    problems.append(f"{p.ifname}: htb rate {got} bit/s, wanted {want} bit/s")
         if problems:
             raise RunError(f"shaping not as planned on {len(problems)} cable end(s): {'; '.join(problems[:3])}")
 

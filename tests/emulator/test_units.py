@@ -209,3 +209,21 @@ def test_shared_classes_split_what_planned_classes_and_the_default_floor_leave()
     assert by_name[second] == {11: 99_000_000}
     assert all(not by_name[p.ifname] for p in ports[2:])  # nothing routed: one class, as before
     assert [s.default_rate_bps for s in shaped[:2]] == [1_000_000, 1_000_000]  # the floor, 1%
+
+
+def test_htb_rates_are_read_from_tcs_text():
+    # what this tc (iproute2 6.1) prints for `tc class show dev X`, also with -j: HTB classes
+    # as text, each rate in the largest unit that keeps it whole or under 1000 of the next
+    from emulator.shaping import htb_rates_from_text
+
+    text = (
+        "class htb 1:1 root rate 59999Kbit ceil 59999Kbit burst 1589b cburst 1589b \n"
+        "class htb 1:2 parent 1:1 prio 0 rate 1234Kbit ceil 59999Kbit burst 1599b cburst 1589b \n"
+        "class htb 1:10b parent 1:1 prio 0 rate 2500Mbit ceil 2500Mbit burst 1250b cburst 1250b \n"
+        "class htb 1:10a parent 1:1 prio 0 rate 7872bit ceil 59999Kbit burst 1599b cburst 1589b \n"
+        " Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n"
+        "class tbf 2:1 parent 2: \n"
+    )
+    # set as 59,999,000 / 1,234,567 / 2.5e9 / 7,874 bit/s: within 0.1% (HTB keeps bytes/s)
+    assert htb_rates_from_text(text) == {1: 59_999_000, 2: 1_234_000, 0x10B: 2_500_000_000, 0x10A: 7_872}
+    assert htb_rates_from_text("") == {}

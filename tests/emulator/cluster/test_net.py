@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from contract.errors import RunError
 from contract.network import circulant_network
 from emulator.cluster import ClusterNetwork
 from tests.fixtures.standins import StandIns
@@ -96,12 +97,18 @@ def test_cluster_network_over_three_machines(standins: StandIns) -> None:
         tunnel = _goodput_mbps(net, 2, 1)  # h1 -> h2: VXLAN from m0 to m1
         assert 0.9 * 100 <= local <= 100  # HTB holds the 100 Mbit/s rate
         assert abs(tunnel - local) <= 0.05 * local, f"tunnel {tunnel:.1f} vs local {local:.1f} Mbit/s"
+        # the build read every cable end's class back; one shaped otherwise is caught by name
+        net.check_shaping()
+        net.hosts[1].cmd("tc class change dev h1-eth1 parent 1: classid 1:1 htb rate 50Mbit ceil 50Mbit")
+        with pytest.raises(RunError, match=r"on 1 cable end\(s\): h1-eth1: htb rate 50000000 bit/s, wanted 100000000"):
+            net.check_shaping()
     assert [_machine_state(standins, i) for i in range(3)] == before  # nothing left on any machine
 
 
 DRIVER = """
 import json, sys, time
 from pathlib import Path
+from contract.errors import RunError
 from contract.network import circulant_network
 from emulator.cluster import ClusterNetwork
 from emulator.cluster.ssh import Machine, SshOptions
