@@ -7,7 +7,9 @@ so it is measured, not fitted: a *zero-payload twin* of the iteration's schedule
 ops and dependencies, 4-byte messages, no compute) runs on the same emulated hosts before the
 timed iterations. With bandwidth out of the picture the model's prediction of the twin is
 K x op_overhead (K counts the ops on the critical path, including the serialization of each
-rank's ops on its processor), so op_overhead = measured twin time / K.
+rank's ops on its processor), so op_overhead = measured twin time / K. When the workers share
+this machine's cores, the model shares them too (`planner.cost.predict.Network.cores`): K then
+counts the ops each core runs, and op_overhead is an op's time on one core.
 """
 
 from __future__ import annotations
@@ -26,15 +28,22 @@ from planner.cost.predict import plan_network, predict
 # Links so fast that a twin's 4-byte messages take no time next to the unit op cost (finite:
 # the max-min fair sharing subtracts rates, and inf - inf is not a rate).
 UNBOUNDED_LINK_BPS = 1e30
-# The network on which a schedule's predicted time is K, its critical path in ops: a unit
-# cost per op, no latency, no reduce time, links that take no time.
-UNIT_OPS = NetworkArgs(link_bps=UNBOUNDED_LINK_BPS, alpha_s=0.0, op_overhead_s=1.0, reduce_bytes_per_s=float("inf"))
 
 
-def critical_ops(plan: Plan, schedule: Schedule) -> float:
+def unit_ops(cores: int | None = None) -> NetworkArgs:
+    """The network on which a schedule's predicted time is K, its critical path in ops: a unit
+    cost per op, no latency, no reduce time, links that take no time; the ranks sharing
+    ``cores`` processors (None: one each)."""
+    return NetworkArgs(
+        link_bps=UNBOUNDED_LINK_BPS, alpha_s=0.0, op_overhead_s=1.0, reduce_bytes_per_s=float("inf"), cores=cores
+    )
+
+
+def critical_ops(plan: Plan, schedule: Schedule, cores: int | None = None) -> float:
     """K of any ``schedule`` on ``plan``'s network: its predicted time with a unit op cost (the
-    ops on its critical path, counting the serialization of each rank's ops on its processor)."""
-    return float(predict(schedule, plan_network(plan, **UNIT_OPS)).seconds)
+    ops on its critical path, counting the serialization of each rank's ops on its processor,
+    and with ``cores``, the ranks' sharing of them)."""
+    return float(predict(schedule, plan_network(plan, **unit_ops(cores))).seconds)
 
 
 def twin_bytes(plan: Plan) -> int:
@@ -43,12 +52,13 @@ def twin_bytes(plan: Plan) -> int:
     return 4 * plan.servers * 2 * max(1, len(plan.strides))
 
 
-def zero_payload_twin(plan: Plan, opts: IterationOptions) -> tuple[Schedule, float]:
+def zero_payload_twin(plan: Plan, opts: IterationOptions, cores: int | None = None) -> tuple[Schedule, float]:
     """The zero-payload twin of ``plan``'s iteration run with ``opts``, and K: its predicted
     time with a unit op cost on infinitely fast links (the ops on its critical path, counting
-    the serialization of each rank's ops on its processor)."""
+    the serialization of each rank's ops on its processor, and with ``cores``, the ranks'
+    sharing of them)."""
     twin_opts = replace(opts, payload_scale=1e-12, time_scale=0.0, min_transfer_bytes=twin_bytes(plan))
-    twin, unit = predict_iteration(plan, twin_opts, **UNIT_OPS)
+    twin, unit = predict_iteration(plan, twin_opts, **unit_ops(cores))
     return twin, unit.seconds
 
 

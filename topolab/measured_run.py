@@ -50,7 +50,7 @@ from .faults import FaultInjector, injector_for
 from .journal import ITERATIONS_FILE, RESULTS_FILE, IterationJournal, write_results_file
 from .machine_probe import machine_cost
 from .network import NetworkFlags, network_config, open_network, refuse_machines
-from .prediction import compute_seconds, measured_phase_ends, plan_dict, predict_run, prepare
+from .prediction import compute_seconds, measured_phase_ends, plan_dict, predict_run, prepare, shared_cores
 from .progress import Progress
 from .report import write_report
 from .results import (
@@ -255,7 +255,8 @@ def calibrate(run: RunState, net: Any, workers: Workers) -> None:
     """The workers' cost per op from the zero-payload twin; the prediction made again with
     it; the faults armed with that prediction."""
     plan, schedule, results = run.plan, run.schedule, run.results
-    twin, critical_ops = zero_payload_twin(plan, run.opts)
+    cores = shared_cores(run.scenario.emulation.machines)
+    twin, critical_ops = zero_payload_twin(plan, run.opts, cores)
     cal = measure_op_overhead(
         twin,
         critical_ops,
@@ -266,16 +267,17 @@ def calibrate(run: RunState, net: Any, workers: Workers) -> None:
         control_relay=workers.control_relay,
     )
     results.calibration = Calibration.from_dict(cal)
-    predicted = predict_run(plan, schedule, net.rates, net.netem, cal["op_overhead_s"])
+    predicted = predict_run(plan, schedule, net.rates, net.netem, cal["op_overhead_s"], cores)
     results.predicted = Prediction.from_dict(predicted)
     if run.injector:
-        repredict = lambda p: predict_run(p, schedule, net.rates, net.netem, cal["op_overhead_s"])  # noqa: E731
+        repredict = lambda p: predict_run(p, schedule, net.rates, net.netem, cal["op_overhead_s"], cores)  # noqa: E731
         run.injector.start(net, repredict, predicted)
         results.faults = run.injector.applied
     write_results(results, run.out_dir, report=False)
     run.log(
-        f"      measured worker cost {cal['op_overhead_s'] * 1e6:.0f} us per op (zero-payload twin: "
-        f"{cal['twin_seconds'] * 1e3:.1f} ms); prediction now {results.predicted.real_ms:.3f} ms"
+        f"      measured worker cost {cal['op_overhead_s'] * 1e6:.0f} us per op"
+        + (f" on one of {cores} shared cores" if cores else "")
+        + f" (zero-payload twin: {cal['twin_seconds'] * 1e3:.1f} ms); prediction now {results.predicted.real_ms:.3f} ms"
     )
 
 

@@ -16,6 +16,7 @@ Times are emulated seconds; the real cluster's milliseconds divide them by the t
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -62,16 +63,27 @@ def scenario_rates(plan: Plan, s: Scenario, reference_gbps: float | None = None)
     return emulated_rates(plan.network, config)
 
 
-def network_args(plan: Plan, rates: EmulatedRates, netem: bool, op_overhead_s: float = 0.0) -> NetworkArgs:
+def shared_cores(machines: Sequence[object]) -> int | None:
+    """The processors the workers share, as the predictor takes them (`Network.cores`): this
+    machine's cores when every worker runs here; None (each rank a processor of its own) when
+    the network spans ``machines``."""
+    return None if machines else os.cpu_count() or 1
+
+
+def network_args(
+    plan: Plan, rates: EmulatedRates, netem: bool, op_overhead_s: float = 0.0, cores: int | None = None
+) -> NetworkArgs:
     """The emulated network as the predictor sees it: cables at their emulated rates and MTU,
     per-hop latency (the software hop, plus the plan's latency dilated when netem emulates
-    it), the workers' cost per op, and the reduce cost of a pipelined message's last chunk."""
+    it), the workers' cost per op and the processors they share (`shared_cores`), and the
+    reduce cost of a pipelined message's last chunk."""
     alpha = SOFTWARE_HOP_S + (plan.latency_us * 1e-6 * rates.time_scale if netem else 0.0)
     return NetworkArgs(
         rates=rates,
         alpha_s=alpha,
         op_overhead_s=op_overhead_s,
         reduce_cap_bytes=EXPOSED_REDUCE_BYTES,
+        cores=cores,
     )
 
 
@@ -119,6 +131,7 @@ def _predicted(pred: Prediction, rates: EmulatedRates, args: NetworkArgs, second
         "phase_end_s": phase_ends((stream, end) for (_, stream), end in pred.stream_end.items()),
         "alpha_s": args["alpha_s"],
         "op_overhead_s": args["op_overhead_s"],
+        "cores": args.get("cores"),
         "model_seconds": seconds,
         "link_bytes": pred.link_bytes_list(),
         "relayed_link_bytes": pred.relayed_bytes_list(),
@@ -152,12 +165,18 @@ def prepare(
 
 
 def predict_run(
-    plan: Plan, schedule: Schedule, rates: EmulatedRates, netem: bool, op_overhead_s: float = 0.0
+    plan: Plan,
+    schedule: Schedule,
+    rates: EmulatedRates,
+    netem: bool,
+    op_overhead_s: float = 0.0,
+    cores: int | None = None,
 ) -> dict[str, Any]:
     """The prediction of ``schedule`` (already built: the workers run it) on ``plan``'s cables
     emulated at ``rates`` (a built network's ``net.rates``), e.g. once the workers' cost per op
-    is measured, or on a plan rerouted by a fault."""
-    args = network_args(plan, rates, netem, op_overhead_s)
+    is measured (on ``cores`` shared processors: `shared_cores`), or on a plan rerouted by a
+    fault."""
+    args = network_args(plan, rates, netem, op_overhead_s, cores)
     t0 = time.perf_counter()
     pred = predict(schedule, plan_network(plan, **args))
     return _predicted(pred, rates, args, time.perf_counter() - t0)

@@ -161,6 +161,7 @@ class Prediction:
     link_bytes: list[LinkBytes] = field(default_factory=list)
     relayed_link_bytes: list[LinkBytes] = field(default_factory=list)  # of those, relayed by another server
     phase_end_s: dict[str, float] = field(default_factory=dict)  # when each phase ends (topolab.prediction.phase_ends)
+    cores: int | None = None  # the processors the model's ranks share (None: one each)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -39,6 +39,7 @@ class NetworkArgs(TypedDict, total=False):
     reduce_cap_bytes: float  # the largest part of a message whose reduction is exposed
     destination_classes: bool  # an allocation's planes get their assured rates
     rates: EmulatedRates | None  # the cables as an emulated network runs them (replaces link_bps, mtu)
+    cores: int | None  # the processors the ranks share (None: one each)
 
 
 @overload

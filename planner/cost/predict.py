@@ -27,7 +27,11 @@ exactly the schedule the workers run (contract.schedule), op by op:
   pipelined chunk: the executor reduces chunks as they arrive);
 - every send and recv costs the rank ``op_overhead_s`` of processor time (the workers'
   software cost per op, measured on the machine: see topolab.calibrate); a rank's ops
-  take turns on its processor, so many small ops add up as they do in the workers.
+  take turns on its processor, so many small ops add up as they do in the workers. With
+  ``Network.cores`` the ranks share that many processors, as the workers of one machine
+  share its cores: the ranks with an op due share the cores equally, at most one each
+  (processor sharing, kept in virtual time: `_Replay.cpu_submit`), so an op costs more while
+  many ranks are busy and ``op_overhead_s`` alone when few are; a recv's reduce follows it.
 
 One module (over 300 lines): the network description, the rate model (max-min fairness with
 reservations) and the replays that use them change together.
@@ -86,6 +90,9 @@ class Network:
     assured: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (src, dst, plane) -> bytes/s
     # directed links of parallel cables: the most one connection gets (one cable's goodput)
     connection_cap: dict[tuple[int, int], float] = field(default_factory=dict)
+    # processors the ranks share (None: each rank has its own); with them, ``op_overhead_s``
+    # is an op's processor time on one of them (`_Replay`'s shared processors)
+    cores: int | None = None
     _paths: dict[tuple[int, int, int], list[tuple[int, int]]] = field(default_factory=dict, repr=False)
 
     def connection_limit(self, path: list[tuple[int, int]]) -> float | None:
@@ -118,6 +125,7 @@ def plan_network(
     reduce_cap_bytes: float = float("inf"),
     destination_classes: bool = True,
     rates: EmulatedRates | None = None,
+    cores: int | None = None,
 ) -> Network:
     """A `Network` for ``plan``: each cable gives both directions its goodput, parallel
     cables add up (`contract.network.cable_capacities`), and one connection gets one of them
@@ -126,7 +134,8 @@ def plan_network(
     replaces ``mtu``); ``link_bps`` is the shorthand for a plan link of ``plan.link_gbps``
     emulated at ``link_bps``; by default the plan's own rates are used.
     ``destination_classes`` off: an allocation's planes are routed but their rates are not
-    assured (the emulator's ``destination_classes = False``)."""
+    assured (the emulator's ``destination_classes = False``). ``cores``: the processors all
+    ranks share (`Network.cores`; None: one each)."""
     if rates is None and link_bps is not None:
         rates = EmulatedRates(plan.link_gbps, link_bps / 1e6, mtu)
     cap = cable_capacities(plan.links, mtu) if rates is None else rates.capacities(plan.links)
@@ -156,6 +165,7 @@ def plan_network(
         plane_path=network.plane_path if network.allocation else None,
         assured=assured,
         connection_cap=per_connection,
+        cores=cores,
     )
 
 
@@ -293,7 +303,7 @@ def _reserve(flows: list[_Flow], users: list[list[_Flow]], capacity: list[float]
         f.reserved = f.assured * min(scale[link] for link in f.links) if f.assured else 0.0
 
 
-_COMPUTE, _SEND, _RECV = 0, 1, 2  # what a timer ends
+_COMPUTE, _SEND, _RECV, _ARRIVE = 0, 1, 2, 3  # what a timer ends (_ARRIVE: a message a recv waits for)
 
 
 class _Replay:
@@ -353,6 +363,16 @@ class _Replay:
         self.seq = 0
         self.now = 0.0
         self.cpu_free = [0.0] * ranks
+        # shared processors (`Network.cores`): each rank's ops wait for its processor in order;
+        # the ranks with an op on a processor share the cores equally, at most one each
+        # (processor sharing), kept in virtual time: ``cpu_v`` grows by the share a busy rank
+        # gets, so an op started at virtual time v ends at v + op cost whatever the sharing
+        self.cores = network.cores if self.overhead > 0 else None
+        self.cpu_queue: list[deque[tuple[int, int, int]]] = [deque() for _ in range(ranks)]  # (kind, stream, length)
+        self.cpu_heap: list[tuple[float, int, int]] = []  # (virtual end, seq, rank) of each busy rank's op
+        self.cpu_v = 0.0
+        self.cpu_t = 0.0  # when cpu_v was brought up to date
+        self.cpu_busy = 0
         self.dirty: set[int] = set(range(ranks))  # ranks to scan for ops that can start
         self.flows_changed = False
 
@@ -389,6 +409,65 @@ class _Replay:
         if self.overhead > 0:
             t = self.cpu(rank, t)
         return t + min(length, self.reduce_cap) / self.reduce_rate
+
+    def cpu_share(self) -> float:
+        """The processor share of each busy rank now (shared processors)."""
+        busy = self.cpu_busy
+        return min(1.0, self.cores / busy) if busy and self.cores else 0.0
+
+    def cpu_sync(self, t: float) -> None:
+        """Bring the virtual time up to ``t``."""
+        if self.cpu_busy:
+            self.cpu_v += self.cpu_share() * (t - self.cpu_t)
+        self.cpu_t = t
+
+    def cpu_submit(self, rank: int, kind: int, stream: int, length: int) -> None:
+        """Queue an op of ``rank`` for its processor now (shared processors): it ends when it
+        has had ``op_overhead_s`` of a processor, after the rank's ops queued before it."""
+        queue = self.cpu_queue[rank]
+        queue.append((kind, stream, length))
+        if len(queue) == 1:
+            self.cpu_sync(self.now)
+            self.cpu_busy += 1
+            self.seq += 1
+            heapq.heappush(self.cpu_heap, (self.cpu_v + self.overhead, self.seq, rank))
+
+    def cpu_next(self) -> float:
+        """When the next op on a shared processor ends (at the current sharing)."""
+        if not self.cpu_heap:
+            return INF
+        return self.cpu_t + max(0.0, self.cpu_heap[0][0] - self.cpu_v) / self.cpu_share()
+
+    def cpu_end(self, t: float) -> None:
+        """End the ops whose processor time is done at ``t`` (the first one in the heap, and
+        any that end with it): a send hands its message over, a recv reduces; each rank's
+        next queued op takes the processor."""
+        self.cpu_sync(t)
+        heap = self.cpu_heap
+        self.cpu_v = max(self.cpu_v, heap[0][0])
+        limit = self.cpu_v + 1e-9 * self.overhead
+        while heap and heap[0][0] <= limit:
+            rank = heapq.heappop(heap)[2]
+            queue = self.cpu_queue[rank]
+            kind, stream, length = queue.popleft()
+            if kind == _SEND:
+                self.push(t, _SEND, rank, stream)
+            else:
+                self.push(t + min(length, self.reduce_cap) / self.reduce_rate, _RECV, rank, stream)
+            if queue:
+                self.seq += 1
+                heapq.heappush(heap, (self.cpu_v + self.overhead, self.seq, rank))
+            else:
+                self.cpu_busy -= 1
+
+    def recv_ready(self, rank: int, stream: int, t: float, length: int) -> None:
+        """The message of ``rank``'s recv on ``stream`` is there at ``t`` (not before now)."""
+        if not self.cores:
+            self.push(self.received(rank, t, length), _RECV, rank, stream)
+        elif t <= self.now:
+            self.cpu_submit(rank, _RECV, stream, length)
+        else:
+            self.push(t, _ARRIVE, rank, stream)
 
     def push(self, t: float, kind: int, rank: int, stream: int) -> None:
         self.seq += 1
@@ -428,6 +507,10 @@ class _Replay:
                     break
                 kind = op.kind
                 if kind == "send":
+                    if self.cores:
+                        busy[s] = True
+                        self.cpu_submit(rank, _SEND, s, 0)
+                        break
                     t_send = self.cpu(rank, now)
                     if t_send <= now:  # handed to its connection at once: the stream goes on
                         key = (rank, op.peer, op.plane)
@@ -454,7 +537,7 @@ class _Replay:
                 key = (op.peer, rank, op.tag)
                 arrived = self.arrived.get(key)
                 if arrived:
-                    self.push(self.received(rank, max(now, arrived.popleft()), op.length), _RECV, rank, s)
+                    self.recv_ready(rank, s, max(now, arrived.popleft()), op.length)
                 else:
                     self.waiting_recv[key].append((rank, s, now))
                 break
@@ -594,7 +677,7 @@ class _Replay:
         """Move the clock to the next event (a timer or the first flow to finish); False
         when nothing is left to happen."""
         timers, ends = self.timers, self.ends
-        if not self.on_wire and not timers:
+        if not self.on_wire and not timers and not self.cpu_heap:
             return False
         # the first finish time: among the flows whose end entry (finish time or the time
         # only rounding leftovers are left, the earlier) is before it
@@ -609,7 +692,8 @@ class _Replay:
             if f.finish < t_flow:
                 t_flow = f.finish
         t_timer = timers[0][0] if timers else INF
-        t_next = min(t_flow, t_timer)
+        t_cpu = self.cpu_next()
+        t_next = min(t_flow, t_timer, t_cpu)
         ended = []
         for item in near:
             f = item[2]
@@ -642,11 +726,13 @@ class _Replay:
             if waiting:
                 rank, s, t_post = waiting.popleft()
                 op = streams[rank][s][cursor[rank][s]]
-                self.push(self.received(rank, max(t_arr, t_post), op.length), _RECV, rank, s)
+                self.recv_ready(rank, s, max(t_arr, t_post), op.length)
             else:
                 self.arrived[key].append(t_arr)
         if ended:
             self.flows_changed = True
+        if t_cpu <= t_next:
+            self.cpu_end(t_next)
         if timers and timers[0][0] <= t_next + 1e-15:
             self.end_ops(t_next)
         return True
@@ -661,6 +747,9 @@ class _Replay:
         while timers and timers[0][0] <= t + 1e-15:
             _, _, kind, rank, s = pop(timers)
             op = streams[rank][s][cursor[rank][s]]
+            if kind == _ARRIVE:  # its processor takes the recv now (shared processors)
+                self.cpu_submit(rank, _RECV, s, op.length)
+                continue
             if kind == _SEND:
                 key = (rank, op.peer, op.plane)
                 conn = conn_of.get(key) or self.connection(key)

@@ -31,12 +31,14 @@ def _topolab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def _rerouted_prediction_ms(results: dict) -> float:
-    """smoke-12's schedule predicted again, as recorded, on its plan with cable h0-h1 down."""
+    """smoke-12's schedule predicted again, as recorded (its cost per op, the cores the model
+    shared), on its plan with cable h0-h1 down."""
     em = results["emulation"]
     plan, schedule, *_ = prepare(load_scenario(REPO / "scenarios/smoke-12.toml"), netem=em["netem"])
     rates = EmulatedRates(em["reference_gbps"], em["link_mbps"], em["mtu"])
     rerouted = rerouted_plan(plan, {cable_index(plan, 0, 1)})
-    return predict_run(rerouted, schedule, rates, em["netem"], results["calibration"]["op_overhead_s"])["real_ms"]
+    op, cores = results["calibration"]["op_overhead_s"], results["predicted"]["cores"]
+    return predict_run(rerouted, schedule, rates, em["netem"], op, cores)["real_ms"]
 
 
 @pytest.mark.root

@@ -230,3 +230,26 @@ def test_rates_kept_between_events_are_the_max_min_rates(monkeypatch, servers, d
     predict(sched, plan_network(plan), events=True)
     assert max(checked) > 100  # the all-to-all had many flows on the wire at once
     assert any(held) and not all(held)  # flows were held below the threshold, and not always
+
+
+def _instant_network(ranks: int, op_cost: float, cores: int | None) -> Network:
+    # links that take no time: only the ranks' processors decide
+    capacity = {(a, b): 1e30 for a in range(ranks) for b in range(ranks) if a != b}
+    return Network(capacity, lambda a, b: [a, b], 0.0, 1e30, op_cost, servers=ranks, cores=cores)
+
+
+def test_ranks_share_the_cores_they_run_on():
+    # rank 0 sends three messages to rank 1, one op (1 s of processor) each side each
+    sched = p2p_transfers(2, [(0, 1, 8)] * 3)
+    # a processor each (or two cores for two ranks): send i ends at i, its recv at i + 1
+    assert predict(sched, _instant_network(2, 1.0, None)).seconds == pytest.approx(4.0)
+    assert predict(sched, _instant_network(2, 1.0, 2)).seconds == pytest.approx(4.0)
+    # one core: send 1 alone (0-1), then send 2 and recv 1 share it (1-3), send 3 and recv 2
+    # (3-5), recv 3 alone (5-6)
+    assert predict(sched, _instant_network(2, 1.0, 1)).seconds == pytest.approx(6.0)
+    # four ranks in a ring, each sending to the next and receiving from the one before: every
+    # rank busy at once, so two cores take twice as long as four
+    ring = p2p_transfers(4, [(r, (r + 1) % 4, 8) for r in range(4)] * 2)
+    alone = predict(ring, _instant_network(4, 1.0, None)).seconds
+    assert predict(ring, _instant_network(4, 1.0, 4)).seconds == pytest.approx(alone)
+    assert predict(ring, _instant_network(4, 1.0, 2)).seconds == pytest.approx(2 * alone)
