@@ -45,17 +45,6 @@ HTB still sends a whole packet at a turn, and a veth hands it packets of up to 6
 among borrowing classes the turns are per packet; the fair share itself comes from every
 class's own rate. The cable class 1:1, which has no siblings, keeps 200,000, which only
 silences HTB's "quantum is big" warning."""
-CLASS_BURST = 64
-"""Burst (bytes) of a cable's child classes: a child adds no burst of its own to the cable's.
-HTB lets a child send at its own rate without asking its parent, so children with a burst of
-the cable's size (74.5 KB each) let a cable end with k classes send k bursts at once after an
-idle moment, more than the cable carries: topoopt-12 ran 3.4-5.6% faster than predicted
-(docs/emulation.md section 3). A child still sends a whole packet once its tokens reach zero,
-then waits until its rate has paid for it. Its cburst stays one GSO packet (`BURST_FLOOR`),
-as the cable's burst: above its own rate a child borrows from the cable's class, which holds
-the cable's one burst; with a cburst below a packet, a class alone on its cable waits for
-HTB's timer between packets and the cable ran slower (topoopt-12's AllReduce 1.23-1.27 ms
-against 1.19-1.24)."""
 NETEM_HANDLE = 0x10
 """Handle of the netem qdisc under the default class (10:)."""
 NETEM_LIMIT = 100000
@@ -137,10 +126,9 @@ def _htb_class(verb: str, s: Shaping, minor: int = CABLE_CLASS, rate_bps: int | 
     rate = s.rate_bps if rate_bps is None else rate_bps
     parent = "1:" if minor == CABLE_CLASS else f"1:{CABLE_CLASS:x}"
     quantum = 200000 if minor == CABLE_CLASS else DESTINATION_QUANTUM
-    burst = _burst(rate) if minor == CABLE_CLASS else CLASS_BURST
     return (
         f"class {verb} dev {s.ifname} parent {parent} classid 1:{minor:x} htb rate {rate}bit "
-        f"ceil {s.rate_bps}bit burst {burst}b cburst {_burst(s.rate_bps)}b quantum {quantum}"
+        f"ceil {s.rate_bps}bit burst {_burst(rate)}b cburst {_burst(s.rate_bps)}b quantum {quantum}"
     )
 
 

@@ -221,14 +221,6 @@ def test_a_cable_end_has_a_class_per_destination_routed_through_it(tmp_path, fai
             assert net.facts["destination_classes"] == 6  # h0: 1, 2 (one cable); h1: 0 | 2; h2: 0, 1
         else:
             assert classes == {1: (50e6, 50e6)} and net.facts["destination_classes"] == 0
-        # the cable's class holds the one burst; a destination's class adds none of its own
-        shown = net.hosts[0].cmd(f"tc class show dev {port.ifname}")
-        bursts = {
-            int(m, 16): (int(b), int(c))
-            for m, b, c in re.findall(r"class htb 1:(\w+) .*? burst (\d+)b cburst (\d+)b", shown)
-        }
-        assert bursts.keys() == classes.keys() and min(bursts[1]) >= shaping.BURST_FLOOR, shown
-        assert all(bursts[m][0] <= shaping.CLASS_BURST < shaping.BURST_FLOOR <= bursts[m][1] for m in bursts if m != 1)
 
         def sent() -> dict[int, int]:  # bytes each class sent (this tc has no -j for -s)
             stats = net.hosts[0].cmd(f"tc -s class show dev {port.ifname}")

@@ -151,10 +151,6 @@ def test_tc_batch_of_a_planned_cable_end():
     assert "classid 1:2 htb rate 40000000bit ceil 100000000bit" in text
     assert "parent 1:1 classid 1:103 htb rate 60000000bit ceil 100000000bit" in text
     assert "u32 match ip dst 198.18.0.4/32 flowid 1:103" in text
-    # the children add no burst to the cable's (one GSO packet, on 1:1); their cburst is one
-    child = f"burst {shaping.CLASS_BURST}b cburst {shaping.BURST_FLOOR}b quantum {shaping.DESTINATION_QUANTUM}"
-    assert text.count(child) == 2, text
-    assert f"classid 1:1 htb rate 100000000bit ceil 100000000bit burst {shaping.BURST_FLOOR}b" in text
     full = shaping.Shaping("x", 100, 0.0, (shaping.DestinationClass(1, identity(1), 100),))
     assert full.default_rate_bps == 1  # a full cable still leaves unplanned traffic its floor
 
