@@ -254,6 +254,23 @@ def _phase_lines(results: RunResults) -> list[str]:
     return lines
 
 
+def _cpu_line(results: RunResults, summ: Summary) -> str:
+    """The workers' CPU load and CPU seconds an iteration, beside the estimate of their CPU
+    demand the cable rate was chosen or checked with (`topolab.time_dilation`)."""
+    cpu_s = statistics.median(it.worker_cpu_s for it in results.iterations if it.worker_cpu_s is not None)
+    line = (
+        f"- the workers kept {summ.cpu_load:.0%} of the {results.environment.cpus} cores busy, "
+        f"{cpu_s:.3g} CPU-s an iteration (median over the timed iterations)"
+    )
+    dilation = results.emulation.dilation
+    if dilation and dilation.get("cpu_demand_s"):
+        line += (
+            f"; the estimate the rate was checked against: ~{dilation['cpu_demand_s']:.3g} CPU-s,"
+            f" {dilation['cpu_load']:.0%} (measured {cpu_s / dilation['cpu_demand_s']:.2f}x)"
+        )
+    return line
+
+
 def render_markdown(results: RunResults) -> str:
     from .faults import report_section
 
@@ -299,13 +316,7 @@ def render_markdown(results: RunResults) -> str:
             if emu.dilation
             else []
         ),
-        *(
-            [
-                f"- the workers kept {summ.cpu_load:.0%} of the {results.environment.cpus} cores busy (median over the timed iterations)"
-            ]
-            if summ.cpu_load is not None
-            else []
-        ),
+        *([_cpu_line(results, summ)] if summ.cpu_load is not None else []),
         "",
         *_allreduce_lines(sched.allreduce),
         "## Result",

@@ -188,3 +188,37 @@ def test_cpu_load_and_the_cpu_bound_line():
     assert results.summarize().cpu_bound and note is not None and "CPU-bound" in note and "\n" not in note
     assert note in render_markdown(results)
     assert RunResults.from_dict(_through_json(results.to_dict())).summarize() == results.summarize()
+
+
+def test_the_report_puts_the_workers_cpu_beside_what_the_rate_was_chosen_for():
+    """The report's CPU line gives the median CPU seconds of an iteration and, when the run
+    recorded the CPU demand its rate was chosen or checked with (`topolab.time_dilation`),
+    that estimate beside it."""
+    from topolab.machine_probe import MachineCost
+    from topolab.report import render_markdown
+    from topolab.time_dilation import choose
+
+    results = smoke_results("complete", [2.0, 2.0, 4.0], 2.0, [LinkBytes(0, 1, 1000)])
+    cores = results.environment.cpus
+    for it, load in zip(results.iterations, [0.1, 0.3, 0.2]):
+        it.worker_cpu_s = load * cores * it.measured_s
+    cpu_s = sorted(it.worker_cpu_s for it in results.iterations)[1]
+    line = next(x for x in render_markdown(results).splitlines() if "CPU-s an iteration" in x)
+    assert f"{cpu_s:.3g} CPU-s an iteration" in line and "checked against" not in line  # no dilation recorded
+    cost = MachineCost(op_cpu_s=50e-6, byte_cpu_s=1e-9, cores=cores, key="test", probe_s=0.0)
+    dilation = choose(
+        ranks=12,
+        ops=1000,
+        bytes_sent=10**8,
+        buffer_bytes=2**20,
+        predicted_s=1.0,
+        link_mbps=100.0,
+        payload_scale=1.0,
+        cost=cost,
+        auto=True,
+        available=2**40,
+    )
+    results.emulation.dilation = dilation.to_dict()
+    line = next(x for x in render_markdown(results).splitlines() if "CPU-s an iteration" in x)
+    assert f"checked against: ~{dilation.cpu_demand_s:.3g} CPU-s, {dilation.cpu_load:.0%}" in line
+    assert f"(measured {cpu_s / dilation.cpu_demand_s:.2f}x)" in line
