@@ -85,4 +85,8 @@ def train(model_fn: Callable[[], nn.Module], batch_fn: Callable[[int, int, int],
         backend = "single" if args.single else os.environ.get("TOPOLAB_BACKEND", "gloo")
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, args.save.format(backend=backend))
     if not args.single:
+        # every rank done before any tears down: a gloo rank that destroyed its process group
+        # while a peer was still saving aborted once ("terminate called without an active
+        # exception", gloo's receive thread)
+        dist.barrier()
         dist.destroy_process_group()
