@@ -408,7 +408,12 @@ class _Replay:
         then reduces or copies it."""
         if self.overhead > 0:
             t = self.cpu(rank, t)
-        return t + min(length, self.reduce_cap) / self.reduce_rate
+        return t + self.reduce_s(length)
+
+    def reduce_s(self, length: int) -> float:
+        """How long a recv of ``length`` bytes reduces or copies after its processor time (the
+        exposed part of a pipelined message, ``reduce_cap``)."""
+        return min(length, self.reduce_cap) / self.reduce_rate
 
     def cpu_share(self) -> float:
         """The processor share of each busy rank now (shared processors)."""
@@ -453,7 +458,7 @@ class _Replay:
             if kind == _SEND:
                 self.push(t, _SEND, rank, stream)
             else:
-                self.push(t + min(length, self.reduce_cap) / self.reduce_rate, _RECV, rank, stream)
+                self.push(t + self.reduce_s(length), _RECV, rank, stream)
             if queue:
                 self.seq += 1
                 heapq.heappush(heap, (self.cpu_v + self.overhead, self.seq, rank))
