@@ -20,7 +20,16 @@ same workers need about twice the CPU (veth, HTB and TCP at the cables' MTU in t
 calls), measured 1.8-2.3x the loopback estimate on topoopt-12, ResNet-50 and DLRM at 12
 servers and ResNet-50 at 64. `WORKER_CPU_SHARE` is then the share of the cores the workers
 are expected to keep busy; the cables' softirq work, not charged to them, takes part of
-the rest.
+the rest. At 128 servers the workers measured 1.43-1.46x W (about half of it in ZeroMQ's
+I/O threads, mostly system time), so the share is kept below where fidelity was measured to
+end (`WORKER_CPU_SHARE`).
+
+A minute an iteration (a run of a few iterations stays a matter of minutes, not a faithful
+hour): when the rate so chosen would make the emulated iteration longer than
+`ITERATION_BUDGET_S`, the rate is raised to the lowest step at which it is not, provided the
+workers' load there stays within `WORKER_CPU_SHARE_LIMIT`:
+
+    r = step_ceil(r0 x T(r0) / ITERATION_BUDGET_S)    if W / (cores x T(r)) <= WORKER_CPU_SHARE_LIMIT
 
 Memory comes first: each worker holds its buffers about twice (the buffers, and what is in
 flight in its socket queues) plus `WORKER_BASE_MIB` of interpreter and libraries, and the n
@@ -45,9 +54,15 @@ from contract.schedule import COMPUTE, Schedule
 from .machine_probe import MachineCost
 from .results import CPU_BOUND_LOAD
 
-WORKER_CPU_SHARE = 0.6
-"""The share of the cores the workers may keep busy (module docstring): measured errors of
-1.8% at 64% load and 55% at 92% (64 servers, ResNet-50)."""
+WORKER_CPU_SHARE = 0.5
+"""The share of the cores the workers are expected to keep busy (module docstring), W's
+estimate: ResNet-50 on 128 servers measured 9.2-11.3% off at an estimated 60% (68% measured),
+4.2% at 53% and 1.9% at 40%; on 64 servers 1.8% at 64% measured and 55% at 92%."""
+WORKER_CPU_SHARE_LIMIT = 0.6
+"""The estimated share up to which the rate may be raised to keep an iteration within
+`ITERATION_BUDGET_S` (module docstring)."""
+ITERATION_BUDGET_S = 60.0
+"""The longest emulated iteration the automatic rate aims for (module docstring)."""
 SHAPED_CABLE_CPU = 2.0
 """The workers' CPU on the emulated cables over the loopback probe's estimate (module docstring)."""
 MEMORY_SHARE = 0.7
@@ -72,6 +87,16 @@ def step_floor(x: float) -> float:
         if v <= x * (1 + 1e-12):
             return v
     return round(RATE_STEPS[-1] * 10.0 ** (k - 1), 12)
+
+
+def step_ceil(x: float) -> float:
+    """The smallest ``m x 10^k`` (m in `RATE_STEPS`) not below ``x`` (> 0)."""
+    below = step_floor(x)
+    if below >= x * (1 - 1e-12):
+        return below
+    k = math.floor(math.log10(below))
+    higher = [round(m * 10.0**k, 12) for m in RATE_STEPS if round(m * 10.0**k, 12) > below]
+    return higher[0] if higher else round(RATE_STEPS[0] * 10.0 ** (k + 1), 12)
 
 
 def transfer_ops(schedule: Schedule) -> int:
@@ -132,6 +157,22 @@ def payload_for_memory(ranks: int, buffer_bytes: float, payload_scale: float, av
     return step_floor(payload_scale * budget / need)
 
 
+def auto_rate(demand_s: float, predicted_s: float, link_mbps: float, cores: int) -> tuple[float, float]:
+    """The automatic rate for an iteration that costs the workers ``demand_s`` CPU seconds and
+    takes ``predicted_s`` emulated at ``link_mbps`` (r0), and the rate `WORKER_CPU_SHARE`
+    alone would give (module docstring: the share, then the minute an iteration)."""
+    capacity = WORKER_CPU_SHARE * cores
+    if demand_s <= capacity * predicted_s:
+        return link_mbps, link_mbps
+    preferred = max(MIN_LINK_MBPS, step_floor(link_mbps * capacity * predicted_s / demand_s))
+    if predicted_s * link_mbps / preferred <= ITERATION_BUDGET_S:
+        return preferred, preferred
+    within = min(link_mbps, step_ceil(link_mbps * predicted_s / ITERATION_BUDGET_S))
+    if within > preferred and demand_s / (cores * predicted_s * link_mbps / within) <= WORKER_CPU_SHARE_LIMIT:
+        return within, preferred
+    return preferred, preferred
+
+
 def choose(
     *,
     ranks: int,
@@ -150,10 +191,7 @@ def choose(
     `WORKER_CPU_SHARE` of the cores, given ``predicted_s``, the emulated iteration at
     ``link_mbps`` (module docstring). The schedule's figures are at ``payload_scale``."""
     demand = SHAPED_CABLE_CPU * cost.demand_s(ops, bytes_sent)
-    capacity = WORKER_CPU_SHARE * cost.cores
-    rate = link_mbps
-    if auto and demand > capacity * predicted_s:
-        rate = max(MIN_LINK_MBPS, step_floor(link_mbps * capacity * predicted_s / demand))
+    rate, preferred = auto_rate(demand, predicted_s, link_mbps, cost.cores) if auto else (link_mbps, link_mbps)
     iteration_s = predicted_s * link_mbps / rate
     load = demand / (cost.cores * iteration_s) if iteration_s > 0 else 0.0
     memory = ranks * worker_memory_bytes(buffer_bytes)
@@ -163,6 +201,13 @@ def choose(
     )
     if not auto:
         why = f"set by the scenario; {work}: {load:.0%} of {cost.cores} cores"
+    elif rate > preferred:
+        why = (
+            f"{work}, {demand / (cost.cores * predicted_s):.0%} of {cost.cores} cores at {link_mbps:g} Mbit/s; "
+            f"{WORKER_CPU_SHARE:.0%} would take {preferred:g} Mbit/s and ~{predicted_s * link_mbps / preferred:.0f} s "
+            f"an iteration, so {rate:g} Mbit/s: ~{iteration_s:.0f} s at {load:.0%} (an iteration within "
+            f"{ITERATION_BUDGET_S:g} s while the load stays within {WORKER_CPU_SHARE_LIMIT:.0%})"
+        )
     elif rate < link_mbps:
         why = (
             f"{work}, {demand / (cost.cores * predicted_s):.0%} of {cost.cores} cores at {link_mbps:g} Mbit/s; "
@@ -172,7 +217,7 @@ def choose(
         why = f"{work}: {load:.0%} of {cost.cores} cores at the highest rate, {link_mbps:g} Mbit/s"
     warning = ""
     if load > CPU_BOUND_LOAD:
-        fits = max(MIN_LINK_MBPS, step_floor(link_mbps * capacity * predicted_s / demand))
+        fits = auto_rate(demand, predicted_s, link_mbps, cost.cores)[0]
         warning = (
             f"emulation.link_mbps = {rate:g}: the workers would keep {load:.0%} of this machine's "
             f"{cost.cores} cores busy, so the run will measure the CPU, not the cables"

@@ -11,12 +11,15 @@ from topolab.machine_probe import PROBE_RANKS, MachineCost, probe_schedule
 from topolab.results import CPU_BOUND_LOAD
 from topolab.time_dilation import (
     BUFFER_COPIES,
+    ITERATION_BUDGET_S,
     MEMORY_SHARE,
     SHAPED_CABLE_CPU,
     WORKER_BASE_MIB,
     WORKER_CPU_SHARE,
+    WORKER_CPU_SHARE_LIMIT,
     choose,
     payload_for_memory,
+    step_ceil,
     step_floor,
     transfer_ops,
     worker_memory_bytes,
@@ -64,19 +67,45 @@ def test_rate_kept_when_the_cores_keep_up():
 
 def test_rate_lowered_to_the_cpu_share():
     """W = 2 x (10,000 x 50 us + 1 GB x 1 s/GB) = 3 CPU-s on the cables; at 100 Mbit/s the iteration
-    takes 1 s, so the workers would need 150% of 2 cores; r <= 100 x 0.6 x 2 x 1 / 3 = 40."""
+    takes 1 s, so the workers would need 150% of 2 cores; r <= 100 x 0.5 x 2 x 1 / 3 = 33.3: 30."""
     d = _choose()
     assert d.cpu_demand_s == pytest.approx(SHAPED_CABLE_CPU * 1.5)
-    assert d.link_mbps == 40.0 == step_floor(100 * WORKER_CPU_SHARE * 2 / d.cpu_demand_s)
-    assert d.iteration_s == pytest.approx(1.0 * 100 / 40)
-    assert d.cpu_load == pytest.approx(3.0 / (2 * 100 / 40)) and d.cpu_load <= WORKER_CPU_SHARE
-    assert "40 Mbit/s" in d.why and "150%" in d.why
+    assert d.link_mbps == 30.0 == step_floor(100 * WORKER_CPU_SHARE * 2 / d.cpu_demand_s)
+    assert d.iteration_s == pytest.approx(1.0 * 100 / 30)
+    assert d.cpu_load == pytest.approx(3.0 / (2 * 100 / 30)) and d.cpu_load <= WORKER_CPU_SHARE
+    assert "30 Mbit/s" in d.why and "150%" in d.why
+
+
+def test_rate_raised_to_keep_an_iteration_within_the_budget():
+    """An iteration of 40 s at 100 Mbit/s costing W = 60 CPU-s: the share alone takes
+    step_floor(100 x 0.5 x 2 x 40 / 60) = 60 Mbit/s, where an iteration would take ~67 s, over
+    ITERATION_BUDGET_S; the lowest step within it is step_ceil(100 x 40 / 60) = 80, where the
+    load is 60 / (2 x 50) = 60%, within WORKER_CPU_SHARE_LIMIT: 80. At W = 70 CPU-s the share
+    takes 50 and 80 would load the cores 70%: 50 stays, an iteration of ~80 s."""
+    d = _choose(ops=600_000, bytes_sent=0, predicted_s=40.0)
+    assert d.cpu_demand_s == pytest.approx(60.0)
+    assert d.link_mbps == 80.0 == step_ceil(100 * 40 / ITERATION_BUDGET_S)
+    assert d.iteration_s == pytest.approx(50.0) and d.iteration_s <= ITERATION_BUDGET_S
+    assert d.cpu_load == pytest.approx(WORKER_CPU_SHARE_LIMIT)
+    assert "60 Mbit/s and ~67 s" in d.why and "so 80 Mbit/s" in d.why
+    d = _choose(ops=700_000, bytes_sent=0, predicted_s=40.0)
+    assert d.link_mbps == 50.0 == step_floor(100 * WORKER_CPU_SHARE * 2 * 40 / 70)
+    assert d.iteration_s == pytest.approx(80.0) and d.iteration_s > ITERATION_BUDGET_S
+    assert "at 50 Mbit/s" in d.why and "so " not in d.why
+    # short iterations are never raised: the share alone decides
+    assert _choose(ops=60_000, bytes_sent=0, predicted_s=4.0).link_mbps == 60.0 == step_floor(100 * 0.5 * 2 * 4 / 6)
+
+
+@pytest.mark.parametrize("x,want", [(100, 100), (99.9, 100), (61, 80), (60, 60), (41.9, 50), (1.3, 1.5), (0.27, 0.3)])
+def test_step_ceil(x, want):
+    assert step_ceil(x) == pytest.approx(want)
+    assert step_ceil(x) >= x * (1 - 1e-12)
 
 
 def test_explicit_rate_kept_with_a_warning_when_cpu_bound():
     d = _choose(ops=100_000, auto=False)  # W = 2 x 6 CPU-s in a 1 s iteration: 600% of 2 cores
     assert d.link_mbps == 100.0 and d.cpu_load == pytest.approx(6.0) and d.cpu_load > CPU_BOUND_LOAD
-    assert "emulation.link_mbps = 100" in d.warning and '"auto" picks 10' in d.warning
+    assert "emulation.link_mbps = 100" in d.warning and '"auto" picks 8' in d.warning
     assert not _choose(ops=100, bytes_sent=1, auto=False).warning
 
 
