@@ -20,7 +20,7 @@ same workers need about twice the CPU (veth, HTB and TCP at the cables' MTU in t
 calls), measured 1.8-2.3x the loopback estimate on topoopt-12, ResNet-50 and DLRM at 12
 servers and ResNet-50 at 64. `WORKER_CPU_SHARE` is then the share of the cores the workers
 are expected to keep busy; the cables' softirq work, not charged to them, takes part of
-the rest. At 128 servers the workers measured 1.43-1.46x W (about half of it in ZeroMQ's
+the rest. At 128 servers the workers measured 1.36-1.46x W (about half of it in ZeroMQ's
 I/O threads, mostly system time), so the share is kept below where fidelity was measured to
 end (`WORKER_CPU_SHARE`).
 
@@ -56,8 +56,9 @@ from .results import CPU_BOUND_LOAD
 
 WORKER_CPU_SHARE = 0.5
 """The share of the cores the workers are expected to keep busy (module docstring), W's
-estimate: ResNet-50 on 128 servers measured 9.2-11.3% off at an estimated 60% (68% measured),
-4.2% at 53% and 1.9% at 40%; on 64 servers 1.8% at 64% measured and 55% at 92%."""
+estimate: ResNet-50 on 128 servers measured 9.2-11.8% off in eight of nine runs at an
+estimated 52-64% (68% measured), 3.6-4.2% at 53% and 1.9% at 48%; on 64 servers 1.8% at 64%
+measured and 55% at 92% (docs/emulation.md section 3)."""
 WORKER_CPU_SHARE_LIMIT = 0.6
 """The estimated share up to which the rate may be raised to keep an iteration within
 `ITERATION_BUDGET_S` (module docstring)."""
