@@ -57,7 +57,7 @@ from .results import CPU_BOUND_LOAD
 WORKER_CPU_SHARE = 0.5
 """The share of the cores the workers are expected to keep busy (module docstring), W's
 estimate: ResNet-50 on 128 servers measured 9.2-11.8% off in eight of nine runs at an
-estimated 52-64% (68% measured), 3.6-4.2% at 53% and 1.9% at 48%; on 64 servers 1.8% at 64%
+estimated 52-64% (68% measured), 2.9-4.2% in three runs at 53% and 1.9% at 48%; on 64 servers 1.8% at 64%
 measured and 55% at 92% (docs/emulation.md section 3)."""
 WORKER_CPU_SHARE_LIMIT = 0.6
 """The estimated share up to which the rate may be raised to keep an iteration within
