@@ -187,10 +187,11 @@ def choose(
     auto: bool,
     available: float,
 ) -> Dilation:
-    """The rate (auto: the highest step at or below ``link_mbps``) at which the workers' CPU
-    demand for a schedule of ``ops`` ops sending ``bytes_sent`` bytes stays within
-    `WORKER_CPU_SHARE` of the cores, given ``predicted_s``, the emulated iteration at
-    ``link_mbps`` (module docstring). The schedule's figures are at ``payload_scale``."""
+    """The rate (auto: `auto_rate`, a step at or below ``link_mbps``) for a schedule of ``ops``
+    ops sending ``bytes_sent`` bytes: where the workers' CPU demand stays within
+    `WORKER_CPU_SHARE` of the cores, or within `WORKER_CPU_SHARE_LIMIT` to keep an iteration
+    within `ITERATION_BUDGET_S`, given ``predicted_s``, the emulated iteration at ``link_mbps``
+    (module docstring). The schedule's figures are at ``payload_scale``."""
     demand = SHAPED_CABLE_CPU * cost.demand_s(ops, bytes_sent)
     rate, preferred = auto_rate(demand, predicted_s, link_mbps, cost.cores) if auto else (link_mbps, link_mbps)
     iteration_s = predicted_s * link_mbps / rate
