@@ -57,8 +57,8 @@ from .results import CPU_BOUND_LOAD
 WORKER_CPU_SHARE = 0.5
 """The share of the cores the workers are expected to keep busy (module docstring), W's
 estimate: ResNet-50 on 128 servers measured 9.2-11.8% off in eight of nine runs at an
-estimated 52-64% (68% measured), 2.9-4.2% in three runs at 53% and 1.9% at 48%; on 64 servers 1.8% at 64%
-measured and 55% at 92% (docs/emulation.md section 3)."""
+estimated 52-64% (68% measured), 2.9-4.2% in three runs at 53% and 1.9% at 48%; on 64
+servers 1.8% at 64% measured and 55% at 92% (docs/emulation.md section 3)."""
 WORKER_CPU_SHARE_LIMIT = 0.6
 """The estimated share up to which the rate may be raised to keep an iteration within
 `ITERATION_BUDGET_S` (module docstring)."""
@@ -92,12 +92,11 @@ def step_floor(x: float) -> float:
 
 def step_ceil(x: float) -> float:
     """The smallest ``m x 10^k`` (m in `RATE_STEPS`) not below ``x`` (> 0)."""
-    below = step_floor(x)
-    if below >= x * (1 - 1e-12):
-        return below
-    k = math.floor(math.log10(below))
-    higher = [round(m * 10.0**k, 12) for m in RATE_STEPS if round(m * 10.0**k, 12) > below]
-    return higher[0] if higher else round(RATE_STEPS[0] * 10.0 ** (k + 1), 12)
+    k = math.floor(math.log10(step_floor(x)))
+    for v in (round(m * 10.0**e, 12) for e in (k, k + 1) for m in RATE_STEPS):
+        if v >= x * (1 - 1e-12):
+            return v
+    raise AssertionError("unreachable: 10^(k+1) > x")
 
 
 def transfer_ops(schedule: Schedule) -> int:
@@ -158,6 +157,11 @@ def payload_for_memory(ranks: int, buffer_bytes: float, payload_scale: float, av
     return step_floor(payload_scale * budget / need)
 
 
+def dilated_s(predicted_s: float, link_mbps: float, rate: float) -> float:
+    """T(r): the emulated iteration at ``rate``, from ``predicted_s`` at ``link_mbps`` (r0)."""
+    return predicted_s * link_mbps / rate
+
+
 def auto_rate(demand_s: float, predicted_s: float, link_mbps: float, cores: int) -> tuple[float, float]:
     """The automatic rate for an iteration that costs the workers ``demand_s`` CPU seconds and
     takes ``predicted_s`` emulated at ``link_mbps`` (r0), and the rate `WORKER_CPU_SHARE`
@@ -166,10 +170,10 @@ def auto_rate(demand_s: float, predicted_s: float, link_mbps: float, cores: int)
     if demand_s <= capacity * predicted_s:
         return link_mbps, link_mbps
     preferred = max(MIN_LINK_MBPS, step_floor(link_mbps * capacity * predicted_s / demand_s))
-    if predicted_s * link_mbps / preferred <= ITERATION_BUDGET_S:
+    if dilated_s(predicted_s, link_mbps, preferred) <= ITERATION_BUDGET_S:
         return preferred, preferred
     within = min(link_mbps, step_ceil(link_mbps * predicted_s / ITERATION_BUDGET_S))
-    if within > preferred and demand_s / (cores * predicted_s * link_mbps / within) <= WORKER_CPU_SHARE_LIMIT:
+    if within > preferred and demand_s / (cores * dilated_s(predicted_s, link_mbps, within)) <= WORKER_CPU_SHARE_LIMIT:
         return within, preferred
     return preferred, preferred
 
@@ -194,7 +198,7 @@ def choose(
     (module docstring). The schedule's figures are at ``payload_scale``."""
     demand = SHAPED_CABLE_CPU * cost.demand_s(ops, bytes_sent)
     rate, preferred = auto_rate(demand, predicted_s, link_mbps, cost.cores) if auto else (link_mbps, link_mbps)
-    iteration_s = predicted_s * link_mbps / rate
+    iteration_s = dilated_s(predicted_s, link_mbps, rate)
     load = demand / (cost.cores * iteration_s) if iteration_s > 0 else 0.0
     memory = ranks * worker_memory_bytes(buffer_bytes)
     work = (
@@ -203,27 +207,27 @@ def choose(
     )
     if not auto:
         why = f"set by the scenario; {work}: {load:.0%} of {cost.cores} cores"
-    elif rate > preferred:
-        why = (
-            f"{work}, {demand / (cost.cores * predicted_s):.0%} of {cost.cores} cores at {link_mbps:g} Mbit/s; "
-            f"{WORKER_CPU_SHARE:.0%} would take {preferred:g} Mbit/s and ~{predicted_s * link_mbps / preferred:.0f} s "
-            f"an iteration, so {rate:g} Mbit/s: ~{iteration_s:.0f} s at {load:.0%} (an iteration within "
-            f"{ITERATION_BUDGET_S:g} s while the load stays within {WORKER_CPU_SHARE_LIMIT:.0%})"
-        )
-    elif rate < link_mbps:
-        why = (
-            f"{work}, {demand / (cost.cores * predicted_s):.0%} of {cost.cores} cores at {link_mbps:g} Mbit/s; "
-            f"at {rate:g} Mbit/s {load:.0%} (at most {WORKER_CPU_SHARE:.0%})"
+    elif rate < link_mbps or rate > preferred:
+        why = f"{work}, {demand / (cost.cores * predicted_s):.0%} of {cost.cores} cores at {link_mbps:g} Mbit/s; " + (
+            f"{WORKER_CPU_SHARE:.0%} would take {preferred:g} Mbit/s and "
+            f"~{dilated_s(predicted_s, link_mbps, preferred):.0f} s an iteration, so {rate:g} Mbit/s: "
+            f"~{iteration_s:.0f} s at {load:.0%} (an iteration within {ITERATION_BUDGET_S:g} s while the load "
+            f"stays within {WORKER_CPU_SHARE_LIMIT:.0%})"
+            if rate > preferred
+            else f"at {rate:g} Mbit/s {load:.0%} (at most {WORKER_CPU_SHARE:.0%})"
         )
     else:
         why = f"{work}: {load:.0%} of {cost.cores} cores at the highest rate, {link_mbps:g} Mbit/s"
     warning = ""
     if load > CPU_BOUND_LOAD:
-        fits = auto_rate(demand, predicted_s, link_mbps, cost.cores)[0]
         warning = (
             f"emulation.link_mbps = {rate:g}: the workers would keep {load:.0%} of this machine's "
             f"{cost.cores} cores busy, so the run will measure the CPU, not the cables"
-            + (f' (link_mbps = "auto" picks {fits:g})' if not auto else " (the lowest rate there is)")
+            + (
+                f' (link_mbps = "auto" picks {auto_rate(demand, predicted_s, link_mbps, cost.cores)[0]:g})'
+                if not auto
+                else " (the lowest rate there is)"
+            )
         )
     return Dilation(
         auto=auto,
