@@ -4,8 +4,7 @@
    program is the schedule format's (docs/schedules.md): streams of send / recv / compute ops,
    ops of a stream in order, an op also waits for its `after` ops, sends are eager, receives
    match first in, first out per (src, tag). Python keeps what is rare: faults, the control
-   socket, heartbeats, monitors (`run_step` returns to it at least every `slice_s`, and when
-   an extra socket, polled every EXTRA_EVERY_S, has an event).
+   socket, heartbeats, monitors (`run_step` returns to it at least every `slice_s`).
 
    Sends: a send op is cut into `send_pieces` nearly equal chunks (`chunk_end`); each goes out
    as a 16-byte header (iteration, src, tag, bytes; little-endian u32) and one chunk. A chunk of
@@ -84,7 +83,6 @@ int eng_load(const char *path) {
 #define RECEIVE_BUDGET 64       /* messages taken per loop turn, so sends get their turn */
 #define SHORT_SLEEP_S 100e-6    /* a wait shorter than a poll's millisecond: sleep this, then look again */
 #define HEADER_BYTES 16
-#define EXTRA_EVERY_S 0.1 /* the extra sockets (monitors, control) are polled at most this often */
 
 enum { SEND = 0, RECV = 1, COMPUTE = 2 }; /* contract.schedule's kind codes */
 enum { DONE = 0, YIELD = 1, EXTRA = 2 }; /* run_step's outcomes */
@@ -333,7 +331,6 @@ typedef struct {
   int32_t *blocked_list;
   int64_t nblocked;
   zmq_pollitem_t *items;
-  double extra_due; /* when the extra sockets are polled next (0: at the first turn) */
 } run_t;
 
 static inline uint64_t hash64(uint64_t x) {
@@ -779,20 +776,13 @@ int run_step(run_t *r, double slice_s) {
       wait = wait < SHORT_SLEEP_S ? wait : SHORT_SLEEP_S;
       short_wait = 1;
     }
-    /* The extra sockets (a monitor per peer, the control socket) only report faults, and
-       polling them costs a system call's work per socket: every EXTRA_EVERY_S, not every
-       turn (a turn per message would poll all of them per message). */
-    int with_extra = t >= r->extra_due;
-    if (with_extra) r->extra_due = t + EXTRA_EVERY_S;
-    else if (r->extra_due - t < wait) wait = r->extra_due - t;
     long timeout_ms = (long)(wait * 1000.0);
     if (timeout_ms == 0 && wait > 0) short_wait = 1;
     int n = 0;
     r->items[n++] = (zmq_pollitem_t){io->pull, 0, ZMQ_POLLIN, 0};
     for (int64_t b = 0; b < r->nblocked; b++) r->items[n++] = (zmq_pollitem_t){io->socks[r->blocked_list[b]], 0, ZMQ_POLLOUT, 0};
     int first_extra = n;
-    if (with_extra)
-      for (int64_t x = 0; x < io->nextra; x++) r->items[n++] = (zmq_pollitem_t){io->extra[x], 0, ZMQ_POLLIN, 0};
+    for (int64_t x = 0; x < io->nextra; x++) r->items[n++] = (zmq_pollitem_t){io->extra[x], 0, ZMQ_POLLIN, 0};
     int events = Z.poll(r->items, n, short_wait ? 0 : timeout_ms);
     if (events < 0) {
       int err = Z.errno_();
