@@ -47,11 +47,6 @@ NETEM_MODES = ("auto", "on", "off")
 AUTO_RATE = "auto"  # link_mbps = "auto": automatic time dilation (EmulationConfig.auto_rate)
 DEFAULT_LINK_MBPS = 100.0  # see the module docstring for why 100
 MIN_LINK_MBPS, MAX_LINK_MBPS = 0.1, 100_000.0  # HTB on a veth; below 0.1 a 1 MB transfer takes minutes
-HTB_BURST_FLOOR = 65536 + 9014  # a veth hands HTB GSO packets of up to 64 KiB, plus a jumbo frame
-"""The least burst of an HTB class (bytes): below one GSO packet HTB cannot reach its rate."""
-DEFAULT_SHARE_FLOOR = 0.01
-"""The least share of a cable the default class is guaranteed when the plan fills the cable:
-unplanned traffic (acks, plane 0) is never starved, and borrows the rest like any class."""
 HOST_MEMORY_MIB = 8.0  # measured cost of one emulated host (shell, namespace, link buffers), rounded up
 DEFAULT_RUN_DIR = "/run/topolab"  # tmpfs: a reboot forgets the lock and state files, as it forgets namespaces
 DEFAULT_SSH_USER = "root"  # the emulator creates namespaces and interfaces on every machine
@@ -277,22 +272,6 @@ class EmulatedRates:
         """What one connection gets over parallel cables as emulated (`connection_capacities`)."""
         links = list(links)
         return connection_capacities(links, self.mtu, self.link_rate_bps(links))
-
-    def bursts(self, links: Iterable[Link]) -> dict[tuple[int, int], float]:
-        """The payload bytes each directed cable end sends at once after an idle moment
-        (its HTB class's token bucket, `htb_burst_bytes`; parallel cables add up), as
-        `capacities` gives its goodput."""
-        links = list(links)
-        bucket_bits = [8 * htb_burst_bytes(rate) for rate in self.link_rate_bps(links)]
-        return cable_capacities(links, self.mtu, bucket_bits)  # bits -> payload bytes, as a rate
-
-
-def htb_burst_bytes(rate_bps: int) -> int:
-    """The burst (and cburst) of an HTB class of ``rate_bps``: 1 ms of the rate, at least
-    `HTB_BURST_FLOOR`. After an idle moment a class sends that much at once, above its rate
-    (its token bucket: docs/emulation.md section 3), which the predictor models
-    (`EmulatedRates.bursts`)."""
-    return max(HTB_BURST_FLOOR, rate_bps // 8 // 1000)
 
 
 def emulated_rates(network: Network, config: EmulationConfig, mtu: int | None = None) -> EmulatedRates:

@@ -119,19 +119,6 @@ def next_hop_array(routes: Routes, nodes: int) -> np.ndarray:
     raise ValueError(f"unknown routes kind {routes.kind!r}")
 
 
-def routed_through(next_hop: np.ndarray, servers: int) -> dict[tuple[int, int], tuple[int, ...]]:
-    """``{(u, v): servers}``: the servers whose route from node ``u`` leaves towards its
-    neighbour ``v`` (``next_hop[u][d] == v``), i.e. the destinations sharing the cable end
-    ``u -> v`` (the emulator gives each a class of its own there; the flow predictor gives
-    each that class's burst)."""
-    out: dict[tuple[int, int], tuple[int, ...]] = {}
-    for u in range(next_hop.shape[0]):
-        hops = next_hop[u, :servers]
-        for v in np.unique(hops[hops >= 0]):
-            out[u, int(v)] = tuple(int(d) for d in np.flatnonzero(hops == v) if d != u)
-    return out
-
-
 @dataclass(frozen=True)
 class PathShare:
     """One path of a pair's traffic: the node sequence (source and destination included)

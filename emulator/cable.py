@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from contract.network import routed_through
 from contract.plan import Link
 
 from . import nlbatch, shaping
@@ -64,14 +63,13 @@ def routed_destinations(
     next_hop: np.ndarray, ports: Sequence[Sequence[Port]], servers: int
 ) -> dict[tuple[int, str], tuple[int, ...]]:
     """``{(node, ifname): servers}``: the servers each cable end carries traffic towards, by
-    the network's routes (`contract.network.routed_through`); parallel cables to one
-    neighbour each carry all of its destinations, as their multipath route spreads the
-    connections."""
-    through = routed_through(next_hop, servers)
+    the network's routes (``next_hop[u][d]``, the neighbour ``u`` forwards to on the way to
+    ``d``); parallel cables to one neighbour each carry all of its destinations, as their
+    multipath route spreads the connections."""
     out: dict[tuple[int, str], tuple[int, ...]] = {}
     for u, node_ports in enumerate(ports):
         for p in node_ports:
-            routed = through.get((u, p.peer))
+            routed = tuple(int(d) for d in np.flatnonzero(next_hop[u, :servers] == p.peer) if d != u)
             if routed:
                 out[u, p.ifname] = routed
     return out

@@ -95,7 +95,7 @@ class EmulatedNetwork(BuiltRates):
     ``net.host_address(i)``, ``net.popen(i, argv)``, the rates (``net.rates``, the
     `contract.emulation.EmulatedRates` it is built at, and from them ``net.time_scale``,
     ``net.link_mbps``, ``net.reference_gbps``, ``net.mtu``, ``net.link_rate_bps`` per cable,
-    ``net.capacities``), ``net.netem``, ``net.fair_queues``, ``net.facts``, ``net.plane_address(i, p)`` and
+    ``net.capacities``), ``net.netem``, ``net.facts``, ``net.plane_address(i, p)`` and
     ``net.live`` (live changes: `emulator.live.LiveChanges`) are the public interface, the
     same as `emulator.cluster.ClusterNetwork`'s;
     ``net.network`` is the `Network` it builds, ``net.mininet`` Mininet's view of it (for
@@ -114,7 +114,6 @@ class EmulatedNetwork(BuiltRates):
         self.nodes = self.network.nodes
         self.rates = emulated_rates(self.network, self.config)
         self.netem = False
-        self.fair_queues = self.config.fair_queues  # a class per destination on every cable end
         self.ports: list[list[Port]] = ports_of(self.network.links, self.nodes, self.servers)
         self.link_rate_bps = self.rates.link_rate_bps(self.network.links)  # live changes update it
         self.delay_us = float(self.network.latency_us) * self.time_scale

@@ -8,7 +8,7 @@ egress at the link's rate; its leaf is netem with the dilated plan latency when 
 Under that class (1:1, the cable), a cable end gets one HTB class per destination
 (1:``DESTINATION_CLASS_BASE + d``; ceil = the cable's rate, so idle bandwidth is borrowed)
 selected by a u32 filter on the destination's identity, and a default class 1:2 for all
-other traffic (rate = what the destination classes leave, at least `contract.emulation.DEFAULT_SHARE_FLOOR` of
+other traffic (rate = what the destination classes leave, at least `DEFAULT_SHARE_FLOOR` of
 the cable; ceil = the cable's rate). A destination's rate is the planned rate towards it
 through this cable where a bandwidth allocation plans one (`emulator.planes`,
 ``docs/emulation.md`` section 6), else an equal share of the rest among the destinations
@@ -26,16 +26,18 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from contract.emulation import DEFAULT_SHARE_FLOOR, htb_burst_bytes
-
 from .errors import ShapingError
 
+BURST_FLOOR = 65536 + 9014  # a veth hands HTB GSO packets of up to 64 KiB
 CABLE_CLASS = 1
 """Minor of the class that carries a cable end's whole egress (1:1)."""
 DEFAULT_CLASS = 2
 """Minor of the class of unplanned traffic on a cable end with destination classes (1:2)."""
 DESTINATION_CLASS_BASE = 0x100
 """Class of destination node ``d``: 1:``DESTINATION_CLASS_BASE + d`` (up to 65279 nodes)."""
+DEFAULT_SHARE_FLOOR = 0.01
+"""The least share of a cable the default class is guaranteed when the plan fills the cable:
+unplanned traffic (acks, plane 0) is never starved, and borrows the rest like any class."""
 DESTINATION_QUANTUM = 9014
 """HTB quantum of a cable's child classes (a destination's, the default): the bytes a class
 borrowing above its own rate may send at its turn, one jumbo frame with its Ethernet header.
@@ -115,6 +117,10 @@ def _netem(s: Shaping, parent_minor: int, handle: int) -> str:
     )
 
 
+def _burst(rate_bps: int) -> int:
+    return max(BURST_FLOOR, rate_bps // 8 // 1000)  # 1 ms of the rate, at least one GSO packet
+
+
 def _htb_class(verb: str, s: Shaping, minor: int = CABLE_CLASS, rate_bps: int | None = None) -> str:
     """The cable's class 1:1 (``minor`` 1), or a child of it at ``rate_bps`` with the cable's ceil."""
     rate = s.rate_bps if rate_bps is None else rate_bps
@@ -122,7 +128,7 @@ def _htb_class(verb: str, s: Shaping, minor: int = CABLE_CLASS, rate_bps: int | 
     quantum = 200000 if minor == CABLE_CLASS else DESTINATION_QUANTUM
     return (
         f"class {verb} dev {s.ifname} parent {parent} classid 1:{minor:x} htb rate {rate}bit "
-        f"ceil {s.rate_bps}bit burst {htb_burst_bytes(rate)}b cburst {htb_burst_bytes(s.rate_bps)}b quantum {quantum}"
+        f"ceil {s.rate_bps}bit burst {_burst(rate)}b cburst {_burst(s.rate_bps)}b quantum {quantum}"
     )
 
 

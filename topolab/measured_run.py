@@ -267,13 +267,10 @@ def calibrate(run: RunState, net: Any, workers: Workers) -> None:
         control_relay=workers.control_relay,
     )
     results.calibration = Calibration.from_dict(cal)
-    predicted = predict_run(plan, schedule, net.rates, net.netem, cal["op_overhead_s"], cores, net.fair_queues)
+    predicted = predict_run(plan, schedule, net.rates, net.netem, cal["op_overhead_s"], cores)
     results.predicted = Prediction.from_dict(predicted)
     if run.injector:
-
-        def repredict(p: Plan) -> dict[str, Any]:
-            return predict_run(p, schedule, net.rates, net.netem, cal["op_overhead_s"], cores, net.fair_queues)
-
+        repredict = lambda p: predict_run(p, schedule, net.rates, net.netem, cal["op_overhead_s"], cores)  # noqa: E731
         run.injector.start(net, repredict, predicted)
         results.faults = run.injector.applied
     write_results(results, run.out_dir, report=False)

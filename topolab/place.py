@@ -319,7 +319,7 @@ def _measure_on(
             schedule = placement_schedule(
                 tasks, p, plan.servers, time_scale=scale, payload_scale=payload_scale, network=network
             )
-            flow = predict_run(plan, schedule, net.rates, net.netem, fair_queues=net.fair_queues)
+            flow = predict_run(plan, schedule, net.rates, net.netem)
 
             def each(i: int, res: Any, label: str = label) -> None:
                 log(f"  {label}: {'warm-up' if i == 0 else i} {res.time_s:.3f} s {'verified' if res.ok else 'FAILED'}")

@@ -71,20 +71,12 @@ def shared_cores(machines: Sequence[object]) -> int | None:
 
 
 def network_args(
-    plan: Plan,
-    rates: EmulatedRates,
-    netem: bool,
-    op_overhead_s: float = 0.0,
-    cores: int | None = None,
-    fair_queues: bool = True,
+    plan: Plan, rates: EmulatedRates, netem: bool, op_overhead_s: float = 0.0, cores: int | None = None
 ) -> NetworkArgs:
     """The emulated network as the predictor sees it: cables at their emulated rates and MTU,
     per-hop latency (the software hop, plus the plan's latency dilated when netem emulates
-    it), the workers' cost per op and the processors they share (`shared_cores`), the
-    reduce cost of a pipelined message's last chunk, and the HTB bursts of the cable ends
-    (``fair_queues``: with a class per destination, as one machine's emulator shapes them;
-    off: one class per cable end, as `EmulationConfig.fair_queues` off and the Cluster
-    Edition)."""
+    it), the workers' cost per op and the processors they share (`shared_cores`), and the
+    reduce cost of a pipelined message's last chunk."""
     alpha = SOFTWARE_HOP_S + (plan.latency_us * 1e-6 * rates.time_scale if netem else 0.0)
     return NetworkArgs(
         rates=rates,
@@ -92,8 +84,6 @@ def network_args(
         op_overhead_s=op_overhead_s,
         reduce_cap_bytes=EXPOSED_REDUCE_BYTES,
         cores=cores,
-        bursts=True,
-        fair_queues=fair_queues,
     )
 
 
@@ -168,7 +158,7 @@ def prepare(
         "mtu": rates.mtu,
         "payload_scale": scale,
     }
-    args = network_args(plan, rates, netem, fair_queues=s.emulation.fair_queues and not s.emulation.machines)
+    args = network_args(plan, rates, netem)
     t0 = time.perf_counter()
     schedule, pred = predict_iteration(plan, opts, **args)
     return plan, schedule, opts, emulated, _predicted(pred, rates, args, time.perf_counter() - t0)
@@ -181,14 +171,12 @@ def predict_run(
     netem: bool,
     op_overhead_s: float = 0.0,
     cores: int | None = None,
-    fair_queues: bool = True,
 ) -> dict[str, Any]:
     """The prediction of ``schedule`` (already built: the workers run it) on ``plan``'s cables
     emulated at ``rates`` (a built network's ``net.rates``), e.g. once the workers' cost per op
     is measured (on ``cores`` shared processors: `shared_cores`), or on a plan rerouted by a
-    fault. ``fair_queues``: the network's cable ends have a class per destination (the
-    built network's ``fair_queues``)."""
-    args = network_args(plan, rates, netem, op_overhead_s, cores, fair_queues)
+    fault."""
+    args = network_args(plan, rates, netem, op_overhead_s, cores)
     t0 = time.perf_counter()
     pred = predict(schedule, plan_network(plan, **args))
     return _predicted(pred, rates, args, time.perf_counter() - t0)

@@ -168,7 +168,7 @@ def train(
         )
         for backend in backends:
             folder = out / backend if len(backends) > 1 else out
-            service = ScheduleService(plan, net.rates, net.netem, fair_queues=net.fair_queues)
+            service = ScheduleService(plan, net.rates, net.netem)
             private, endpoint = control_endpoint()
             server = ControlServer(endpoint, n, service)
             server.start()

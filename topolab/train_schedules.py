@@ -122,7 +122,6 @@ class ScheduleService:
     plan: Any
     rates: EmulatedRates  # the built network's (``net.rates``)
     netem: bool = False  # the plan's link latency emulated (``net.netem``)
-    fair_queues: bool = True  # a class per destination on every cable end (``net.fair_queues``)
     made: dict[str, Made] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -133,9 +132,7 @@ class ScheduleService:
     def emulated(self, op_overhead_s: float) -> Network:
         """The emulated network as `topolab run` predicts it (`topolab.prediction.network_args`),
         with ``op_overhead_s`` of software per op."""
-        return plan_network(
-            self.plan, **network_args(self.plan, self.rates, self.netem, op_overhead_s, fair_queues=self.fair_queues)
-        )
+        return plan_network(self.plan, **network_args(self.plan, self.rates, self.netem, op_overhead_s))
 
     def get(self, key: dict[str, Any]) -> Made:
         name = protocol.key_name(key)

@@ -145,7 +145,6 @@ class ClusterNetwork(BuiltRates):
     _relays: dict[tuple[int, str], str] = field(default_factory=dict, init=False)  # (machine, path): remote
     _lock: RunLock | None = field(default=None, init=False)  # this machine's run lock, as one machine's network
     netem = False  # no link latency: netem is not applied across machines (docs/cluster.md)
-    fair_queues = False  # one FIFO per cable end, no class per destination (docs/emulation.md section 3)
     delay_us = 0.0
 
     def __post_init__(self) -> None:

@@ -40,8 +40,6 @@ class NetworkArgs(TypedDict, total=False):
     destination_classes: bool  # an allocation's planes get their assured rates
     rates: EmulatedRates | None  # the cables as an emulated network runs them (replaces link_bps, mtu)
     cores: int | None  # the processors the ranks share (None: one each)
-    bursts: bool  # the emulated cable ends' HTB bursts (with rates)
-    fair_queues: bool  # with bursts: each destination's class on a cable end has a bucket too
 
 
 @overload

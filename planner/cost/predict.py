@@ -21,11 +21,6 @@ exactly the schedule the workers run (contract.schedule), op by op:
   the TCP goodput of the link (payload / wire bytes at the MTU); where parallel cables join
   two nodes the link is their sum, but one connection gets at most one cable (a multipath
   route hashes it onto one: ``Network.connection_cap``, a link of its own in the sharing);
-- on an emulated network (``Network.burst_bytes``) a message going on the wire first takes
-  what the token buckets of its path's HTB classes hold (each cable end's, and there its
-  destination's class when ``Network.class_refill`` gives classes), all of it at once, as
-  HTB sends a class's burst after an idle moment; a bucket refills while its link (class)
-  carries no flow, at the link's capacity (the class's share): `_Replay.take_burst`;
 - a message arrives ``hops * alpha`` after its last byte left (per-hop latency, 1.5) and a
   ``recv`` completes when its message has arrived and been reduced or copied
   (``reduce_bytes / reduce_bytes_per_s``, ``reduce_bytes`` capped at the size of the last
@@ -42,7 +37,7 @@ One module (over 300 lines): the network description, the rate model (max-min fa
 reservations) and the replays that use them change together.
 
 Two replays, one prediction. When no two connections ever share a link (TopoOpt's rings: each
-ring edge is a cable of its own), ops cost no processor time and no link bursts, every message runs alone at
+ring edge is a cable of its own) and ops cost no processor time, every message runs alone at
 its path's rate and each op's end follows from the ops it waits for: `_dedicated_replay`
 computes them in rounds over the schedule's arrays (`contract.schedule.Program`), the next op
 of every stream at once, a ring step per round on all ranks (about 0.1 us per op). Any other
@@ -69,8 +64,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from contract.emulation import DEFAULT_SHARE_FLOOR, EmulatedRates
-from contract.network import cable_capacities, connection_capacities, routed_through
+from contract.emulation import EmulatedRates
+from contract.network import cable_capacities, connection_capacities
 from contract.physics import DEFAULT_MTU, REDUCE_BYTES_PER_S, cable_goodput
 from contract.schedule import COMPUTE as COMPUTE_CODE
 from contract.schedule import RECV as RECV_CODE
@@ -98,14 +93,6 @@ class Network:
     # processors the ranks share (None: each rank has its own); with them, ``op_overhead_s``
     # is an op's processor time on one of them (`_Replay`'s shared processors)
     cores: int | None = None
-    # an emulated network's HTB token buckets (`contract.emulation.EmulatedRates.bursts`): the
-    # payload bytes a directed link sends at once after an idle moment; empty: none (a real
-    # network, or a model that leaves them out)
-    burst_bytes: dict[tuple[int, int], float] = field(default_factory=dict)
-    # with a class per destination on every cable end (the emulator's fair queues): the rate
-    # (bytes/s) at which each destination's class on a directed link refills its own bucket,
-    # its equal share of the link; empty: one bucket per cable end
-    class_refill: dict[tuple[int, int], float] = field(default_factory=dict)
     _paths: dict[tuple[int, int, int], list[tuple[int, int]]] = field(default_factory=dict, repr=False)
 
     def connection_limit(self, path: list[tuple[int, int]]) -> float | None:
@@ -139,8 +126,6 @@ def plan_network(
     destination_classes: bool = True,
     rates: EmulatedRates | None = None,
     cores: int | None = None,
-    bursts: bool = False,
-    fair_queues: bool = True,
 ) -> Network:
     """A `Network` for ``plan``: each cable gives both directions its goodput, parallel
     cables add up (`contract.network.cable_capacities`), and one connection gets one of them
@@ -150,10 +135,7 @@ def plan_network(
     emulated at ``link_bps``; by default the plan's own rates are used.
     ``destination_classes`` off: an allocation's planes are routed but their rates are not
     assured (the emulator's ``destination_classes = False``). ``cores``: the processors all
-    ranks share (`Network.cores`; None: one each). ``bursts`` (with ``rates``): the cable
-    ends' HTB token buckets (`Network.burst_bytes`), and with ``fair_queues`` (the emulator's
-    class per destination routed through a cable end) each class's own bucket, refilled at
-    an equal share of the cable (`Network.class_refill`)."""
+    ranks share (`Network.cores`; None: one each)."""
     if rates is None and link_bps is not None:
         rates = EmulatedRates(plan.link_gbps, link_bps / 1e6, mtu)
     cap = cable_capacities(plan.links, mtu) if rates is None else rates.capacities(plan.links)
@@ -172,14 +154,6 @@ def plan_network(
         for plane, share in enumerate(pair.paths, start=1)
         if destination_classes
     }
-    burst: dict[tuple[int, int], float] = {}
-    refill: dict[tuple[int, int], float] = {}
-    if bursts and rates is not None:
-        burst = rates.bursts(plan.links)
-        if fair_queues:
-            routed = routed_through(network.next_hop, plan.servers)
-            share = 1.0 - DEFAULT_SHARE_FLOOR
-            refill = {edge: cap[edge] * share / len(ds) for edge, ds in routed.items() if ds and edge in cap}
     return Network(
         dict(cap),
         plan.path,
@@ -192,8 +166,6 @@ def plan_network(
         assured=assured,
         connection_cap=per_connection,
         cores=cores,
-        burst_bytes=burst,
-        class_refill=refill,
     )
 
 
@@ -403,16 +375,6 @@ class _Replay:
         self.cpu_busy = 0
         self.dirty: set[int] = set(range(ranks))  # ranks to scan for ops that can start
         self.flows_changed = False
-        # the shaper's token buckets (`Network.burst_bytes`, `take_burst`), full at the start
-        self.bursting = bool(network.burst_bytes)
-        self.bucket_size = [network.burst_bytes.get(link, 0.0) for link in links]
-        self.bucket = list(self.bucket_size)
-        self.idle_since = [0.0] * len(links)  # when each link's last flow ended
-        self.class_refill = [network.class_refill.get(link, 0.0) for link in links]
-        self.class_bucket: dict[tuple[int, int], float] = {}  # (link id, destination) -> bytes
-        self.class_idle: dict[tuple[int, int], float] = {}  # when the class's last flow ended
-        self.class_busy: dict[tuple[int, int], int] = defaultdict(int)  # its flows on the wire
-        self.burst_sent = 0.0
 
     def _index(self, streams: list[list]) -> None:
         """One rank's done flags (by op id) and who waits for which op."""
@@ -602,8 +564,6 @@ class _Replay:
             self.launched += 1
             f.seq = self.launched
             self.on_wire += 1
-            if self.bursting:
-                self.take_burst(f)
             relayed = f.relayed
             for link in f.links:
                 users[link].append(f)
@@ -630,56 +590,6 @@ class _Replay:
                 self.started.append(f)
             self.flows_changed = True
         self.pending.clear()
-
-    def take_burst(self, f: _Flow) -> None:
-        """The part of ``f``'s message its path's token buckets let through at once, as HTB
-        does after an idle moment (`Network.burst_bytes`; call before ``f`` joins its links'
-        users): the least of what every cable end on the path has in its bucket and, with a
-        class per destination, in the class of ``f.dst`` there. A bucket refills while its
-        link (its class) carries no flow, at the link's capacity (the class's equal share),
-        up to its size; the bytes taken leave every bucket on the path."""
-        now, cables, users = self.now, len(self.links), self.link_users
-        size, bucket, capacity = self.bucket_size, self.bucket, self.capacity
-        classes = self.class_refill
-        take = float(f.length)
-        for link in f.links:
-            if link >= cables:
-                continue
-            if not users[link]:
-                bucket[link] = min(size[link], bucket[link] + capacity[link] * (now - self.idle_since[link]))
-            take = min(take, bucket[link])
-            if classes[link]:
-                key = (link, f.dst)
-                if not self.class_busy[key]:
-                    level = self.class_bucket.get(key, size[link])
-                    since = self.class_idle.get(key, 0.0)
-                    self.class_bucket[key] = min(size[link], level + classes[link] * (now - since))
-                take = min(take, self.class_bucket[key])
-        for link in f.links:
-            if link >= cables:
-                continue
-            bucket[link] -= take
-            if classes[link]:
-                key = (link, f.dst)
-                self.class_bucket[key] -= take
-                self.class_busy[key] += 1
-        f.remaining -= take
-        self.burst_sent += take
-
-    def end_burst(self, f: _Flow, t: float) -> None:
-        """``f`` left its links at ``t`` (after they dropped it): the ones it leaves idle, and
-        its classes there, refill from ``t`` (`take_burst`)."""
-        cables, users, classes = len(self.links), self.link_users, self.class_refill
-        for link in f.links:
-            if link >= cables:
-                continue
-            if not users[link]:
-                self.idle_since[link] = t
-            if classes[link]:
-                key = (link, f.dst)
-                self.class_busy[key] -= 1
-                if not self.class_busy[key]:
-                    self.class_idle[key] = t
 
     def update_rates(self) -> None:
         """Max-min rates again after flows started or ended (`launch_flows`, `advance`).
@@ -811,8 +721,6 @@ class _Replay:
             pending.add(f.index)
             for link in f.links:
                 users[link].remove(f)
-            if self.bursting:
-                self.end_burst(f, t_next)
             if f.assured or not f.links:
                 touched.update(f.links)
             else:
@@ -909,7 +817,7 @@ def predict(schedule: Schedule, network: Network, events: bool = False) -> Predi
     in rounds over all ranks at once when no two connections share a link
     (`_dedicated_replay`), else (or with ``events``) event by event (`_Replay`)."""
     with collector_paused():
-        fast = None if events or network.burst_bytes else _dedicated_replay(schedule, network)
+        fast = None if events else _dedicated_replay(schedule, network)
         return fast if fast is not None else _Replay(schedule, network).run()
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from contract.physics import tcp_goodput_fraction
-from contract.schedule import Schedule, ScheduleBuilder
+from contract.schedule import Schedule
 from planner import build_plan, load_scenario, parse_scenario
 from planner.collectives.p2p import p2p_transfers
 from planner.collectives.rings import multiring_allreduce, ring_allreduce, topoopt_rings
@@ -253,87 +253,3 @@ def test_ranks_share_the_cores_they_run_on():
     alone = predict(ring, _instant_network(4, 1.0, None)).seconds
     assert predict(ring, _instant_network(4, 1.0, 4)).seconds == pytest.approx(alone)
     assert predict(ring, _instant_network(4, 1.0, 2)).seconds == pytest.approx(2 * alone)
-
-
-# ---- an emulated network's HTB bursts (`Network.burst_bytes`, `_Replay.take_burst`) ----------
-
-
-def _gapped(sends: list[tuple[float, int, int]], ranks: int = 3) -> Schedule:
-    """Rank 0 sends ``length`` bytes to ``dst`` at time ``start`` (``(start, dst, length)``,
-    in order; a send ends as it hands its message over, and a compute op waits until the
-    next); every message received by its destination."""
-    b = ScheduleBuilder(ranks)
-    total = sum(length for _, _, length in sends)
-    b.buffer("act", total)
-    offset, last, now = 0, None, 0.0
-    for tag, (start, dst, length) in enumerate(sends):
-        after = () if last is None else (last,)
-        wait = b.compute(0, "s", start - now, after=after)
-        now = start
-        last = b.send(0, "s", dst, "act", offset, length, tag, after=(wait,))
-        b.recv(dst, f"r{tag}", 0, "act", offset, length, tag, mode="copy")
-        offset += length
-    return b.build()
-
-
-def _bursting(burst: float, class_refill: float = 0.0) -> Network:
-    net = _line_network()  # 1 MB/s each way, paths through 1
-    net.servers = 3
-    net.burst_bytes = {link: burst for link in net.capacity}
-    net.class_refill = {link: class_refill for link in net.capacity} if class_refill else {}
-    return net
-
-
-def test_a_message_after_an_idle_moment_sends_the_burst_at_once():
-    # 400 KB on 0 -> 1 with a 100 KB bucket: 100 KB at once, 300 KB at 1 MB/s
-    one = _gapped([(0.0, 1, 400_000)])
-    assert predict(one, _bursting(100_000)).seconds == pytest.approx(0.3, rel=1e-6)
-    assert predict(one, _line_network()).seconds == pytest.approx(0.4, rel=1e-6)  # no bucket: no burst
-    # a message within the bucket is there at once; a relayed one gets the least of its path's
-    assert predict(_gapped([(0.0, 1, 50_000)]), _bursting(100_000)).seconds == pytest.approx(0.0, abs=1e-9)
-    assert predict(_gapped([(0.0, 2, 400_000)]), _bursting(100_000)).seconds == pytest.approx(0.3, rel=1e-6)
-
-
-def test_the_bucket_refills_at_the_link_rate_while_the_link_is_idle():
-    # two 400 KB messages 0 -> 1, the first done at 0.3 s: the second after a pause of 0.05 s
-    # gets 50 KB at once (the bucket refills at 1 MB/s), after 0.5 s the whole 100 KB (no more
-    # than its size)
-    for gap, refilled in [(0.05, 50_000), (0.5, 100_000)]:
-        pred = predict(_gapped([(0.0, 1, 400_000), (0.3 + gap, 1, 400_000)]), _bursting(100_000))
-        assert pred.seconds == pytest.approx(0.3 + gap + (400_000 - refilled) / 1e6, rel=1e-6)
-
-
-def test_a_destination_class_refills_its_own_bucket_at_its_share():
-    # classes refilling at 0.1 MB/s: after a pause of 0.5 s the class of destination 1 holds
-    # 50 KB, though the cable end's bucket is full again; the class of 2 was never used
-    to_one = predict(_gapped([(0.0, 1, 400_000), (0.8, 1, 400_000)]), _bursting(100_000, 1e5))
-    assert to_one.seconds == pytest.approx(0.3 + 0.5 + 0.35, rel=1e-6)
-    to_two = predict(_gapped([(0.0, 1, 400_000), (0.8, 2, 400_000)]), _bursting(100_000, 1e5))
-    assert to_two.seconds == pytest.approx(0.3 + 0.5 + 0.3, rel=1e-6)
-
-
-def test_messages_starting_together_share_the_cable_ends_bucket():
-    # 0 -> 2 (relayed by 1) and 1 -> 2 start at once: the bucket of (1, 2) lets 100 KB through
-    # for the first launched, nothing for the second; then both share the link
-    pred = predict(p2p_transfers(3, [(0, 2, 400_000), (1, 2, 400_000)]), _bursting(100_000))
-    assert pred.seconds == pytest.approx(0.7, rel=1e-6)  # 700 KB left on (1, 2) at 1 MB/s
-    assert predict(p2p_transfers(3, [(0, 2, 400_000), (1, 2, 400_000)]), _line_network()).seconds == pytest.approx(0.8)
-
-
-def test_plan_network_gives_the_emulated_cable_ends_their_htb_buckets(scenario_dir):
-    from contract.emulation import EmulatedRates, htb_burst_bytes
-    from contract.network import routed_through
-
-    plan = build_plan(load_scenario(scenario_dir / "topoopt-12.toml"))
-    rates = EmulatedRates(plan.link_gbps, 100.0)
-    net = plan_network(plan, rates=rates, bursts=True)
-    payload = tcp_goodput_fraction(rates.mtu)
-    assert len(net.burst_bytes) == 12 * 4  # both ends of every cable
-    for burst in net.burst_bytes.values():
-        assert burst == pytest.approx(htb_burst_bytes(rates.rate_bps(plan.link_gbps)) * payload)
-    routed = routed_through(plan.network.next_hop, plan.servers)
-    assert sum(len(ds) for ds in routed.values()) == 12 * 11  # every destination, once per server
-    for link, refill in net.class_refill.items():
-        assert refill == pytest.approx(net.capacity[link] * 0.99 / len(routed[link]))
-    assert not plan_network(plan, rates=rates, bursts=True, fair_queues=False).class_refill
-    assert not plan_network(plan, rates=rates).burst_bytes  # by default no bursts: a real network
