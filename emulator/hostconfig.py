@@ -16,7 +16,7 @@ For each host, inside its namespace (the calling thread enters it with ``setns``
 - routes: one static /32 route per destination from the network's next-hop table, with the
   identity as preferred source; a next hop reached by parallel cables gets one multipath
   route over all of them (flows hashed on ports). Every route carries ``congctl cubic``
-  (`CUBIC`).
+  (`CUBIC`) and TCP's least retransmission timeout (`nlbatch.RTO_MIN_MS`, locked).
 - planes of a bandwidth allocation (`emulator.planes`): the host's plane addresses (/32 on
   ``lo``) and its plane rules with the addresses; with the routes, a /28 route per sourcing
   node's plane addresses (like its identity) and the plane routes in their tables.
@@ -81,6 +81,10 @@ HOST_SYSCTLS = {
     "net/ipv4/icmp_msgs_per_sec": "1000000",
     "net/ipv4/icmp_msgs_burst": "100000",
     "net/ipv4/fib_multipath_hash_policy": "1",  # parallel cables: hash on ports too
+    # no tail loss probes: on a shaped cable nothing is lost, and a probe after 2 RTTs of
+    # tens of microseconds resends what a shaped class still holds (as the timeouts did:
+    # `nlbatch.RTO_MIN_MS`)
+    "net/ipv4/tcp_early_retrans": "0",
 }
 OPTIONAL_SYSCTLS = {
     "net/ipv4/icmp_msgs_per_sec",
@@ -209,7 +213,7 @@ def send_routes(
                 dst_len=dst_len,
                 table=table,
                 prefsrc=host.identity,
-                metrics={"cc_algo": CUBIC},
+                metrics=nlbatch.route_metrics(CUBIC),
                 multipath=[{"gateway": c.peer_address, "oif": index[c.ifname]} for c in cables],
             )
             mp_what.append(f"multipath {label}")

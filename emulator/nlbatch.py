@@ -100,6 +100,36 @@ def send(
         sock.close()
 
 
+RTO_MIN_MS = 5000
+"""TCP's least retransmission timeout on every emulated route, locked (``ip route`` shows
+``rto_min lock 5s``). The default 200 ms is far above the RTT TCP samples on an emulated
+cable (12-34 us: the cables add no latency of their own), but a segment can wait longer than
+that in a shaped class at the time-dilated rates (a 64 KB packet takes 0.5 s at 1 Mbit/s):
+the timeouts then fire for segments that were queued, not lost, each resending them and
+shrinking the window to one segment. dlrm-128 at 0.6 and 1 Mbit/s: 55 timeouts and 125-180
+resent segments in 20 s on 8 of its hosts with 200 ms, none with 5 s (docs/emulation.md
+section 3). A segment really lost (a cable taken down under it) is resent after 5 s."""
+RTAX_RTO_MIN = 13  # linux/rtnetlink.h: the metric, and its bit in RTAX_LOCK
+
+
+def route_metrics(cc_algo: str) -> dict[str, int | str]:
+    """The metrics of every emulated route (pyroute2's names): congestion control ``cc_algo``
+    and TCP's least retransmission timeout `RTO_MIN_MS`, locked (an unlocked rto_min is
+    ignored)."""
+    return {"cc_algo": cc_algo, "lock": 1 << RTAX_RTO_MIN, "rto_min": RTO_MIN_MS}
+
+
+def route_metrics_text(cc_algo: str) -> str:
+    """`route_metrics` as ``ip route`` words (a multi-machine network's ``ip -batch``; ``ip``
+    locks an ``rto_min`` itself)."""
+    return f"congctl {cc_algo} rto_min {RTO_MIN_MS}ms"
+
+
+def _metric_attrs(cc_algo: str) -> dict[str, list[tuple[str, int | str]]]:
+    """`route_metrics` as the ``RTA_METRICS`` attribute of an encoded `rtmsg`."""
+    return {"attrs": [(f"RTAX_{k.upper()}", v) for k, v in route_metrics(cc_algo).items()]}
+
+
 def route_add(
     seq: int,
     dst: str,
@@ -128,7 +158,7 @@ def route_add(
         ("RTA_GATEWAY", gateway),
         ("RTA_OIF", oif),
         ("RTA_PREFSRC", prefsrc),
-        ("RTA_METRICS", {"attrs": [("RTAX_CC_ALGO", cc_algo)]}),
+        ("RTA_METRICS", _metric_attrs(cc_algo)),
         ("RTA_TABLE", table),
     ]
     m["header"]["type"] = RTM_NEWROUTE
@@ -197,7 +227,8 @@ def permanent_neighbour(seq: int, index: int, address: str, lladdr: str) -> byte
 
 
 def connected_route(seq: int, subnet: str, prefixlen: int, oif: int, prefsrc: str, cc_algo: str) -> bytes:
-    """RTM_NEWROUTE (replace) of the kernel's connected route of a cable, with congctl."""
+    """RTM_NEWROUTE (replace) of the kernel's connected route of a cable, with its metrics
+    (`route_metrics`)."""
     from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST
     from pyroute2.netlink.rtnl import RTM_NEWROUTE
     from pyroute2.netlink.rtnl.rtmsg import rtmsg
@@ -215,7 +246,7 @@ def connected_route(seq: int, subnet: str, prefixlen: int, oif: int, prefsrc: st
         ("RTA_DST", subnet),
         ("RTA_OIF", oif),
         ("RTA_PREFSRC", prefsrc),
-        ("RTA_METRICS", {"attrs": [("RTAX_CC_ALGO", cc_algo)]}),
+        ("RTA_METRICS", _metric_attrs(cc_algo)),
     ]
     return _finish(m, RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, seq)
 

@@ -24,8 +24,8 @@ and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we a
   sent over the machine's ssh; machines are configured in parallel. ``ClusterLink`` then only
   records the interfaces (Mininet's ``fast`` path): nothing is created twice.
 - **cubic on every route, the cables' own included**: as on one machine (`emulator.hostconfig`),
-  every route carries ``congctl cubic``, and each cable's connected /31 route is replaced by
-  one that does: a namespace may only make default what the root namespace allows (often
+  every route carries ``congctl cubic`` and a locked ``rto_min`` (`emulator.nlbatch.RTO_MIN_MS`),
+  and each cable's connected /31 route is replaced by one that does: a namespace may only make default what the root namespace allows (often
   not cubic), so without it a connection bound to a cable's addresses (``topolab verify``'s
   iperf3) ran the inherited default, bbr here, which carried 82-94 of the 95.5 Mbit/s TCP
   maximum both ways at once (docs/cluster.md section 6). The sysctls the emulator needs fail the script if refused;
@@ -72,7 +72,7 @@ from contract.limits import limit_s
 from contract.network import Network
 from contract.physics import ETHERNET_MTU, tunnel_mtu
 
-from .. import shaping
+from .. import nlbatch, shaping
 from ..addressing import Port, identity, node_name, ports_of
 from ..hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
 from ..interface import BuiltRates
@@ -279,7 +279,7 @@ class ClusterNetwork(BuiltRates):
                 # the kernel's connected route again, with cubic (module docstring)
                 ip.append(
                     f"route replace {_subnet31(p.address)}/31 dev {p.ifname} proto kernel scope link "
-                    f"src {p.address} congctl {CUBIC}"
+                    f"src {p.address} {nlbatch.route_metrics_text(CUBIC)}"
                 )
             for v in range(net.nodes):
                 if v == u:
@@ -288,7 +288,9 @@ class ClusterNetwork(BuiltRates):
                 hops = " ".join(f"nexthop via {p.peer_address} dev {p.ifname}" for p in via)
                 if len(via) == 1:
                     hops = f"via {via[0].peer_address} dev {via[0].ifname}"
-                ip.append(f"route replace {identity(v)}/32 {hops} src {identity(u)} congctl {CUBIC}")
+                ip.append(
+                    f"route replace {identity(v)}/32 {hops} src {identity(u)} {nlbatch.route_metrics_text(CUBIC)}"
+                )
             lines.append(_heredoc(f"{ns} ip -batch -", ip))
             tc = shaping.tc_batch(
                 [shaping.Shaping(p.ifname, self.link_rate_bps[p.link]) for p in ports], use_netem=False

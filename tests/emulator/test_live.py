@@ -70,7 +70,10 @@ def test_cable_down_reroute_up_and_rate(tmp_path):
         net.live.replace_routes(network.next_hop)
         assert not net.live.dead
         assert "dev h0-eth0" in _out(net, 0, ["ip", "route", "get", net.host_address(1)])
-        assert "congctl cubic" in _out(net, 0, ["ip", "route", "show", net.host_address(1)])
+        route = _out(net, 0, ["ip", "route", "show", net.host_address(1)])
+        assert "congctl cubic" in route and "rto_min lock 5s" in route  # nlbatch.RTO_MIN_MS, locked
+        assert "rto_min lock 5s" in _out(net, 0, ["ip", "route", "show", "dev", "h0-eth0", "proto", "kernel"])
+        assert _out(net, 0, ["sysctl", "-n", "net.ipv4.tcp_early_retrans"]).strip() == "0"  # no loss probes
         assert _ping(net, 0, 1) and _ping(net, 1, 0)
 
         net.live.set_cable_rate(k, 40_000_000)

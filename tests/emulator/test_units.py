@@ -227,3 +227,17 @@ def test_htb_rates_are_read_from_tcs_text():
     # set as 59,999,000 / 1,234,567 / 2.5e9 / 7,874 bit/s: within 0.1% (HTB keeps bytes/s)
     assert htb_rates_from_text(text) == {1: 59_999_000, 2: 1_234_000, 0x10B: 2_500_000_000, 0x10A: 7_872}
     assert htb_rates_from_text("") == {}
+
+
+def test_an_htb_class_bursts_one_frame_or_50_us_of_its_rate():
+    from emulator import shaping
+
+    # a class that idled sends its burst at once, above its cable's rate: keep it a frame at
+    # the dilated rates (a GSO packet's 74.5 KB was 6 ms of a 100 Mbit/s cable)
+    assert shaping.htb_burst_bytes(800_000) == shaping.BURST_FLOOR == 1514
+    assert shaping.htb_burst_bytes(100_000_000) == 1514  # 625 bytes in 50 us: the floor
+    assert shaping.htb_burst_bytes(1_000_000_000) == 6250  # 50 us of the rate
+    s = shaping.Shaping("h0-eth0", 100_000_000, 0.0, (shaping.DestinationClass(3, identity(3), 800_000),))
+    text = shaping.tc_batch([s], use_netem=False)
+    assert text.count("burst 1514b cburst 1514b") == 3  # the cable's class, the default, destination 3
+    assert "burst 1514b cburst 1514b" in shaping.tc_rate_change([s])

@@ -87,6 +87,7 @@ def test_cluster_network_over_three_machines(standins: StandIns) -> None:
             routes = host.cmd("ip -4 route show").strip().splitlines()
             assert len(routes) == NET.nodes - 1 + len(net.ports[u]), routes  # /32 per node, /31 per cable
             assert all(route.rstrip().endswith("congctl cubic") for route in routes), routes
+            assert all("rto_min lock 5s" in route for route in routes), routes  # nlbatch.RTO_MIN_MS
         sent_before = net.cable_tx_bytes()
         local = _goodput_mbps(net, 1, 0)  # h0 -> h1: a veth inside m0
         sent = net.cable_tx_bytes()
