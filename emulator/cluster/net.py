@@ -25,8 +25,8 @@ and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we a
   records the interfaces (Mininet's ``fast`` path): nothing is created twice.
 - **cubic on every route, the cables' own included**: as on one machine (`emulator.hostconfig`),
   every route carries ``congctl cubic`` and a locked ``rto_min`` (`emulator.nlbatch.RTO_MIN_MS`),
-  and each cable's connected /31 route is replaced by one that does: a namespace may only make default what the root namespace allows (often
-  not cubic), so without it a connection bound to a cable's addresses (``topolab verify``'s
+  and each cable's connected /31 route is replaced by one that does: a namespace may only make
+  default what the root namespace allows (often not cubic), so without it a connection bound to a cable's addresses (``topolab verify``'s
   iperf3) ran the inherited default, bbr here, which carried 82-94 of the 95.5 Mbit/s TCP
   maximum both ways at once (docs/cluster.md section 6). The sysctls the emulator needs fail the script if refused;
   only those `emulator.hostconfig` marks optional may be.
