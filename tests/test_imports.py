@@ -52,3 +52,28 @@ def test_every_import_of_ours_resolves(package: str) -> None:
             except ImportError:
                 missing.append(f"{where}: {module}.{name}")
     assert not missing, missing
+
+
+def test_planning_a_topoopt_scenario_imports_no_scipy_networkx_or_torch() -> None:
+    """The heavy libraries are imported only by the functions that need them: a TopoOpt plan
+    (the default job) pays for none of them, so `topolab plan` of 1,024 servers stays fast
+    (`benchmarks/cli_speed.py`). scipy alone costs about a second to import."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from planner.build import build_plan\n"
+        "from planner.scenario import load_scenario\n"
+        "build_plan(load_scenario(sys.argv[1]))\n"
+        "print(' '.join(m for m in ('scipy', 'networkx', 'torch') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(REPO / "scenarios" / "topoopt-12.toml")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.strip() == "", f"planning imported {done.stdout.strip()}"

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from math import prod
 
 import numpy as np
-from scipy.optimize import brentq, minimize
 
 from contract.errors import UsageError
 
@@ -140,6 +139,7 @@ def _bounds(count: int, total: float, lower, upper) -> tuple[np.ndarray, np.ndar
 def _fill(shape, lo: np.ndarray, hi: np.ndarray, total: float) -> np.ndarray:
     """``clip(shape(s), lo, hi)`` with the scalar s (found by brentq) meeting the budget;
     ``shape`` is increasing in s."""
+    from scipy.optimize import brentq  # a second to import: only the allocations that need it pay
 
     def excess(log_s: float) -> float:
         return float(np.clip(shape(np.exp(log_s)), lo, hi).sum() - total)
@@ -164,6 +164,8 @@ def _time_optimal(a: np.ndarray, mode: str, lo: np.ndarray, hi: np.ndarray, tota
 def _time_x_cost(
     a: np.ndarray, mode: str, lo: np.ndarray, hi: np.ndarray, total: float, price: np.ndarray, compute_s: float
 ) -> np.ndarray:
+    from scipy.optimize import minimize
+
     scale = a.max() * BITS_PER_BYTE / (total * GBIT) or 1.0  # seconds of the largest dimension at full budget
     bytes_s = a * BITS_PER_BYTE / GBIT / scale  # so t_d = bytes_s / B_d is O(1)
     c = compute_s / scale
