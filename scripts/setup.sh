@@ -22,8 +22,9 @@ cd "$root"
 # python3-venv brings ensurepip; make runs the labs' checkers; iproute2 is ip/tc; mnexec drives the hosts;
 # ethtool is not a Mininet dependency but Mininet calls it; ca-certificates for pip; openssh-server
 # gives the multi-machine tests their stand-in machines' sshd (started only inside their namespaces);
-# gcc and libc6-dev compile the workers' data-plane loop (workers/engine.c).
-apt_packages=(python3 python3-venv ca-certificates make mininet iperf3 iputils-ping traceroute ethtool iproute2 procps openssh-server gcc libc6-dev)
+# gcc and libc6-dev compile the workers' data-plane loop (workers/engine.c); nftables gives nft, which
+# filters a multi-machine run's VXLAN underlay to the listed machines (docs/cluster.md section 7).
+apt_packages=(python3 python3-venv ca-certificates make mininet iperf3 iputils-ping traceroute ethtool iproute2 procps openssh-server gcc libc6-dev nftables)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

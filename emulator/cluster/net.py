@@ -12,9 +12,20 @@ and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we a
   Cluster Edition's ``RemoteGRELink`` needs gretap, which this kernel lacks). One VNI per cable
   (``VNI_BASE + k`` for plan cable ``k``), UDP port 4789, unicast to the peer machine; the
   device is created in the machine's root namespace (where its UDP socket lives, on the
-  underlay) *directly into* the host's namespace. VXLAN adds 50 bytes (outer Ethernet 14, IP
+  underlay) *directly into* the host's namespace, with ``nolearning``: its one forwarding
+  entry is the static default ``remote`` gives it (all-zero MAC to the peer machine), so a
+  frame from elsewhere never becomes a route back. VXLAN adds 50 bytes (outer Ethernet 14, IP
   20, UDP 8, VXLAN 8), so on a 1500-byte underlay every cable, tunnelled or not, gets MTU
   1450: one MTU for the whole network, so no path has a smaller MTU than its first hop.
+- **The underlay admits only the listed machines**: a tunnel's socket takes any datagram to
+  UDP 4789 carrying one of its VNIs (1, 2, ...: easy to guess), so each machine gets, with its
+  tunnels, an nftables table of the run (`state.filter_table`, ``inet topolab_<run id>``)
+  whose input chain accepts UDP 4789 only from the other machines' underlay addresses and
+  drops, and counts (`state.DROP_COUNTER`), every other; it matches nothing else (ssh and
+  the control sockets forwarded over it pass untouched). Teardown and ``topolab clean
+  --machines`` remove it. It does not stop a spoofed source address or anyone on a listed
+  machine, and VXLAN is neither encrypted nor authenticated: the underlay must be a network
+  you trust (docs/cluster.md section 7).
 - **Batches, one round trip per machine**: the cables of a machine (veth pairs inside it,
   its ends of the tunnels, each end at its `addressing.cable_mac`), then every host's
   sysctls, addresses, permanent neighbours (no ARP, as on one machine) and routes (``ip -batch``),
@@ -37,10 +48,11 @@ and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we a
   and get their spec on stdin (`workers.coordinator`): no file is shared between machines;
   only the checkout and its venv must sit at the same path on each (docs/cluster.md).
 
-Each machine's script first records the run's host shells there (`emulator.cluster.state`),
-so that ``topolab clean --machines`` can end what a killed run left. Teardown ends, on every
-machine, every process in each of our hosts' namespaces (by namespace: only our processes
-live there; the shells are matched by PID and start time), then removes that record; the kernel frees each
+Each machine's script first records the run's host shells there, with the driver's host
+(`emulator.cluster.state`), so that ``topolab clean --machines`` can end what a killed run
+left. Teardown ends, on every machine, every process in each of our hosts' namespaces (by
+namespace: only our processes live there; the shells are matched by PID and start time),
+then removes the run's filter table and that record; the kernel frees each
 namespace with its last process and deletes its veth and VXLAN ends with it. Nothing is ever
 cleaned by a broad name, and Mininet's ``cleanup`` (``mn -c`` on every machine) is never used.
 
@@ -79,7 +91,15 @@ from ..interface import BuiltRates
 from ..nsutil import process_id
 from ..state import RunLock, run_dir_path
 from .ssh import Machine, SshOptions, check_machines
-from .state import control_socket, kill_script, record_script, state_file
+from .state import (
+    DROP_COUNTER,
+    control_socket,
+    driver_host,
+    filter_table,
+    kill_script,
+    record_script,
+    state_file,
+)
 
 VXLAN_PORT = 4789  # IANA's VXLAN port
 VNI_BASE = 1  # VNI 0 is legal but reads as "unset" in tools; cable k gets VNI_BASE + k
@@ -136,6 +156,7 @@ class ClusterNetwork(BuiltRates):
     hosts: list[ClusterHost] = field(default_factory=list)
     links: list[ClusterLink] = field(default_factory=list)
     run_id: str = field(default_factory=process_id)  # the driver: <pid>-<start time>
+    driver: str = field(default_factory=driver_host)  # the driver's machine, in each state file
     ports: list[list[Port]] = field(default_factory=list, init=False)  # per node, as addressing.ports_of
     rates: EmulatedRates = field(init=False)  # the one rate decision (contract.emulation.emulated_rates)
     link_rate_bps: list[int] = field(default_factory=list, init=False)  # shaped bit/s per cable
@@ -144,6 +165,7 @@ class ClusterNetwork(BuiltRates):
     facts: dict = field(default_factory=dict, init=False)
     _relays: dict[tuple[int, str], str] = field(default_factory=dict, init=False)  # (machine, path): remote
     _lock: RunLock | None = field(default=None, init=False)  # this machine's run lock, as one machine's network
+    _configured: bool = field(default=False, init=False)  # configuration scripts sent: every machine has a record
     netem = False  # no link latency: netem is not applied across machines (docs/cluster.md)
     delay_us = 0.0
 
@@ -216,6 +238,7 @@ class ClusterNetwork(BuiltRates):
         if failed:
             raise RunError(f"{len(failed)} host shell(s) did not start: {failed[0]}")
         self.ports = ports_of(net.links, net.nodes, net.servers)
+        self._configured = True
         self._on_machines(self._config_script, CONFIG_TIMEOUT_S, "configuration")
         for k, link in enumerate(net.links):
             a, b = self._port(link.a, k), self._port(link.b, k)
@@ -258,9 +281,14 @@ class ClusterNetwork(BuiltRates):
                     links.append(
                         f"link add name {end.ifname} netns {pid} mtu {self.mtu} address {end.mac} "
                         f"type vxlan id {VNI_BASE + k} "
-                        f"local {here} remote {there} dstport {VXLAN_PORT} ttl 64"
+                        f"local {here} remote {there} dstport {VXLAN_PORT} ttl 64 nolearning"
                     )
-        lines = ["set -e", record_script(self.run_id, [self.hosts[u].pid for u in sorted(mine)])]
+        lines = ["set -e", record_script(self.run_id, [self.hosts[u].pid for u in sorted(mine)], self.driver)]
+        peers = [a for i, a in enumerate(self.underlay) if i != m and a != self.underlay[m]]
+        lines.append(
+            'command -v nft >/dev/null || { echo "nft not found: install nftables (scripts/setup.sh)" >&2; exit 1; }'
+        )
+        lines.append(_heredoc("nft -f -", underlay_filter(self.run_id, peers)))  # before any tunnel exists
         lines.append(_heredoc("ip -batch -", links))
         next_hop = net.next_hop
         for u in sorted(mine):
@@ -401,12 +429,16 @@ class ClusterNetwork(BuiltRates):
     def _stop(self) -> None:
         started = [h for h in self.hosts if h.pid]
         failures = []
-        for machine in {h.machine for h in started}:
+        # every machine with a host shell, and, once configuration began, every machine (one
+        # without hosts still has the run's record and filter table)
+        touched = [m for m in self.machines if self._configured or any(h.machine == m for h in started)]
+        for machine in touched:
             # a machine whose configuration never ran has no state file: record its shells now
             pids = [h.pid for h in started if h.machine == machine]
-            script = f"if [ ! -f {state_file(self.run_id)} ]; then\n{record_script(self.run_id, pids)}fi\n"
+            record = record_script(self.run_id, pids, self.driver)
+            script = f"if [ ! -f {shlex.quote(state_file(self.run_id))} ]; then\n{record}fi\n"
             try:
-                self.ssh.run(machine, script + kill_script(self.run_id), TEARDOWN_TIMEOUT_S, "teardown")
+                self.ssh.run(machine, script + kill_script(self.run_id, self.driver), TEARDOWN_TIMEOUT_S, "teardown")
             except RunError as e:
                 failures.append(str(e))
         for h in started:
@@ -415,7 +447,7 @@ class ClusterNetwork(BuiltRates):
                 h.shell.wait(TEARDOWN_TIMEOUT_S)
         for machine in self.machines:
             self.ssh.exit_master(machine)
-        self.hosts, self.links, self._relays = [], [], {}
+        self.hosts, self.links, self._relays, self._configured = [], [], {}, False
         if failures:
             raise RunError("; ".join(failures))
 
@@ -438,6 +470,30 @@ def underlay_address(machine: Machine) -> str:
             "give the address the other machines reach it at"
         )
     return address
+
+
+def underlay_filter(run_id: str, peers: Sequence[str]) -> list[str]:
+    """``nft -f`` lines of the run's table on one machine (module docstring): its input chain
+    accepts UDP ``VXLAN_PORT`` from the IPv4 addresses ``peers`` (the other machines' underlay
+    addresses) and drops every other datagram to that port, IPv6 included, counting them in
+    the table's counter `state.DROP_COUNTER`; it matches nothing else."""
+    addresses = sorted({str(ipaddress.IPv4Address(a)) for a in peers}, key=ipaddress.IPv4Address)
+    elements = [f"    elements = {{ {', '.join(addresses)} }}"] if addresses else []
+    return [
+        f"table inet {filter_table(run_id)} {{",
+        "  set machines {",
+        "    type ipv4_addr",
+        *elements,
+        "  }",
+        f"  counter {DROP_COUNTER} {{",
+        "  }",
+        "  chain input {",
+        "    type filter hook input priority filter; policy accept;",
+        f"    udp dport {VXLAN_PORT} ip saddr @machines accept",
+        f"    udp dport {VXLAN_PORT} counter name {DROP_COUNTER} drop",
+        "  }",
+        "}",
+    ]
 
 
 def _subnet31(address: str) -> str:

@@ -31,17 +31,18 @@ def standins() -> Iterator[StandIns]:
     assert machines.leftovers() == []
 
 
-def _machine_state(standins: StandIns, index: int) -> tuple[list[str], set[str]]:
-    """Interfaces of a stand-in's root namespace and the network namespaces its processes use."""
+def _machine_state(standins: StandIns, index: int) -> tuple[list[str], set[str], str]:
+    """Interfaces of a stand-in's root namespace, the network namespaces its processes use
+    and its nftables tables (a run's underlay filter is one)."""
     assert standins.ssh is not None
     out = standins.ssh.run(
         standins.machines[index],
-        "ip -br link | cut -d' ' -f1; echo --; readlink /proc/[0-9]*/ns/net | sort -u\n",
+        "ip -br link | cut -d' ' -f1; echo --; readlink /proc/[0-9]*/ns/net | sort -u; echo --; nft list tables\n",
         5,
         "probe",
     )
-    links, namespaces = out.split("--\n")
-    return links.split(), set(namespaces.split())
+    links, namespaces, tables = out.split("--\n")
+    return links.split(), set(namespaces.split()), tables
 
 
 def _goodput_mbps(net: ClusterNetwork, server: int, client: int) -> float:
@@ -148,7 +149,8 @@ def test_cluster_killed_run_is_cleaned_on_every_machine(standins: StandIns) -> N
         driver.wait(5)
     run_id = line.split()[1]
     left = [_machine_state(standins, i) for i in range(3)]
-    assert all(len(ns) > len(b[1]) for (_, ns), b in zip(left, before))  # the hosts outlive their driver
+    assert all(len(ns) > len(b[1]) for (_, ns, _), b in zip(left, before))  # the hosts outlive their driver
+    assert all("topolab_" in tables for _, _, tables in left)  # and so does each machine's underlay filter
     report = clean_machines(standins.machines, standins.ssh, log=lambda _msg: None)
     assert sorted(report.runs_cleaned) == [f"m{i}: {run_id}" for i in range(3)]
     assert report.killed >= 12  # 6 host shells and the 6 sleeps they started
