@@ -30,6 +30,7 @@ from contract.limits import limit_s
 
 from . import nsutil
 from .errors import EmulationError
+from .state import ENV_MARK
 
 HOST_START_TIMEOUT_S = limit_s(8.0)
 """How long a host's shell may take to start (prompt, own namespace); all hosts boot in parallel."""
@@ -99,7 +100,12 @@ class EmulatedHost(Host):
         # systemd), a minute per host where system calls are slow (software emulation in a VM);
         # Popen closes only the open ones.
         opts = ("-d" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
-        cmd = ["mnexec", opts, "env", "PS1=" + PROMPT, "bash", "--norc", "--noediting", "-is", "mininet:" + self.name]
+        # the run's mark (`emulator.state.ENV_MARK`, the ``run_mark`` parameter of addHost): how
+        # `topolab clean` proves that a namespace is a run's own before it ends what lives there
+        mark = self.params.get("run_mark")
+        marks = [f"{ENV_MARK}={mark}"] if mark else []
+        cmd = ["mnexec", opts, "env", *marks, "PS1=" + PROMPT, "bash", "--norc", "--noediting", "-is"]
+        cmd.append("mininet:" + self.name)
         self.master, self.slave = pty.openpty()
         self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave, close_fds=True)
         # the shell holds the terminal now; without our copy, its death is a hang-up we see at once

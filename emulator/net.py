@@ -298,7 +298,7 @@ class EmulatedNetwork(BuiltRates):
         t_hosts = time.perf_counter()
         self.mininet = Mininet(topo=None, build=False, controller=None, ipBase=str(RANGE))
         for u in range(self.nodes):
-            host = self.mininet.addHost(self.host_name(u), cls=EmulatedHost)
+            host = self.mininet.addHost(self.host_name(u), cls=EmulatedHost, run_mark=self._state.run_id)
             host.identity = identity(u)
             self.hosts.append(host)
         for u, host in enumerate(self.hosts):

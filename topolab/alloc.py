@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.emulation import EmulatedRates, EmulationConfig, emulated_rates
 from contract.errors import UsageError
+from contract.files import write_file
 from contract.physics import DEFAULT_MTU, tcp_goodput_fraction
 from planner.bandwidth.libra import allocate, allreduce_workload, model_seconds
 from planner.collectives.hierarchical import PIPELINE_CHUNKS, hierarchical_allreduce_for_plan
@@ -40,7 +41,7 @@ from planner.topology.hierarchical import hierarchical_plan
 
 from .collective_results import parse_size
 from .network import add_network_arguments, network_config, network_flags, open_network
-from .options import bounded_int, check_output_dir
+from .options import bounded_int, check_output_dir, make_output_dir
 
 if TYPE_CHECKING:
     from emulator import EmulationConfig
@@ -153,10 +154,9 @@ def measure_row(
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
     """Model, predicted and (if measured) measured time against dimension 0's share."""
-    import matplotlib
+    from .report import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     libra = next(r for r in rows if r["libra"])
     same = sorted((r for r in rows if r["mode"] == libra["mode"]), key=lambda r: r["shares"][0])
@@ -174,8 +174,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def sweep(case: SweepCase, measure: bool, repeat: int, config: EmulationConfig | None, log: Log) -> list[dict]:
@@ -291,8 +290,8 @@ def run_alloc(args: argparse.Namespace) -> int:
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     rows = sweep(case, args.measure, args.repeat, config, log)
     doc = {"scenario": s.name, "case": asdict(case), "rows": rows, "measured": args.measure, "cpus": os.cpu_count()}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "alloc.json").write_text(json.dumps(doc, indent=2))
+    make_output_dir(out)
+    write_file(out / "alloc.json", json.dumps(doc, indent=2))
     title = (
         f"{' x '.join(map(str, case.dims))} {' x '.join(case.blocks)}, "
         f"{case.budget_mbps:g} Mbit/s per server, {case.nbytes >> 20} MiB ({case.schedule})"

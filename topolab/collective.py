@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from contract.emulation import emulated_rates
+from contract.files import write_file
 from planner.collectives.forest import per_direction
 from planner.collectives.from_plan import ALGORITHMS, allreduce_schedule, choose_allreduce
 from planner.collectives.tree_packing import allreduce_bounds
@@ -59,6 +60,7 @@ from .options import (
     add_link_mbps_argument,
     bounded_float,
     bounded_int,
+    make_output_dir,
     results_folder,
 )
 
@@ -330,10 +332,10 @@ def run_collective(args: argparse.Namespace) -> int:
     )
     nccl = doc.header + "\n" + format_nccl_tests(results)
     text = json.dumps(doc.to_dict(), indent=2)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(text + "\n")
-    (out_dir / "nccl-tests.txt").write_text(nccl + "\n")
-    (out_dir / "table.txt").write_text(doc.header + "\n" + format_table(results) + "\n")
+    make_output_dir(out_dir)
+    write_file(out_dir / "results.json", text + "\n")
+    write_file(out_dir / "nccl-tests.txt", nccl + "\n")
+    write_file(out_dir / "table.txt", doc.header + "\n" + format_table(results) + "\n")
     print(text if args.json else nccl)
     print(f"results in {out_dir}/ (results.json, nccl-tests.txt, table.txt)", file=sys.stderr)
     return 0 if all(r.verified for r in results) else 1
@@ -388,9 +390,9 @@ def run_alltoall(args: argparse.Namespace) -> int:
     )
     table = format_results(results, f"{scenario.name}: all-to-all phase, emulated seconds")
     text = json.dumps(doc.to_dict(), indent=2)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(text + "\n")
-    (out_dir / "table.txt").write_text(table + "\n")
+    make_output_dir(out_dir)
+    write_file(out_dir / "results.json", text + "\n")
+    write_file(out_dir / "table.txt", table + "\n")
     print(text if args.json else table)
     print(f"results in {out_dir}/ (results.json, table.txt)", file=sys.stderr)
     return 0 if all(r.verified for r in results) else 1

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
+from contract.files import write_file
 
 from .results import check_format
 
@@ -334,7 +335,7 @@ def format_table(results: Sequence[SizeResult]) -> str:
 
 def plot_busbw(results: Sequence[SizeResult], title: str, path: Path) -> Path:
     """busbw (the planned cluster's GB/s) against the buffer size, one line per algorithm."""
-    from .report import pyplot
+    from .report import pyplot, save_figure
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.8, 4.0))
@@ -348,23 +349,22 @@ def plot_busbw(results: Sequence[SizeResult], title: str, path: Path) -> Path:
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def write_collective_report(folder: Path, doc: CollectiveResults) -> Path:
     """nccl-tests.txt, table.txt, busbw.png and report.md of a `topolab collective` folder."""
     nccl = doc.header + "\n" + format_nccl_tests(doc.results)
     table = doc.header + "\n" + format_table(doc.results)
-    (folder / "nccl-tests.txt").write_text(nccl + "\n")
-    (folder / "table.txt").write_text(table + "\n")
+    write_file(folder / "nccl-tests.txt", nccl + "\n")
+    write_file(folder / "table.txt", table + "\n")
     plot_busbw(doc.results, f"{doc.scenario}: AllReduce bus bandwidth", folder / "busbw.png")
     report = folder / "report.md"
     verified = all(r.verified for r in doc.results)
-    report.write_text(
+    write_file(
+        report,
         f"# {doc.scenario}: AllReduce on the emulated network\n\n"
         f"Verification: **{'passed' if verified else 'FAILED'}**\n\n"
-        f"```\n{nccl}\n```\n\n```\n{table}\n```\n\n![busbw](busbw.png)\n"
+        f"```\n{nccl}\n```\n\n```\n{table}\n```\n\n![busbw](busbw.png)\n",
     )
     return report

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from contract.errors import UsageError
+from contract.files import write_file
 from planner import ScenarioError, build_plan, load_scenario
 from planner.scenario import TOPOLOGIES
 
@@ -88,7 +89,7 @@ def run_compare(args: argparse.Namespace) -> int:
         )
     title = f"{base.workload.model} on {base.cluster.servers} servers, time scale x{axis.time_scale:g}"
     doc = {"scenario": str(args.scenario), "title": title, "axis": axis.to_dict(), "rows": rows}
-    (out / "compare.json").write_text(json.dumps(doc, indent=1))
+    write_file(out / "compare.json", json.dumps(doc, indent=1))
     print(write_compare(out, doc))
     print(f"report: {out / 'compare.md'}")
     if not all(r["verified"] for r in rows):

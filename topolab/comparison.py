@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contract.files import write_file
 from contract.physics import time_scale
 from planner.scenario import HIERARCHICAL_KEYS, Scenario, with_overrides
 
@@ -118,7 +119,7 @@ def write_compare(out: Path, doc: dict[str, Any]) -> str:
     table = render_table(doc["rows"], axis)
     title = doc.get("title") or out.name
     plot_compare(doc["rows"], title, out / "compare.png")
-    (out / "compare.md").write_text(f"# {title}: topologies compared\n\n{table}\n\n![compare](compare.png)\n")
+    write_file(out / "compare.md", f"# {title}: topologies compared\n\n{table}\n\n![compare](compare.png)\n")
     return table
 
 
@@ -140,7 +141,7 @@ def verdict(row: dict[str, Any]) -> str:
 
 
 def plot_compare(rows: list[dict[str, Any]], title: str, path: Path) -> None:
-    from .report import pyplot
+    from .report import pyplot, save_figure
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.8, 4.0))
@@ -154,5 +155,4 @@ def plot_compare(rows: list[dict[str, Any]], title: str, path: Path) -> None:
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)

@@ -15,7 +15,9 @@ from pathlib import Path
 from types import TracebackType
 
 from contract.errors import UsageError
+from contract.files import open_for_append, write_file
 
+from .options import make_output_dir
 from .results import RESULTS_FORMAT, Iteration, RunResults, check_format, recover
 
 RESULTS_FILE = "results.json"
@@ -27,7 +29,7 @@ class IterationJournal:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._file = self.path.open("w", encoding="utf-8")
+        self._file = os.fdopen(open_for_append(self.path), "w", encoding="utf-8")
 
     def append(self, record: Iteration) -> None:
         self._file.write(json.dumps(record.to_dict()) + "\n")
@@ -61,9 +63,9 @@ def read_journal(path: Path) -> list[Iteration]:
 
 def write_results_file(results: RunResults, out_dir: Path) -> Path:
     """results.json in ``out_dir`` (created if missing); returns its path."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out_dir)
     path = out_dir / RESULTS_FILE
-    path.write_text(json.dumps(results.to_dict(), indent=1))
+    write_file(path, json.dumps(results.to_dict(), indent=1))
     return path
 
 

@@ -4,6 +4,13 @@ Each check fails before any work starts, as a `UsageError` naming the flag (one 
 2). Numeric flags are bounded as argparse types, so argparse names the flag itself
 ("argument --steps: ..."). The maxima are where memory or time would explode; the scenario
 keys' own bounds are in docs/scenarios.md.
+
+Output folders (``--out``, ``--run-dir``, the default ``results/...``) follow
+`contract.files.folder_problem`: root writes only into a folder (or, for one still to be
+made, its nearest existing parent) that root, you or the user who ran ``sudo`` owns, that
+others cannot write (unless sticky, like /tmp), and that is not a symbolic link; a folder is
+made with `make_output_dir` (checked again as it is made), and every file in it is written
+with `contract.files.write_file` (never through a link planted at its name).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from contract.emulation import AUTO_RATE
 from contract.emulation import MAX_LINK_MBPS as MAX_LINK_MBPS  # --link-mbps: [emulation] link_mbps's bounds
 from contract.emulation import MIN_LINK_MBPS as MIN_LINK_MBPS
 from contract.errors import UsageError
+from contract.files import FileInputError, folder_problem, make_owned_folder, nearest_existing
 
 MAX_WAIT_S = 24 * 3600.0  # waiting for another run's lock longer than a day is a mistake
 MAX_TIMEOUT_S = 24 * 3600.0
@@ -69,8 +77,19 @@ def _probe_directory(folder: Path, flag: str, shown: str) -> None:
         raise UsageError(f"{flag} {shown}: cannot write in {folder}: {err.strerror}") from None
 
 
+def _check_owned(target: Path, flag: str, shown: str) -> None:
+    """``target`` (existing or not) is a folder root may write into (`folder_problem`, on
+    the folder or, while it does not exist, on its nearest existing parent)."""
+    existing = nearest_existing(target)
+    problem = folder_problem(existing)
+    if problem is not None:
+        where = "" if existing == target else f"its folder {str(existing)!r} "
+        raise UsageError(f"{flag} {shown}: {where}{problem}")
+
+
 def check_output_file(path: str | None, flag: str, inputs: tuple[str, ...] = ()) -> Path | None:
-    """``path`` can be written as a regular file, and is none of ``inputs``."""
+    """``path`` can be written as a regular file, and is none of ``inputs``: its folder is one
+    root may write into (`folder_problem`) and the file, if it exists, is no symbolic link."""
     if path is None:
         return None
     shown = repr(path)
@@ -80,6 +99,8 @@ def check_output_file(path: str | None, flag: str, inputs: tuple[str, ...] = ())
     for source in inputs:
         if os.path.exists(source) and target.exists() and os.path.samefile(source, target):
             raise UsageError(f"{flag} {shown}: is the input file; choose another output")
+    if target.is_symlink():
+        raise UsageError(f"{flag} {shown}: is a symbolic link; give the file it points to")
     if target.exists():
         if not target.is_file():
             raise UsageError(f"{flag} {shown}: not a regular file")
@@ -88,28 +109,46 @@ def check_output_file(path: str | None, flag: str, inputs: tuple[str, ...] = ())
     parent = target.parent
     if not parent.is_dir():
         raise UsageError(f"{flag} {shown}: folder {parent} does not exist")
+    _check_owned(parent, flag, shown)
     _probe_directory(parent, flag, shown)
     return target
 
 
 def check_output_dir(path: str | Path, flag: str) -> Path:
-    """``path`` is a folder that exists and is writable, or can be created (nothing is created)."""
+    """``path`` is a folder that exists and is writable, or can be created (nothing is
+    created); either way one root may write into (`folder_problem`)."""
     shown = repr(str(path))
     if not str(path).strip():
         raise UsageError(f"{flag} {shown}: empty folder name")
     target = Path(path)
-    if target.exists():
+    if target.exists() and not target.is_symlink():
         if not target.is_dir():
             raise UsageError(f"{flag} {shown}: exists and is not a folder")
+        _check_owned(target, flag, shown)
         _probe_directory(target, flag, shown)
         return target
-    ancestor = target.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
+    ancestor = nearest_existing(target)
+    if ancestor != target and not ancestor.is_dir():
         raise UsageError(f"{flag} {shown}: {ancestor} is not a folder")
+    _check_owned(target, flag, shown)
     _probe_directory(ancestor, flag, shown)
     return target
+
+
+def make_output_dir(path: str | Path, flag: str = "--out") -> Path:
+    """Create the results folder ``path`` (and its missing parents, mode 0755) when results
+    are about to be written, checked again as it is made (`contract.files.make_owned_folder`):
+    a folder swapped for a link, or a parent given away, since `check_output_dir` ran is one
+    line naming ``flag``."""
+    target = Path(path)
+    shown = repr(str(path))
+    _check_owned(target, flag, shown)
+    try:
+        return make_owned_folder(target)
+    except FileInputError as err:
+        raise UsageError(f"{flag} {shown}: {err.problem}") from None
+    except OSError as err:
+        raise UsageError(f"{flag} {shown}: cannot create the folder: {err.strerror}") from None
 
 
 def require_root(command: str) -> None:

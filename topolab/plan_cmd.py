@@ -18,6 +18,8 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
+from contract.files import write_file
+
 from .options import check_output_file
 from .plan_text import rate_text
 
@@ -195,7 +197,7 @@ def run_plan(args: argparse.Namespace) -> int:
         plan = dataclasses.replace(plan, extra={**plan.extra, "bandwidth": phases})
     text = plan.to_json() if args.json or out is not None else ""  # large plans take a while to serialize
     if out is not None:
-        out.write_text(text)
+        write_file(out, text)
     if args.json:
         sys.stdout.write(text + "\n")
     else:

@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from contract.files import write_file
+
 from .plan_text import rate_text
 from .results import LinkBytes, RunResults, Summary
 
@@ -56,6 +58,21 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(fig: Any, path: Path, **savefig: Any) -> Path:
+    """Render ``fig`` in memory (the format named by ``path``'s suffix) and write it to ``path``
+    with `contract.files.write_file`, never through a link planted at its name; the figure is
+    closed. ``savefig``: matplotlib's options (``dpi``, ``bbox_inches``)."""
+    import io
+
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", **savefig)
+    finally:
+        pyplot().close(fig)
+    write_file(path, buffer.getvalue())
+    return Path(path)
 
 
 def _positions(servers: int, switches: int) -> dict[int, tuple[float, float]]:
@@ -114,8 +131,7 @@ def plot_topology(
     ax.set_aspect("equal")
     ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
 
 
 def plot_iterations(results: RunResults, path: Path) -> None:
@@ -156,8 +172,7 @@ def plot_iterations(results: RunResults, path: Path) -> None:
     ax.set_title(wrapped(title))
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # outside: never over a bar
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
 
 
 def _link_matrix(nodes: int, link_bytes: Sequence[LinkBytes]):
@@ -203,8 +218,7 @@ def plot_link_bytes(
     if image is not None:
         fig.colorbar(image, ax=list(axes), label="MB per iteration (emulated payload)", shrink=0.85)
     fig.suptitle(wrapped(title, 2 * TITLE_WRAP_CHARS))
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
 
 
 def _fmt(x: Any, digits: int = 2) -> str:
@@ -383,5 +397,5 @@ def write_report(results: RunResults, out_dir: Path) -> Path:
         f"{results.scenario['name']}: bytes per directed link per iteration, predicted and measured",
     )
     report = out_dir / "report.md"
-    report.write_text(render_markdown(results))
+    write_file(report, render_markdown(results))
     return report

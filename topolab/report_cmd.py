@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
+from contract.files import write_file
 
 from .journal import RESULTS_FILE, read_results
 from .options import check_output_dir
@@ -91,9 +92,9 @@ def _report_collective(folder: Path, doc: dict[str, Any], source: str) -> str:
 
         phase = AlltoallResults.from_dict(doc, source)
         table = format_results(phase.results, f"{phase.scenario}: all-to-all phase, emulated seconds")
-        (folder / "table.txt").write_text(table + "\n")
+        write_file(folder / "table.txt", table + "\n")
         report = folder / "report.md"
-        report.write_text(f"# {phase.scenario}: one all-to-all phase per routing\n\n```\n{table}\n```\n")
+        write_file(report, f"# {phase.scenario}: one all-to-all phase per routing\n\n```\n{table}\n```\n")
         return f"report: {report} (all-to-all, {len(phase.results)} routings)"
     runs = CollectiveResults.from_dict(doc, source)
     return f"report: {write_collective_report(folder, runs)} (collective, {len(runs.results)} measurements)"

@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from contract.files import write_file
 from planner import load_scenario
 from planner.cost.costmodel.baselines import NETWORKS
 from planner.cost.costmodel.price import PriceModel
@@ -37,7 +38,7 @@ from planner.scenario import (
     with_overrides,
 )
 
-from .options import bounded_float, bounded_int, check_output_dir
+from .options import bounded_float, bounded_int, check_output_dir, make_output_dir
 from .sweep_inputs import cell_scenarios, load_prices, split_list
 from .sweep_report import write_sweep
 
@@ -162,8 +163,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         "rows": rows,
         "skipped": skipped,
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "sweep.json").write_text(json.dumps(doc, indent=1))
+    make_output_dir(out_dir)
+    write_file(out_dir / "sweep.json", json.dumps(doc, indent=1))
     table, written = write_sweep(out_dir, doc, draw_plot=not args.no_plot)
     print(table)
     print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contract.files import write_file
+
 
 def write_sweep(out_dir: Path, doc: dict, draw_plot: bool = True) -> tuple[str, list[Path]]:
     """sweep.txt (the table, its legend, the skipped cells) and sweep.png of a sweep document
@@ -13,7 +15,7 @@ def write_sweep(out_dir: Path, doc: dict, draw_plot: bool = True) -> tuple[str, 
     legend = STRATEGY_LEGEND + "\n" + NETWORK_LEGEND
     skipped = doc.get("skipped", [])
     table = format_table(doc["rows"]) + "\n\n" + legend + "".join(f"\n{note}" for note in skipped)
-    (out_dir / "sweep.txt").write_text(table + "\n")
+    write_file(out_dir / "sweep.txt", table + "\n")
     written = [out_dir / "sweep.json", out_dir / "sweep.txt"]
     if draw_plot:
         written.append(plot(doc["rows"], out_dir / "sweep.png"))
@@ -64,10 +66,9 @@ def _strategy_text(choices: dict[str, str]) -> str:
 
 def plot(rows: list[dict], path: Path) -> Path:
     """Grouped bars per (d, B): iteration time per model and network, and relative to TopoOpt."""
-    import matplotlib
+    from .report import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     combos = sorted({(r["degree"], r["link_gbps"]) for r in rows})
     models = list(dict.fromkeys(r["model"] for r in rows))
@@ -95,6 +96,4 @@ def plot(rows: list[dict], path: Path) -> Path:
         row_axes[1].axhline(1.0, color="black", linewidth=0.8)
         row_axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)

@@ -30,9 +30,10 @@ from typing import Any
 
 from contract.emulation import EmulationConfig
 from contract.errors import UsageError
+from contract.files import write_file
 
 from .network import add_network_arguments, network_config, network_flags, refuse_machines
-from .options import MAX_TIMEOUT_S, add_link_mbps_argument, bounded_float, bounded_int
+from .options import MAX_TIMEOUT_S, add_link_mbps_argument, bounded_float, bounded_int, make_output_dir
 
 BACKENDS = ("topolab", "gloo")
 TRAIN_FORMAT = "topolab.train/1"
@@ -123,7 +124,7 @@ def run_train(args: argparse.Namespace) -> int:
     refuse_machines(config, flags, "topolab train runs on this machine only (its ranks share this machine's files)")
     out = results_folder(args.out, scenario.name, args.force, prefix="train")
     plan = build_plan(scenario)
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out)
     doc = train(plan, scenario.name, config, backends, command, out, args.init_timeout, args.timeout)
     print(f"results in {out}/ (report.md, results.json, rank-*.stdout/stderr per job)", file=sys.stderr)
     return 0 if doc["status"] == "ok" else 1
@@ -215,7 +216,7 @@ def _ms(seconds: float | None) -> str:
 
 
 def _write(out: Path, doc: dict[str, Any], format_report: Any) -> str:
-    (out / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
+    write_file(out / "results.json", json.dumps(doc, indent=2) + "\n")
     report = format_report(doc) if doc["jobs"] else f"# topolab train: {doc['scenario']} ({doc['status']})\n"
-    (out / "report.md").write_text(report)
+    write_file(out / "report.md", report)
     return report

@@ -38,7 +38,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from contract.errors import RunError
+from contract.files import open_for_append, write_file
 from topolab_torch import protocol
+
+from .options import make_output_dir
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AUTOLOAD_DIR = REPO_ROOT / "topolab_torch" / "autoload"
@@ -110,7 +113,7 @@ def named_host(net: Any, n: int, rank: int, private: Path, command: list[str]) -
     the emulated host's, not the machine's loopback."""
     names = [f"{net.host_address(i)} h{i}" for i in range(n)]
     hosts = private / f"hosts-{rank}"
-    hosts.write_text("127.0.0.1 localhost\n" + "\n".join(names) + "\n")
+    write_file(hosts, "127.0.0.1 localhost\n" + "\n".join(names) + "\n", exclusive=True)  # a private folder: new
     return ["unshare", "--mount", "--uts", "--propagation", "private", "--", "/bin/sh", "-c", NAMED_HOST,
             "topolab-rank", str(hosts), f"h{rank}", *command]  # fmt: skip
 
@@ -153,7 +156,7 @@ class _Tail(threading.Thread):
 def run_job(net: Any, n: int, opts: JobOptions, control: str, log: Callable[[str], None]) -> JobRun:
     """Start the command on every server of ``net``, wait for all, fail fast (module docstring)."""
     folder = opts.folder
-    folder.mkdir(parents=True, exist_ok=True)
+    make_output_dir(folder)
     for old in folder.glob("rank-*.*"):  # an earlier job's files (--force): records are appended
         old.unlink()
     master = net.host_address(0)
@@ -168,8 +171,8 @@ def run_job(net: Any, n: int, opts: JobOptions, control: str, log: Callable[[str
             )
             env[protocol.ENV_TIMEOUT] = f"{opts.timeout_s:g}"
             env[protocol.ENV_CHUNK] = str(opts.chunk_bytes)
-            out = open(protocol.rank_file(str(folder), rank, "stdout"), "w")
-            err = open(protocol.rank_file(str(folder), rank, "stderr"), "w")
+            out = os.fdopen(open_for_append(protocol.rank_file(str(folder), rank, "stdout")), "w")
+            err = os.fdopen(open_for_append(protocol.rank_file(str(folder), rank, "stderr")), "w")
             files += [out, err]
             argv = named_host(net, n, rank, Path(control.removeprefix("ipc://")).parent, list(opts.command))
             procs[rank] = net.popen(rank, argv, env=env, cwd=os.getcwd(), stdout=out, stderr=err)

@@ -304,8 +304,8 @@ _HOLDER = textwrap.dedent("""
     from tests.fixtures.sample_plans import circulant_plan
     net = EmulatedNetwork(circulant_plan(6, (1,)), EmulationConfig(run_dir=sys.argv[1]))
     with net:
-        procs = [net.popen(i, ["sleep", "300"]) for i in range(6)]
-        procs.append(net.popen(0, ["iperf3", "-s"], stdout=subprocess.DEVNULL))
+        procs = [net.popen(i, ["sleep", "300"]) for i in range(6)] if sys.argv[2] == "procs" else []
+        procs += [net.popen(0, ["iperf3", "-s"], stdout=subprocess.DEVNULL)] if procs else []
         info = {"pids": [[h.pid, nsutil.start_time(h.pid)] for h in net.hosts]
                         + [[p.pid, nsutil.start_time(p.pid)] for p in procs],
                 "netns": [nsutil.netns_inode(h.pid) for h in net.hosts]}
@@ -314,8 +314,10 @@ _HOLDER = textwrap.dedent("""
 """)
 
 
-def _start_holder(tmp_path):
-    proc = subprocess.Popen([PYTHON, "-c", _HOLDER, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+def _start_holder(tmp_path, procs: bool = True):
+    """A run in a child process: its hosts, and (``procs``) processes started in them."""
+    argv = [PYTHON, "-c", _HOLDER, str(tmp_path), "procs" if procs else "shells"]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
     info = json.loads(proc.stdout.readline())
     return proc, [tuple(x) for x in info["pids"]], set(info["netns"])
 
@@ -330,6 +332,25 @@ def test_sigkilled_run_is_cleaned_by_topolab_clean(tmp_path):
     time.sleep(0.3)
     survivors = [p for p, st in pids if nsutil.is_same_process(p, st)]
     assert survivors, "a SIGKILLed run leaves its host processes behind (that is what clean is for)"
+    assert run_clean(argparse.Namespace(run_dir=str(tmp_path), json=False)) == 0
+    _assert_gone(pids, netns, tmp_path, before)
+
+
+def test_a_run_killed_before_it_started_anything_in_its_hosts_is_cleaned(tmp_path):
+    """Its host shells carry the run's mark (``TOPOLAB_RUN``), which is how clean proves their
+    namespaces are the run's own: a run killed while building, or an idle `topolab shell`."""
+    from topolab.clean import run_clean
+
+    before = _root_links()
+    proc, pids, netns = _start_holder(tmp_path, procs=False)
+    from emulator.state import ENV_MARK
+
+    (state,) = tmp_path.glob("run-*.json")
+    marked = set(nsutil.pids_with_env(ENV_MARK, json.loads(state.read_text())["run_id"]))
+    proc.kill()
+    proc.wait()
+    assert all(nsutil.is_same_process(p, st) for p, st in pids), "the hosts' shells outlive a SIGKILLed driver"
+    assert marked >= {p for p, _ in pids}, "every host shell carries the run's mark"
     assert run_clean(argparse.Namespace(run_dir=str(tmp_path), json=False)) == 0
     _assert_gone(pids, netns, tmp_path, before)
 
