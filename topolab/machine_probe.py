@@ -2,7 +2,7 @@
 machine and per version of the workers, so that `topolab.time_dilation` can pick a cable rate
 at which the workers' CPU demand fits the cores.
 
-The probe runs real workers on loopback (no root, no network built): `PROBE_RANKS` ranks
+The probe runs real workers on loopback (no network built): `PROBE_RANKS` ranks
 run TopoOpt's multi-ring AllReduce over both directions of one ring,
 
 - ``PROBE_ROUNDS`` rounds of it chained on the same streams with a payload so small that only
@@ -17,6 +17,14 @@ TCP costs the kernel less than a shaped veth cable (no qdisc, no netem, a larger
 rate chooser doubles the estimate (`topolab.time_dilation.SHAPED_CABLE_CPU`) and leaves the
 workers only a share of the cores (`topolab.time_dilation.WORKER_CPU_SHARE`).
 
+The workers run in a network namespace of the probe's own (`private_loopback`: nothing but
+its loopback, up), never in the machine's: their data sockets on 127.0.0.1 are out of reach
+of every other process, and the namespace has no name, so nothing is left to clean. Making it
+needs root (CAP_SYS_ADMIN), as every command that probes has (`topolab run`, `compare`);
+without it the probe refuses in one line rather than listen on the machine's loopback (its
+control socket is ipc:// in a 0700 folder; its data plane is TCP, which it measures, so it
+cannot move to ipc:// without measuring something else).
+
 The result is cached in ``$XDG_CACHE_HOME/topolab/machine-cost.json`` (default
 ``~/.cache``), keyed by this machine (``/etc/machine-id``, the number of cores) and by a hash
 of the workers' source files: a new executor is probed again, a new plan is not.
@@ -24,12 +32,15 @@ of the workers' source files: a new executor is probed again, a new plan is not.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import hashlib
 import json
 import os
+import socket
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -111,8 +122,43 @@ def probe_schedule(rounds: int, nbytes: int) -> Schedule:
     return b.build()
 
 
+@contextlib.contextmanager
+def private_loopback() -> Iterator[None]:
+    """Run the body with the calling thread in a new network namespace whose only interface,
+    its loopback, is up; the processes the body starts (the probe's workers) live in it.
+
+    The namespace is held by that thread until the body ends and by those processes until
+    they end (the coordinator ends them; killed, it takes them along by PR_SET_PDEATHSIG), and
+    vanishes with the last of them: it has no name and no file. The thread comes back to its
+    namespace at the end, also on an exception (SIGTERM's SystemExit included). Raises
+    `RunError` without root (CAP_SYS_ADMIN)."""
+    from emulator import nlbatch  # the emulator's import (~0.4 s) only where a probe runs
+    from emulator.nsutil import CLONE_NEWNET
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.unshare(CLONE_NEWNET) != 0:
+            raise RunError(
+                "machine probe: cannot make a network namespace of its own for its workers "
+                f"(unshare: {os.strerror(ctypes.get_errno())}): it needs root, and never runs them "
+                "on the machine's own loopback"
+            )
+        try:
+            nlbatch.send(nlbatch.link_up(1, socket.if_nametoindex("lo")), labels={1: "machine probe: lo up"})
+            yield
+        finally:
+            if libc.setns(home, CLONE_NEWNET) != 0:
+                raise RunError(
+                    f"machine probe: cannot return to its network namespace: {os.strerror(ctypes.get_errno())}"
+                )
+    finally:
+        os.close(home)
+
+
 def _median_cpu(schedule: Schedule, timeout_s: float) -> float:
-    """The median over `PROBE_REPEATS` verified iterations of the workers' summed CPU seconds."""
+    """The median over `PROBE_REPEATS` verified iterations of the workers' summed CPU seconds
+    (run inside `private_loopback`)."""
     from workers.coordinator import run_schedule
 
     results = run_schedule(schedule.to_dict(), iterations=PROBE_REPEATS, warmup=1, timeout_s=timeout_s)
@@ -122,13 +168,15 @@ def _median_cpu(schedule: Schedule, timeout_s: float) -> float:
 
 
 def probe(timeout_s: float = PROBE_TIMEOUT_S, clock: Callable[[], float] = time.monotonic) -> MachineCost:
-    """Measure the workers' CPU cost per op and per byte on loopback (module docstring)."""
+    """Measure the workers' CPU cost per op and per byte on the loopback of a network
+    namespace of the probe's own (module docstring)."""
     t0 = clock()
     min_bytes = 4 * PROBE_RANKS * 2  # every ring's every chunk non-empty
     small = probe_schedule(PROBE_ROUNDS, min_bytes)
-    op_cpu = _median_cpu(small, timeout_s) / small.op_count()
     large = probe_schedule(1, PROBE_BYTES)
-    large_cpu = _median_cpu(large, timeout_s)
+    with private_loopback():
+        op_cpu = _median_cpu(small, timeout_s) / small.op_count()
+        large_cpu = _median_cpu(large, timeout_s)
     sent = sum(large.bytes_sent())
     byte_cpu = max(0.0, large_cpu - large.op_count() * op_cpu) / sent
     return MachineCost(op_cpu, byte_cpu, os.cpu_count() or 1, machine_key(), clock() - t0)

@@ -33,6 +33,7 @@ from contract.schedule import Schedule
 from planner.collectives.phases import direct_alltoall, ring_allgather, ring_broadcast, ring_reduce_scatter
 from planner.cost.predict import Network, plan_network, predict
 from topolab_torch import protocol
+from workers.protocol import CONTROL_MESSAGE_BYTES, limit_frames
 
 from .calibrate import critical_ops, twin_bytes
 from .prediction import network_args
@@ -231,6 +232,7 @@ class ControlServer:
         ctx = zmq.Context()
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
+        limit_frames(sock, CONTROL_MESSAGE_BYTES)  # hello and schedule requests: a few numbers each
         try:
             sock.bind(self.endpoint)
             self._ready.set()

@@ -46,12 +46,19 @@ import zmq
 from torch._C._distributed_c10d import _create_work_from_future
 
 from workers.program import Program
+from workers.protocol import limit_frames
 from workers.session import Session
 
 from . import current_step, protocol
 
 SUPPORTED = (torch.float32, torch.float64, torch.float16, torch.int32, torch.int64, torch.int8, torch.uint8)
 CONTROL_TIMEOUT_S = 600.0  # waiting for the peers' hello: the slowest rank may still be importing torch
+SCHEDULE_REPLY_BYTES = 64 << 20
+"""The longest reply the control socket takes (libzmq disconnects a driver that sends more,
+`workers.protocol.limit_frames`): a rank's part of one collective's schedule, about 100 bytes
+an op, so over 600,000 ops (a ring AllReduce gives a rank 4 (n - 1) ops per ring: 16 rings
+over 4096 servers, 262,000). The data socket's bound is the protocol's chunk bound
+(`workers.session`)."""
 
 
 class BackendError(RuntimeError):
@@ -89,6 +96,7 @@ class _Engine:
             self.ctx = zmq.Context()
             self.sock = self.ctx.socket(zmq.DEALER)
             self.sock.setsockopt(zmq.LINGER, 0)
+            limit_frames(self.sock, SCHEDULE_REPLY_BYTES)
             self.sock.connect(self.control)
             self.session = Session(
                 self.rank,

@@ -15,6 +15,13 @@ AllReduce results at >= 5 Gbit/s.
 
 Every PUSH socket has a monitor reporting its TCP connection coming up and dropping:
 `peer_down` holds the peers whose connection dropped (their process ended).
+
+The PULL socket refuses a frame longer than `frame_limit` (the spec's largest chunk plus the
+header, `workers.protocol.limit_frames`): libzmq disconnects whoever sends one before reading
+it, so a stranger that connects cannot make this rank allocate more than that per frame. A
+peer running the same schedule never sends one; one that did (a bug) would see its connection
+drop and fail naming this rank (`workers.scheduler`), or this rank would fail on its timeout
+naming the peer whose data it awaits. The PUSH sockets take nothing but the handshake.
 """
 
 from __future__ import annotations
@@ -22,8 +29,9 @@ from __future__ import annotations
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from . import engine
 from .engine import Engine
-from .protocol import PeerFailure, now
+from .protocol import HANDSHAKE_BYTES, PeerFailure, limit_frames, now
 from .spec import WorkerSpec
 
 QUEUE_MESSAGES = 4096
@@ -40,6 +48,7 @@ class Channels:
         self.pull = ctx.socket(zmq.PULL)
         self.pull.setsockopt(zmq.RCVHWM, QUEUE_MESSAGES)
         self.pull.setsockopt(zmq.LINGER, 0)
+        self.frame_limit = limit_frames(self.pull, spec.largest_chunk() + engine.constant("HEADER_BYTES"))
         host, _, port = spec.listen.rpartition(":")
         self.pull.bind(f"tcp://{host}:{port}")
         endpoint = self.pull.getsockopt(zmq.LAST_ENDPOINT).decode()
@@ -82,6 +91,7 @@ class Channels:
             sock = self.ctx.socket(zmq.PUSH)
             sock.setsockopt(zmq.SNDHWM, QUEUE_MESSAGES)
             sock.setsockopt(zmq.LINGER, 0)
+            limit_frames(sock, HANDSHAKE_BYTES)
             mon = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
             sock.connect(endpoint)
             self.push[key] = sock

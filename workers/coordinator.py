@@ -5,7 +5,8 @@ Used by `topolab collective` and the end-to-end run. It needs only the schedule 
 callable: the default runs the worker as a plain subprocess (loopback tests); the emulator
 supplies one that runs it inside the emulated host's namespace. The control plane is a
 ROUTER socket on an ipc:// endpoint in a private directory (the filesystem is shared by
-every namespace on this machine).
+every namespace on this machine); it refuses a frame longer than the longest ``result`` a
+rank's spec allows (`workers.protocol`, "Sizes").
 
 Workers on other machines (a multi-machine emulation) share neither that directory nor any
 other file: ``control_relay(rank, path)`` names, on rank's machine, a socket that leads to the
@@ -52,7 +53,18 @@ import zmq
 from contract.errors import RunError
 from contract.limits import limit_s
 
-from .protocol import CONTROL_POLL_MS, ITERATION_GRACE_S, SILENCE_S, decode, encode, identity, now
+from .protocol import (
+    CONTROL_MESSAGE_BYTES,
+    CONTROL_POLL_MS,
+    ITERATION_GRACE_S,
+    REPORT_PER_SPEC_BYTE,
+    SILENCE_S,
+    decode,
+    encode,
+    identity,
+    limit_frames,
+    now,
+)
 from .spec import DEFAULT_CHUNK, DEFAULT_TIMEOUT_S, WorkerSpec, specs_for_schedule
 
 Spawn = Callable[[int, list[str]], subprocess.Popen]
@@ -219,10 +231,12 @@ class Coordinator:
 
     def start(self) -> None:
         """Spawn every worker, wait until all are bound, connected and ready."""
+        texts = {spec.rank: json.dumps(spec.to_dict()) for spec in self.specs}
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        limit_frames(self.sock, CONTROL_MESSAGE_BYTES + REPORT_PER_SPEC_BYTE * max(map(len, texts.values())))
         try:
             self.sock.bind(self.control_endpoint)
         except zmq.ZMQError as exc:
@@ -235,7 +249,7 @@ class Coordinator:
                 argv = [self.python, "-m", "workers.worker", "-"]
             else:
                 path = self.workdir / f"rank-{spec.rank}.json"
-                path.write_text(json.dumps(spec.to_dict()))
+                path.write_text(texts[spec.rank])
                 argv = [self.python, "-m", "workers.worker", str(path)]
             try:
                 proc = self.procs[spec.rank] = self.spawn(spec.rank, argv)

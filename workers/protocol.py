@@ -21,6 +21,14 @@ for it. Outside the program loop (verifying, then filling the next iteration's i
 worker sends no heartbeat; `ITERATION_GRACE_S` covers that when the coordinator decides a rank is gone.
 
 Times are ``CLOCK_MONOTONIC`` (`now`): one clock shared by every process and namespace.
+
+Sizes. Every socket of the workers, the coordinator and the torch backend caps the frames it
+accepts (`limit_frames`, libzmq's ``ZMQ_MAXMSGSIZE``): a peer that sends a bigger one is
+disconnected before the frame is read into memory. A control message is at most
+`CONTROL_MESSAGE_BYTES`, except the coordinator's ``result``, which lists a rank's streams and
+(``timestamps = "ops"``) ops: the coordinator allows `REPORT_PER_SPEC_BYTE` bytes of it per
+byte of that rank's spec on top (`workers.coordinator`). The data plane's bound is its
+schedule's largest chunk (`workers.spec.WorkerSpec.largest_chunk`).
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from __future__ import annotations
 import json
 import time
 from typing import Any
+
+import zmq
 
 now = time.monotonic  # CLOCK_MONOTONIC: one clock for every process and namespace
 
@@ -53,6 +63,30 @@ CONTROL_POLL_MS = 100
 CONTROL_LINGER_MS = 1000
 """How long a closing worker keeps trying to deliver its last message (its ``error``): the
 coordinator is local (ipc://), so 1 s is plenty; a gone coordinator must not keep it longer."""
+
+
+HANDSHAKE_BYTES = 4 << 10
+"""The least frame limit of any socket: libzmq checks the peer's ZMTP handshake command
+(READY: the socket type and its identity, under 300 bytes) against the same limit, so a
+smaller one refuses every peer."""
+
+CONTROL_MESSAGE_BYTES = 1 << 20
+"""Bound on a control message that lists no ops: ``connect`` names every peer (4096 peers at
+~30 bytes each: 120 KiB), ``error`` and ``abort`` carry one reason, the others a few numbers."""
+
+REPORT_PER_SPEC_BYTE = 2
+"""A ``result`` lists, per op, its id and two times (about 50 bytes), per stream its name and
+two times, per check at most one line: all of them are in the rank's spec too, where an op
+takes 40 bytes or more (a compute: id, kind, seconds), so twice the spec's size holds them."""
+
+
+def limit_frames(sock: zmq.Socket, largest: int) -> int:
+    """Make ``sock`` refuse a frame over ``largest`` bytes (at least `HANDSHAKE_BYTES`):
+    libzmq disconnects the peer that sends one, before reading it. Set before bind/connect.
+    Returns the limit set."""
+    limit = max(HANDSHAKE_BYTES, int(largest))
+    sock.setsockopt(zmq.MAXMSGSIZE, limit)
+    return limit
 
 
 class PeerFailure(RuntimeError):

@@ -141,7 +141,7 @@ class IterationRun:
                     self.check_control()
                 raise PeerFailure(
                     f"rank {self.rank}: peer {channels.describe(peer)} disconnected "
-                    f"(its process ended?) with {self.remaining(peer)} ops "
+                    f"(its process ended, or it refused a frame over its size limit?) with {self.remaining(peer)} ops "
                     f"still to exchange with it",
                     peer,
                 )

@@ -7,6 +7,9 @@ binds this rank's data socket, connects a PUSH socket to every other rank once, 
 program it is given on the buffers it is given with the same executor (`workers.executor`,
 `workers.scheduler`, `workers.transfers`, `workers.channels`).
 
+The programs come later, of any size: the data socket refuses only frames over the
+protocol's bound, twice ``chunk_bytes`` plus the header (`workers.spec.WorkerSpec.largest_chunk`).
+
 Each run is one iteration of the executor, numbered in call order; every rank must run the
 same programs in the same order (as ``torch.distributed`` requires of collectives). There is
 no barrier between runs: a peer may start run k + 1 while this rank is still in run k, so the

@@ -24,6 +24,10 @@ Format ``topolab.worker/1`` (documented in docs/schedules.md):
     plane_sources          optional {plane: "IP"}: this host's source address for plane p >= 1;
                            a send with ``plane`` p goes over its own PUSH connection to the
                            peer, connected from that address (docs/schedules.md)
+    largest_send           optional: the longest send (bytes) of any rank of the schedule; the
+                           data socket refuses a frame longer than the largest chunk such a
+                           send goes out as (`WorkerSpec.largest_chunk`); absent or null: the
+                           protocol's bound alone, under twice ``chunk_bytes``
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ class WorkerSpec:
     log: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     plane_sources: dict[int, str] = field(default_factory=dict)
+    largest_send: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +89,7 @@ class WorkerSpec:
             "log": self.log,
             "extra": self.extra,
             "plane_sources": {str(k): v for k, v in self.plane_sources.items()},
+            "largest_send": self.largest_send,
         }
 
     @classmethod
@@ -112,6 +118,7 @@ class WorkerSpec:
                 log=str(d.get("log", "")),
                 extra=dict(d.get("extra", {})),
                 plane_sources={int(k): str(v) for k, v in d.get("plane_sources", {}).items()},
+                largest_send=None if d.get("largest_send") is None else int(d["largest_send"]),
             )
         except (TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, SpecError):
@@ -129,6 +136,12 @@ class WorkerSpec:
             if op.get("op") == "send" and int(op.get("plane", 0))
         }
 
+    def largest_chunk(self) -> int:
+        """The longest data frame a peer of this rank may send it: a send of L bytes goes as
+        chunks of at most L bytes, each under twice ``chunk_bytes`` (`workers.engine.send_pieces`)."""
+        protocol_bound = 2 * self.chunk_bytes
+        return protocol_bound if self.largest_send is None else min(self.largest_send, protocol_bound)
+
     def validate(self) -> None:
         if not 0 <= self.rank < self.ranks:
             raise SpecError(f"worker spec: rank {self.rank} outside 0..{self.ranks - 1}")
@@ -141,6 +154,8 @@ class WorkerSpec:
             raise SpecError(f"worker spec: control {self.control!r} is not an ipc:// endpoint")
         if not MIN_CHUNK <= self.chunk_bytes <= MAX_CHUNK:
             raise SpecError(f"worker spec: chunk_bytes {self.chunk_bytes} outside {MIN_CHUNK}..{MAX_CHUNK}")
+        if self.largest_send is not None and self.largest_send < 1:
+            raise SpecError(f"worker spec: largest_send must be >= 1 byte, got {self.largest_send}")
         if self.timeout_s <= 0:
             raise SpecError(f"worker spec: timeout_s must be > 0, got {self.timeout_s}")
         if self.timestamps not in ("none", "streams", "ops"):
@@ -223,6 +238,7 @@ def specs_for_schedule(
     address (e.g. 127.0.0.1 for loopback, the emulated host's IPv4 in the emulator);
     ``plane_sources[rank]``: that rank's {plane: source address} (default: none)."""
     n = int(schedule["ranks"])
+    largest = largest_send(schedule)
     if len(hosts) != n:
         raise SpecError(f"{len(hosts)} host addresses for {n} ranks")
     if plane_sources is not None and len(plane_sources) != n:
@@ -247,7 +263,23 @@ def specs_for_schedule(
                 timestamps=timestamps,
                 log=f"{log_dir}/rank-{rank}.log" if log_dir else "",
                 plane_sources=dict(plane_sources[rank]) if plane_sources else {},
+                largest_send=largest,
             )
         )
         specs[-1].validate()  # e.g. a send on a plane without a source: one line before any start
     return specs
+
+
+def largest_send(schedule: dict[str, Any]) -> int | None:
+    """The longest send (bytes) of any rank of ``schedule`` (a ``Schedule.to_dict()``); None
+    when it sends nothing."""
+    return max(
+        (
+            int(op["length"])
+            for streams in schedule["programs"]
+            for ops in streams.values()
+            for op in ops
+            if op["op"] == "send"
+        ),
+        default=None,
+    )

@@ -22,6 +22,7 @@ import zmq
 from .executor import Executor
 from .protocol import (
     CONTROL_LINGER_MS,
+    CONTROL_MESSAGE_BYTES,
     ITERATION_GRACE_S,
     Aborted,
     CoordinatorGone,
@@ -29,6 +30,7 @@ from .protocol import (
     decode,
     encode,
     identity,
+    limit_frames,
     now,
 )
 from .spec import SpecError, load_spec
@@ -60,6 +62,7 @@ class Worker:
         self.control = self.ctx.socket(zmq.DEALER)
         self.control.setsockopt(zmq.IDENTITY, identity(self.spec.rank))
         self.control.setsockopt(zmq.LINGER, CONTROL_LINGER_MS)
+        limit_frames(self.control, CONTROL_MESSAGE_BYTES)
         self.control.connect(self.spec.control)
         self.executor: Executor | None = None
         self.iteration = -1

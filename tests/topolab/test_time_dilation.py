@@ -143,9 +143,11 @@ def test_probe_schedule_has_the_stated_ops():
     assert len(s.checks) == 1 and s.checks[0].length == rounds * 4 * n * 2
 
 
+@pytest.mark.root
 def test_machine_cost_probes_real_workers_once(tmp_path, monkeypatch):
-    """The probe runs real workers on loopback; its figures are cached for this machine and
-    this version of the workers, and read back instead of probing again."""
+    """The probe runs real workers on the loopback of a network namespace of its own (root);
+    its figures are cached for this machine and this version of the workers, and read back
+    instead of probing again."""
     import json
     import os
 
