@@ -33,13 +33,15 @@ workers, not for tc.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import UsageError
+from .names import LOOPBACK_NAMES as LOOPBACK_NAMES  # kept importable from here, where it was
+from .names import SshInputError, check_ssh_file, check_ssh_user
+from .names import check_machines as check_machine_list
 from .network import Link, Network, cable_capacities, connection_capacities
 from .physics import DEFAULT_MTU, MAX_MTU, MIN_MTU, cable_goodput, time_scale
 
@@ -50,8 +52,6 @@ MIN_LINK_MBPS, MAX_LINK_MBPS = 0.1, 100_000.0  # HTB on a veth; below 0.1 a 1 MB
 HOST_MEMORY_MIB = 8.0  # measured cost of one emulated host (shell, namespace, link buffers), rounded up
 DEFAULT_RUN_DIR = "/run/topolab"  # tmpfs: a reboot forgets the lock and state files, as it forgets namespaces
 DEFAULT_SSH_USER = "root"  # the emulator creates namespaces and interfaces on every machine
-LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
-"""Names of this machine that the other machines cannot reach it at (see `check_machines`)."""
 TABLE_KEYS = ("link_mbps", "mtu", "netem", "budget_mbps", "machines", "ssh_user", "ssh_identity", "ssh_known_hosts")
 """The keys a scenario's ``[emulation]`` table may set; the other fields are run-time settings."""
 
@@ -81,14 +81,19 @@ class EmulationConfig:
     ``link_mbps`` to it); 0: unset."""
     machines: tuple[str, ...] = ()
     """ssh addresses of the machines to emulate the network over (docs/cluster.md); empty:
-    this machine alone. The same address carries the VXLAN tunnels, so it must be one the
-    other machines reach: never ``localhost`` or a loopback address."""
+    this machine alone. Each is an IP address or an RFC 1123 host name
+    (`contract.names.check_machine`). The same address carries the VXLAN tunnels, so it must
+    be one the other machines reach: never ``localhost`` or a loopback address."""
     ssh_user: str = DEFAULT_SSH_USER
-    """The user ssh logs in as on every machine (it must be root there)."""
+    """The user ssh logs in as on every machine (it must be root there); a login name
+    (`contract.names.check_ssh_user`)."""
     ssh_identity: str | None = None
-    """Private key file for ssh (None, or ``""`` in a scenario: ssh's own defaults)."""
+    """Private key file for ssh (None, or ``""`` in a scenario: ssh's own defaults); a path
+    ssh reads as one file (`contract.names.check_ssh_file`), a regular file when the network
+    is built."""
     ssh_known_hosts: str | None = None
-    """known_hosts file holding the machines' host keys (None: ssh's own defaults)."""
+    """known_hosts file holding the machines' host keys (None: ssh's own defaults); checked
+    as ``ssh_identity``."""
     reference_gbps: float | None = None
     """The real rate that ``link_mbps`` stands for; None: the network's ``link_gbps``."""
     run_dir: str = DEFAULT_RUN_DIR
@@ -117,18 +122,17 @@ class EmulationConfig:
         _number(self, "mtu", MIN_MTU, MAX_MTU, integer=True)
         _choice(self, "netem", NETEM_MODES)
         _number(self, "budget_mbps", 0.0, MAX_LINK_MBPS)
-        if isinstance(self.machines, list):
-            object.__setattr__(self, "machines", tuple(self.machines))
-        check_machines(self.machines, "emulation.machines")
-        user = self.ssh_user
-        if not isinstance(user, str) or not user or any(c in user for c in " @:\t"):
-            raise EmulationConfigError("emulation.ssh_user", f"must be a user name, got {user!r}")
-        for key in ("ssh_identity", "ssh_known_hosts"):
-            value = getattr(self, key)
-            if value == "":  # the scenario's way to say "unset"
-                object.__setattr__(self, key, None)
-            elif value is not None and not isinstance(value, str):
-                raise EmulationConfigError(f"emulation.{key}", f"must be a file path, got {value!r}")
+        try:  # the values that reach ssh: their shapes are contract.names'
+            object.__setattr__(self, "machines", check_machine_list(self.machines, "emulation.machines"))
+            check_ssh_user(self.ssh_user, "emulation.ssh_user")
+            for key in ("ssh_identity", "ssh_known_hosts"):
+                value = getattr(self, key)
+                if value == "":  # the scenario's way to say "unset"
+                    object.__setattr__(self, key, None)
+                elif value is not None:
+                    check_ssh_file(value, f"emulation.{key}")
+        except SshInputError as err:
+            raise EmulationConfigError(err.key, err.problem) from None
         _number(self, "reference_gbps", 0.0, math.inf, low_inclusive=False, optional=True)
         if not isinstance(self.run_dir, str) or not self.run_dir:
             raise EmulationConfigError("emulation.run_dir", f"must be a folder, got {self.run_dir!r}")
@@ -210,26 +214,13 @@ def _choice(config: EmulationConfig, name: str, choices: tuple[str, ...]) -> Non
 
 
 def check_machines(machines: object, key: str) -> None:
-    """Raise `EmulationConfigError` naming ``key`` unless ``machines`` are distinct, non-empty
-    ssh addresses that other machines can reach (no loopback: the address carries tunnels)."""
-    if not isinstance(machines, (tuple, list)) or not all(isinstance(m, str) for m in machines):
-        raise EmulationConfigError(key, f"expected a list of machine addresses, got {machines!r}")
-    for m in machines:
-        if not m or m != m.strip() or any(c in m for c in " ,@\t"):
-            raise EmulationConfigError(key, f"{m!r} is not a machine address (a host name or IP address)")
-        if m.lower() in LOOPBACK_NAMES or _is_loopback(m):
-            raise EmulationConfigError(
-                key, f"{m!r} is this machine's loopback; give the address the other machines reach it at"
-            )
-    if len(set(machines)) != len(machines):
-        raise EmulationConfigError(key, f"a machine is listed twice in {list(machines)}")
-
-
-def _is_loopback(address: str) -> bool:
+    """Raise `EmulationConfigError` naming ``key`` unless ``machines`` are distinct machine
+    addresses (`contract.names.check_machine`: an IP address or an RFC 1123 host name, never
+    an ssh option) that other machines can reach (no loopback: the address carries tunnels)."""
     try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False  # a host name; resolved when the network is built
+        check_machine_list(machines, key)
+    except SshInputError as err:
+        raise EmulationConfigError(err.key, err.problem) from None
 
 
 @dataclass(frozen=True)

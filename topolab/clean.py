@@ -19,38 +19,66 @@ import argparse
 import json
 import sys
 
-from contract.emulation import DEFAULT_RUN_DIR
+from contract.emulation import DEFAULT_RUN_DIR, DEFAULT_SSH_USER
+from contract.names import check_ssh_file, check_ssh_user, machines_from_text
+
+from .network import checked_argument
 
 
 def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
+    """clean's options; the ones that reach ssh are checked as they are parsed
+    (`contract.names`: one line naming the flag, exit 2), as a scenario's are when it is read."""
     parser.add_argument(
         "--run-dir", default=DEFAULT_RUN_DIR, help=f"run lock and state directory (default {DEFAULT_RUN_DIR})"
     )
     parser.add_argument("--json", action="store_true", help="print what was cleaned as JSON")
     parser.add_argument(
         "--machines",
+        # the shapes of a network's --machines, not its loopback refusal: nothing is built here
+        type=checked_argument(lambda text, flag: machines_from_text(text, flag, tunnels=False), "--machines"),
         metavar="HOST,...",
-        help="also clean these machines of multi-machine runs whose driver here is gone (over ssh)",
+        help="also clean these machines of multi-machine runs whose driver here is gone (over ssh; "
+        "IP addresses or host names)",
     )
-    parser.add_argument("--ssh-user", default="root", help="with --machines: the user to log in as (default root)")
-    parser.add_argument("--ssh-identity", metavar="FILE", help="with --machines: ssh private key file")
-    parser.add_argument("--ssh-known-hosts", metavar="FILE", help="with --machines: known_hosts file of the machines")
+    parser.add_argument(
+        "--ssh-user",
+        type=checked_argument(check_ssh_user, "--ssh-user"),
+        default=DEFAULT_SSH_USER,
+        metavar="USER",
+        help=f"with --machines: the user to log in as (a login name; default {DEFAULT_SSH_USER})",
+    )
+    parser.add_argument(
+        "--ssh-identity",
+        type=checked_argument(check_ssh_file, "--ssh-identity"),
+        metavar="FILE",
+        help="with --machines: ssh private key file",
+    )
+    parser.add_argument(
+        "--ssh-known-hosts",
+        type=checked_argument(check_ssh_file, "--ssh-known-hosts"),
+        metavar="FILE",
+        help="with --machines: known_hosts file of the machines",
+    )
 
 
 def run_clean(args) -> int:
     from emulator.cluster.ssh import clean_control_dirs
     from emulator.state import clean_dead_runs
 
+    from .network import check_ssh_files
     from .options import require_root
 
     require_root("clean")
+    machines = getattr(args, "machines", None)  # None: this machine only (and callers that set no flags)
+    if machines is not None:  # before anything is cleaned here
+        check_ssh_files({"--ssh-identity": args.ssh_identity, "--ssh-known-hosts": args.ssh_known_hosts})
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
     report = clean_dead_runs(args.run_dir, log=log)
     for run in report.runs_alive:
         log(f"clean: run {run} is still running: left alone")
     cleaned, alive, killed = list(report.runs_cleaned), list(report.runs_alive), report.killed
     remote_killed = 0  # other machines report how many processes they ended, not their PIDs
-    if getattr(args, "machines", None) is not None:
+    if machines is not None:
         remote = _clean_machines(args, log)
         cleaned, alive, remote_killed = cleaned + remote.runs_cleaned, alive + remote.runs_alive, remote.killed
         for run in remote.runs_alive:
@@ -77,20 +105,10 @@ def run_clean(args) -> int:
 
 
 def _clean_machines(args, log):
-    from pathlib import Path
-
-    from contract.errors import UsageError
     from emulator.cluster.ssh import Machine, SshOptions, check_machines
     from emulator.cluster.state import clean_machines
 
-    names = [name.strip() for name in args.machines.split(",") if name.strip()]
-    if not names:
-        raise UsageError("--machines: give one or more machine names, separated by commas")
-    files = {"--ssh-identity": args.ssh_identity, "--ssh-known-hosts": args.ssh_known_hosts}
-    for flag, path in files.items():
-        if path is not None and not Path(path).is_file():
-            raise UsageError(f"{flag} {path!r}: no such file")
-    machines = [Machine(name, name) for name in names]
+    machines = [Machine(name, name) for name in args.machines]  # checked by --machines' type
     with SshOptions.session(args.ssh_user, args.ssh_identity, args.ssh_known_hosts) as ssh:
         try:
             check_machines(machines, ssh)

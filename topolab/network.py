@@ -5,8 +5,9 @@ algorithm, ``verify``, ``shell``, ``place --run``, ``alloc --measure``) gets it 
 
 1. `add_network_arguments` gives it ``--machines HOST,...``, ``--run-dir DIR`` and
    ``--wait SECONDS``;
-2. `network_flags` checks them before any work (one line naming the flag, exit 2), root
-   included;
+2. ``--machines`` is checked as it is parsed (`machines_argument`: IP addresses or host
+   names, `contract.names`, never an ssh option), the rest by `network_flags` before any work
+   (one line naming the flag, exit 2), root included;
 3. `network_config` turns the scenario's ``[emulation]`` and those flags (and the command's
    own changes: ``link_mbps``, ``reference_gbps``...) into the `contract.emulation.EmulationConfig` of
    this run; `refuse_machines` is how a command that needs one machine says so, in one
@@ -28,14 +29,17 @@ latency across machines).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterator
+import errno
+import os
+import stat
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from contract.emulation import DEFAULT_RUN_DIR, EmulationConfig
 from contract.errors import UsageError
+from contract.names import SshInputError, check_machines, machines_from_text
 from contract.plan import Plan
 
 from .options import MAX_WAIT_S, bounded_float, check_output_dir, require_root
@@ -50,6 +54,7 @@ def add_network_arguments(parser: argparse.ArgumentParser, when: str = "") -> No
     network. ``when`` starts their help where the network is optional ("with --run: ")."""
     parser.add_argument(
         "--machines",
+        type=machines_argument,
         metavar="HOST,...",
         help=f"{when}emulate over these machines (ssh addresses; Mininet Cluster Edition; "
         "overrides [emulation] machines, docs/cluster.md)",
@@ -85,24 +90,50 @@ class NetworkFlags:
 
 
 def network_flags(args: argparse.Namespace, command: str) -> NetworkFlags:
-    """The shared options of ``args``, checked before any work: ``--machines`` (one line
-    naming it), root (``topolab <command> needs root``), then ``--run-dir`` writable."""
-    machines = None if args.machines is None else machines_from_flag(args.machines)
+    """The shared options of ``args``, checked before any work: ``--machines`` (parsed by
+    `machines_argument`; checked again, one line naming it), root (``topolab <command> needs
+    root``), then ``--run-dir`` writable."""
+    machines = None if args.machines is None else check_machines(args.machines, "--machines")
     require_root(command)  # before --run-dir: /run is root's
     if args.run_dir is not None:
         check_output_dir(args.run_dir, "--run-dir")
     return NetworkFlags(machines, args.run_dir, args.wait)
 
 
-def machines_from_flag(spec: str) -> tuple[str, ...]:
-    """``--machines A,B,C`` as a tuple of addresses; one-line UsageError naming the flag."""
-    from contract.emulation import check_machines
+Checked = TypeVar("Checked")
 
-    names = tuple(name.strip() for name in spec.split(",") if name.strip())
-    if not names:
-        raise UsageError("--machines: give one or more machine addresses, separated by commas")
-    check_machines(names, "--machines")
-    return names
+
+def checked_argument(check: Callable[[str, str], Checked], flag: str) -> Callable[[str], Checked]:
+    """argparse type of ``flag`` from a `contract.names` check (``check(text, key)``): its
+    refusal becomes argparse's one line, ``argument <flag>: <problem>`` (exit 2)."""
+
+    def parse(text: str) -> Checked:
+        try:
+            return check(text, flag)
+        except SshInputError as err:
+            raise argparse.ArgumentTypeError(err.problem) from None
+
+    return parse
+
+
+machines_argument = checked_argument(machines_from_text, "--machines")
+"""argparse type of ``--machines A,B,C``: the tuple of machine addresses
+(`contract.names.machines_from_text`: IP addresses or host names, distinct, no loopback)."""
+
+
+def check_ssh_files(files: Mapping[str, str | None]) -> None:
+    """Each ssh file given (``{key or flag: path}``; None: not given) is a regular file (ssh
+    reads keys and known_hosts from it); else one line naming the key and the path."""
+    for key, path in files.items():
+        if path is None:
+            continue
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as err:
+            problem = "no such file" if err.errno == errno.ENOENT else f"cannot be read: {err.strerror}"
+            raise UsageError(f"{key} = {path!r}: {problem}") from None
+        if not stat.S_ISREG(mode):
+            raise UsageError(f"{key} = {path!r}: not a regular file")
 
 
 def network_config(
@@ -159,10 +190,7 @@ def _check_multi_machine(plan: Plan, config: EmulationConfig) -> None:
         raise UsageError(
             "emulation.netem = 'on': link latency (netem) is not applied across machines; use 'auto' or 'off'"
         )
-    for key in ("ssh_identity", "ssh_known_hosts"):
-        path = getattr(config, key)
-        if path is not None and not Path(path).is_file():
-            raise UsageError(f"emulation.{key} = {path!r}: no such file")
+    check_ssh_files({f"emulation.{key}": getattr(config, key) for key in ("ssh_identity", "ssh_known_hosts")})
 
 
 @contextmanager

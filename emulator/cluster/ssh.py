@@ -7,6 +7,11 @@ and the master stays ``ControlPersist`` seconds after the last session. Every ho
 worker and iperf3 is one session, so the machine's sshd must allow, on one connection,
 5 x its hosts + 8 (``MaxSessions``, 10 by default; docs/cluster.md section 2).
 
+Every name is passed as data: the user as ``-l USER`` among the options and the machine after
+``--`` (``ssh [options] -l USER -- HOST [command]``), so neither can be read as an option
+whatever it holds; and both are checked again here (`contract.names`), as they were where
+they were read (the scenario's ``[emulation]``, a flag).
+
 Every wait is bounded: ``ConnectTimeout`` for the TCP connect and key exchange, and
 ``ServerAliveInterval`` x ``ServerAliveCountMax`` for a machine that stops answering later.
 `check_machines` asks every machine at once and names each one that does not answer, in one
@@ -27,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contract.errors import RunError
+from contract.files import folder_problem
+from contract.names import SshInputError, check_machine, check_ssh_file, check_ssh_user
 
 from ..nsutil import process_alive, process_id
 
@@ -50,6 +57,9 @@ class Machine:
     name: str
     address: str
 
+    def __post_init__(self) -> None:
+        check_machine(self.address, f"machine {self.name}")
+
 
 @dataclass(frozen=True)
 class SshOptions:
@@ -62,6 +72,12 @@ class SshOptions:
     known_hosts: Path | None = None
     prefix: tuple[str, ...] = ()
     extra: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        check_ssh_user(self.user, "ssh user")
+        for what, path in (("ssh identity", self.identity), ("ssh known_hosts", self.known_hosts)):
+            if path is not None:
+                check_ssh_file(str(path), what)
 
     @classmethod
     @contextmanager
@@ -103,7 +119,13 @@ class SshOptions:
                 f"machine {machine.name}: ssh control socket {socket} is too long for a Unix socket "
                 f"(at most {SOCKET_PATH_MAX - BIND_SUFFIX} characters); set TMPDIR to a shorter directory"
             )
-        return [*self.base(tty), f"{self.user}@{machine.address}"]
+        return [*self.base(tty), *self.destination(machine)]
+
+    def destination(self, machine: Machine) -> list[str]:
+        """The end of every ssh argv to ``machine``: the user as an option's value, then
+        ``--``, then the address (a host name that cannot be read as an option), after which
+        only the remote command may follow."""
+        return ["-l", self.user, "--", machine.address]
 
     def run(self, machine: Machine, script: str, timeout_s: float, what: str) -> str:
         """Run shell ``script`` on ``machine`` (fed on stdin to ``sh -s``: no quoting, one
@@ -121,7 +143,7 @@ class SshOptions:
 
     def _to_master(self, machine: Machine, operation: str, *args: str) -> list[str]:
         """argv asking ``machine``'s master connection to do ``operation`` (``ssh -O``)."""
-        return [*self.base(), "-O", operation, *args, f"{self.user}@{machine.address}"]
+        return [*self.base(), "-O", operation, *args, *self.destination(machine)]
 
     def forward_socket(self, machine: Machine, remote: str, local: str) -> None:
         """Have ``machine``'s sshd listen on the Unix socket ``remote`` there and carry each
@@ -155,15 +177,22 @@ class SshOptions:
 def clean_control_dirs(log=print) -> list[str]:
     """Remove the ssh control directories (`SshOptions.session`) of runs whose process is
     gone, in this process's temporary directory: end each master still listening in one
-    (``ssh -O exit``), then remove the directory. Returns the directories removed."""
+    (``ssh -O exit``), then remove the directory. Returns the directories removed.
+
+    Only folders that could be ours are touched: owned by this user (or root) and writable by
+    no one else (`contract.files.folder_problem`; a session's folder is 0700), as a folder of
+    that name in a shared ``/tmp`` may be anyone's; a master's socket is named after its
+    machine's address, so only such names are given to ssh."""
     removed = []
     for path in sorted(Path(tempfile.gettempdir()).glob(f"{CONTROL_DIR_PREFIX}*-*-*")):
         match = _CONTROL_DIR.fullmatch(path.name)
-        if match is None or not path.is_dir() or process_alive(match.group(1)):
+        if match is None or folder_problem(path) is not None or process_alive(match.group(1)):
             continue
         for socket in path.iterdir():
-            subprocess.run(
-                ["ssh", "-F", "/dev/null", "-o", f"ControlPath={socket}", "-O", "exit", "master"],
+            if not _is_machine_address(socket.name):
+                continue
+            subprocess.run(  # the host is a placeholder: -O talks to the socket, whoever it is
+                ["ssh", "-F", "/dev/null", "-o", f"ControlPath={socket}", "-O", "exit", "--", "master"],
                 capture_output=True,
                 timeout=ANSWER_TIMEOUT_S,
             )
@@ -171,6 +200,14 @@ def clean_control_dirs(log=print) -> list[str]:
         removed.append(str(path))
         log(f"clean: removed the ssh control directory {path} of run {match.group(1)}")
     return removed
+
+
+def _is_machine_address(name: str) -> bool:
+    try:
+        check_machine(name, "control socket")
+    except SshInputError:
+        return False
+    return True
 
 
 def check_machines(machines: list[Machine], ssh: SshOptions) -> float:
