@@ -4,7 +4,11 @@ A run records itself in ``<run-dir>/run-<pid>.json`` (its host shells, the proce
 started in hosts with their start times, its namespaces). For each run whose owner process is
 gone, clean ends the recorded processes that still run (matched by PID *and* start time),
 the processes marked with the run's ``TOPOLAB_RUN`` id, and any process still living in one of
-the run's namespaces; the kernel then frees the namespaces and their veth cables. Runs
+the run's namespaces; the kernel then frees the namespaces and their veth cables. A namespace
+is the run's only while a recorded process holds it and a root process in it carries the
+run's mark (every host shell does), never PID 1's or clean's own; the run folder must be one
+root may own and a state file must have the expected name, owner, size and shape
+(`emulator.state.clean_dead_runs`), so a forged file cannot point clean at anything else. Runs
 whose owner is alive are left alone. Never uses killall, pkill or `mn -c`.
 
 A multi-machine run also leaves, if killed, its ssh control directory
