@@ -17,6 +17,10 @@ micro-batch of ``batch`` samples:
 
 `OperatorGraph.to_dict` and `OperatorGraph.from_dict` are the file format (docs/models.md);
 `from_dict` validates every field and raises `GraphFormatError` naming the first bad one.
+Every number has an upper bound (`MAX_GRAPH_BATCH` and the others below), set far beyond
+any real model but low enough that sums and products of them stay finite floats: a graph
+file is shared input that root commands read, and ``params = 10**400`` must be one line
+naming the field, not an ``OverflowError`` deep in the planner.
 A plan of an imported model carries its graph in its `Workload`, so the plan alone still
 determines its training iteration.
 """
@@ -28,6 +32,16 @@ from dataclasses import dataclass
 from typing import Any
 
 GRAPH_FORMAT = "topolab.opgraph/1"
+
+# Upper bounds of a graph file's numbers (docs/models.md). Each is orders of magnitude beyond
+# any model trained today, so no real graph meets one; they exist so that hostile or broken
+# input stops at the reader with the field's name.
+MAX_GRAPH_BATCH = 2**32  # samples in one server's micro-batch (real ones: 1 to a few thousand)
+MAX_GRAPH_OPERATORS = 1_000_000  # BERT-large traces to 1,282 operators; 10^5 are ~30 MB of JSON
+MAX_OP_PARAMS = 10**15  # parameters one operator reads: 1,000x the largest models' whole count
+MAX_OP_BYTES = 2**53  # bytes of one operator's parameters or output (8 PiB; exact as a float)
+MAX_OP_FLOPS = 1e24  # FLOPs of one operator on one micro-batch (a whole GPT-4 run is ~2e25)
+MAX_OP_MICROS = 1e12  # a measured duration in microseconds (11.6 days for one operator)
 
 
 class GraphFormatError(ValueError):
@@ -112,24 +126,28 @@ class OperatorGraph:
                 raise GraphFormatError(str(key), f"unknown field (known: {', '.join(sorted(known))})")
         fmt = _field(d, "format", str, "format")
         if fmt != GRAPH_FORMAT:
-            raise GraphFormatError("format", f"{fmt!r} is not {GRAPH_FORMAT!r}")
+            raise GraphFormatError("format", f"{_shown(fmt)} is not {GRAPH_FORMAT!r}")
         name = _field(d, "name", str, "name")
-        source = str(d.get("source", ""))
-        batch = _field(d, "batch", int, "batch")
+        source = _field(d, "source", str, "source", required=False) or ""
+        batch = _field(d, "batch", int, "batch", limit=MAX_GRAPH_BATCH)
         if batch < 1:
             raise GraphFormatError("batch", f"must be >= 1, got {batch}")
         raw_ops = _field(d, "ops", list, "ops")
         if not raw_ops:
             raise GraphFormatError("ops", "no operators")
+        if len(raw_ops) > MAX_GRAPH_OPERATORS:
+            raise GraphFormatError("ops", f"more than {MAX_GRAPH_OPERATORS:,} operators ({len(raw_ops):,})")
         ops: list[GraphOperator] = []
         seen: set[str] = set()
         for i, raw in enumerate(raw_ops):
             op = _operator(raw, f"ops[{i}]")
             if op.name in seen:
-                raise GraphFormatError(f"ops[{i}].name", f"a second operator named {op.name!r}")
+                raise GraphFormatError(f"ops[{i}].name", f"a second operator named {_shown(op.name)}")
             for p in op.inputs:
                 if p not in seen:
-                    raise GraphFormatError(f"ops[{i}].inputs", f"{p!r} is not an operator before {op.name!r}")
+                    raise GraphFormatError(
+                        f"ops[{i}].inputs", f"{_shown(p)} is not an operator before {_shown(op.name)}"
+                    )
             seen.add(op.name)
             ops.append(op)
         return cls(name, source, batch, tuple(ops))
@@ -149,20 +167,47 @@ _OP_FIELDS = (
 )
 
 
-def _field(d: dict[str, Any], key: str, want: type, where: str, required: bool = True) -> Any:
+def _shown(value: Any) -> str:
+    """``value`` for a one-line message: a scalar as written (a long string cut, a huge
+    integer as its size: ``str()`` of one over 4,300 digits raises), anything else by type."""
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        if abs(value) >= 10**21:
+            return f"an integer of {value.bit_length()} bits (about 10**{int(value.bit_length() * math.log10(2))})"
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 60 else repr(value[:57]) + "..."
+    return f"a {type(value).__name__}"
+
+
+def _limit(limit: int | float) -> str:
+    return f"{limit:,}" if isinstance(limit, int) else f"{limit:g}"
+
+
+def _field(
+    d: dict[str, Any], key: str, want: type, where: str, required: bool = True, limit: int | float | None = None
+) -> Any:
+    """``d[key]``, of type ``want`` (an integer is a float too); a number must be >= 0 and,
+    with ``limit`` (the module's constants), at most that."""
     if key not in d:
         if required:
             raise GraphFormatError(where, "missing")
         return None
     value = d[key]
-    if want is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if isinstance(value, bool) or not isinstance(value, want):
-        raise GraphFormatError(where, f"expected {want.__name__}, got {type(value).__name__} {value!r}")
-    if isinstance(value, float) and not (math.isfinite(value) and value >= 0):
-        raise GraphFormatError(where, f"expected a finite number >= 0, got {value!r}")
-    if isinstance(value, int) and value < 0:
-        raise GraphFormatError(where, f"expected an integer >= 0, got {value!r}")
+    accepted: tuple[type, ...] = (int, float) if want is float else (want,)
+    if isinstance(value, bool) or not isinstance(value, accepted):
+        raise GraphFormatError(where, f"expected {want.__name__}, got {type(value).__name__} {_shown(value)}")
+    if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise GraphFormatError(where, f"expected a finite number >= 0, got {value!r}")
+        if value < 0:
+            kind = "an integer" if want is int else "a finite number"
+            raise GraphFormatError(where, f"expected {kind} >= 0, got {_shown(value)}")
+        if limit is not None and value > limit:  # before float(): float(10**400) overflows
+            raise GraphFormatError(where, f"must be <= {_limit(limit)} (the format's maximum), got {_shown(value)}")
+        if want is float:
+            value = float(value)
     return value
 
 
@@ -174,19 +219,20 @@ def _operator(raw: Any, where: str) -> GraphOperator:
             raise GraphFormatError(f"{where}.{key}", f"unknown field (known: {', '.join(_OP_FIELDS)})")
     name = _field(raw, "name", str, f"{where}.name")
     if not name or "+" in name:
-        raise GraphFormatError(f"{where}.name", f"expected a non-empty name without '+', got {name!r}")
+        raise GraphFormatError(f"{where}.name", f"expected a non-empty name without '+', got {_shown(name)}")
     inputs = _field(raw, "inputs", list, f"{where}.inputs", required=False) or []
-    if not all(isinstance(p, str) for p in inputs):
-        raise GraphFormatError(f"{where}.inputs", f"expected operator names, got {inputs!r}")
+    for j, p in enumerate(inputs):
+        if not isinstance(p, str):
+            raise GraphFormatError(f"{where}.inputs[{j}]", f"expected an operator name, got {_shown(p)}")
     return GraphOperator(
         name=name,
         kind=_field(raw, "kind", str, f"{where}.kind"),
-        params=_field(raw, "params", int, f"{where}.params"),
-        param_bytes=_field(raw, "param_bytes", int, f"{where}.param_bytes"),
-        forward_flops=_field(raw, "forward_flops", float, f"{where}.forward_flops"),
-        backward_flops=_field(raw, "backward_flops", float, f"{where}.backward_flops"),
-        out_bytes=_field(raw, "out_bytes", int, f"{where}.out_bytes"),
+        params=_field(raw, "params", int, f"{where}.params", limit=MAX_OP_PARAMS),
+        param_bytes=_field(raw, "param_bytes", int, f"{where}.param_bytes", limit=MAX_OP_BYTES),
+        forward_flops=_field(raw, "forward_flops", float, f"{where}.forward_flops", limit=MAX_OP_FLOPS),
+        backward_flops=_field(raw, "backward_flops", float, f"{where}.backward_flops", limit=MAX_OP_FLOPS),
+        out_bytes=_field(raw, "out_bytes", int, f"{where}.out_bytes", limit=MAX_OP_BYTES),
         inputs=tuple(inputs),
-        forward_us=_field(raw, "forward_us", float, f"{where}.forward_us", required=False),
-        backward_us=_field(raw, "backward_us", float, f"{where}.backward_us", required=False),
+        forward_us=_field(raw, "forward_us", float, f"{where}.forward_us", required=False, limit=MAX_OP_MICROS),
+        backward_us=_field(raw, "backward_us", float, f"{where}.backward_us", required=False, limit=MAX_OP_MICROS),
     )

@@ -22,6 +22,7 @@ from typing import Any
 
 from contract.emulation import EmulationConfig, EmulationConfigError
 from contract.errors import UsageError
+from contract.files import FileInputError, read_capped
 from contract.plan import Workload
 
 from .model.workload_graph import SOURCE_KEYS, has_tables, workload_from_table
@@ -477,16 +478,14 @@ def parse_scenario(data: dict[str, Any], source: str = "<scenario>", name: str =
 
 
 def _read_text(path: Path) -> str:
+    """The scenario's text: a regular file of at most `MAX_SCENARIO_BYTES` (a FIFO, a device
+    such as /dev/zero or a folder is refused before a byte is read), UTF-8."""
     try:
-        if path.stat().st_size > MAX_SCENARIO_BYTES:
-            raise ScenarioError(str(path), "", f"larger than {MAX_SCENARIO_BYTES} bytes: not a scenario file")
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ScenarioError(str(path), "", "no such file") from None
-    except IsADirectoryError:
-        raise ScenarioError(str(path), "", "is a folder, not a scenario file") from None
-    except OSError as err:
-        raise ScenarioError(str(path), "", f"cannot read: {err.strerror}") from None
+        raw = read_capped(path, MAX_SCENARIO_BYTES, "scenario file")
+    except FileInputError as err:
+        # "no such file", as every command has always said of a missing scenario
+        problem = "no such file" if err.problem == "no such scenario file" else err.problem
+        raise ScenarioError(str(path), "", problem) from None
     try:
         text = raw.decode("utf-8-sig")  # a UTF-8 byte-order mark is harmless
     except UnicodeDecodeError as err:

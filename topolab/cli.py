@@ -44,13 +44,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "import": (
         "topolab.import_cmd",
-        "a PyTorch model (file.py:factory) or a Chakra trace as an operator-graph file for [workload] graph",
+        "a PyTorch model (file.py:factory: runs its code, no root needed) or a Chakra trace as an "
+        "operator-graph file for [workload] graph",
     ),
     "place": (
         "topolab.place",
         "place fused operator groups on servers jointly with bandwidth allocation; --run measures it",
     ),
 }
+
+MODEL_CODE_NOTE = (
+    "A scenario whose [workload] model is 'file.py:factory' or 'package.module:factory' runs that "
+    "Python code when it is loaded, as the user running topolab (root for run and train); "
+    "'topolab import' it first (no root) and name the graph file instead (docs/models.md)."
+)
+"""Said at the foot of ``topolab --help`` and of the ``--help`` of every subcommand that reads a scenario."""
+NO_SCENARIO = ("report", "clean", "lab", "import")
 
 AFTER_DASHES = ("train",)
 """Subcommands that take a command line of their own after ``--`` (in ``args.command``)."""
@@ -75,6 +84,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         prog="topolab",
         description="Co-optimize network topology and parallelization for distributed DNN training, "
         "then prove the plan on an emulated network.",
+        epilog=MODEL_CODE_NOTE,
     )
     parser.add_argument("--version", action="version", version=f"topolab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=ArgumentParser)
@@ -85,7 +95,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         if unknown:
             raise UsageError(f"unrecognized argument {unknown[0]} (usage: topolab COMMAND ...; see topolab --help)")
     for name, (module_name, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
+        description = help_text[0].upper() + help_text[1:] + "."
+        epilog = None if name in NO_SCENARIO else MODEL_CODE_NOTE
+        p = sub.add_parser(name, help=help_text, description=description, epilog=epilog)
         if name == chosen:
             module = importlib.import_module(module_name)
             getattr(module, f"add_{name}_arguments")(p)

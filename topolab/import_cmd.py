@@ -5,7 +5,13 @@
 operators) and writes the graph, which ``[workload] graph = "resnet50.json"`` then plans
 from without torch. A Chakra execution trace (an ``.et`` file or a folder of per-rank
 traces) imports the same way (planner.model.chakra). The file is written only once the import
-succeeded: bad input leaves nothing behind.
+succeeded: bad input leaves nothing behind. ``--out`` never names the model's own source (the
+factory's file, the trace, a file of the traces' folder): that mistake is refused before the
+model is imported.
+
+Importing a factory runs its file's code as the user who runs ``topolab import`` (no root
+needed); the graph file it writes is data, which root commands (``run``, ``train``) then read
+without running any code (docs/models.md).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ def run_import(args: argparse.Namespace) -> int:
     from planner.model.graph_file import write_graph
     from planner.model.workload_graph import describe_workload, import_source
 
-    out = check_output_file(args.out, "--out")
+    out = check_output_file(args.out, "--out", inputs=model_sources(args.model))
     graph = import_source(args.model)
     print(describe_workload(Workload(graph.name, graph=graph)))
     if out is not None:
@@ -48,3 +54,15 @@ def run_import(args: argparse.Namespace) -> int:
             Path(tmp).unlink(missing_ok=True)
         print(f"wrote {out}")
     return 0
+
+
+def model_sources(model: str) -> tuple[str, ...]:
+    """The files ``topolab import MODEL`` reads: the factory's file (``file.py:factory``), the
+    trace, or the files of a folder of traces; ``--out`` must be none of them."""
+    path = Path(model)
+    if path.is_dir():
+        return tuple(str(p) for p in sorted(path.iterdir()) if p.is_file())
+    if path.exists() or ":" not in model:
+        return (model,)
+    target = model.rpartition(":")[0]
+    return (target,) if target.endswith(".py") else ()

@@ -34,19 +34,22 @@ node to the forward node that recorded it; it does not keep the call nesting. Th
   collective is refused, naming it;
 - the micro-batch: the first dimension of the first operator's first tensor input.
 
-A file that is not a Chakra trace is one `UsageError` line naming it.
+A file that is not a Chakra trace is one `UsageError` line naming it; so is a folder, a FIFO
+or a device where a trace file should be, a file over `MAX_TRACE_BYTES`, and a gzipped trace
+that decompresses to more than `MAX_TRACE_UNZIPPED_BYTES` (decompressed as a stream under
+that cap: a gzip bomb stops there, not at the end of memory).
 """
 
 from __future__ import annotations
 
 import ast
-import gzip
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
+from contract.files import gunzip_capped, read_capped
 from contract.graph import GraphOperator, OperatorGraph
 
 from .model_import import INSTALL_HINT
@@ -61,6 +64,11 @@ BACKWARD_WRAPPER = "autograd::engine::evaluate_function"
 VIEW_OPS = {"as_strided", "view", "t", "transpose", "expand", "detach", "reshape", "unsqueeze", "squeeze", "permute"}
 VIEW_OPS |= {"empty", "copy_", "to", "_to_copy", "empty_strided"}
 _BACKWARD_NODE = re.compile(r"^\w+Backward\d+$")
+# A trace file's size, as stored and once gunzipped. One training iteration of a large model
+# is tens of MB of protobuf (each node a few hundred bytes); parsing holds several times the
+# decompressed size in memory, so the decompressed cap is what bounds memory.
+MAX_TRACE_BYTES = 256 << 20
+MAX_TRACE_UNZIPPED_BYTES = 512 << 20
 
 
 @dataclass
@@ -103,10 +111,8 @@ def import_chakra(path: str | Path) -> OperatorGraph:
         for other in files[1:]:
             _read_nodes(other)  # every rank's file must be a trace
         trace = files[0]
-    elif path.is_file():
+    else:  # a file, or what _read_nodes refuses in one line (missing, a FIFO, a device)
         trace = path
-    else:
-        raise UsageError(f"{path}: no such Chakra trace (file or folder)")
     nodes = _read_nodes(trace)
     return _graph(nodes, trace)
 
@@ -141,16 +147,10 @@ def _messages(raw: bytes) -> list[bytes]:
 
 
 def _read_nodes(path: Path) -> list[_Node]:
-    pb = _pb()
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read: {err.strerror}") from None
+    raw = read_capped(path, MAX_TRACE_BYTES, "Chakra trace")
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except OSError:
-            raise UsageError(f"{path}: a broken gzip file, not a Chakra trace") from None
+        raw = gunzip_capped(raw, MAX_TRACE_UNZIPPED_BYTES, path, "Chakra trace")
+    pb = _pb()
     try:
         messages = _messages(raw)
         if len(messages) < 2:

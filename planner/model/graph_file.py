@@ -12,31 +12,26 @@ import json
 from pathlib import Path
 
 from contract.errors import UsageError
+from contract.files import read_capped_text, write_file
 from contract.graph import GraphFormatError, OperatorGraph
 
 MAX_GRAPH_BYTES = 256 << 20  # an imported model of 10^5 operators is ~30 MB
 
 
 def read_graph(path: str | Path) -> OperatorGraph:
-    """The operator graph stored in ``path``; a missing, unreadable or invalid file is a
-    one-line `UsageError` naming the file and the field."""
+    """The operator graph stored in ``path``; a missing, unreadable or invalid file (a
+    folder, a FIFO or a device, one over `MAX_GRAPH_BYTES`, JSON nested too deeply, a number
+    over the format's maximum) is a one-line `UsageError` naming the file and the field."""
     path = Path(path)
-    try:
-        if path.stat().st_size > MAX_GRAPH_BYTES:
-            raise UsageError(f"{path}: larger than {MAX_GRAPH_BYTES} bytes: not an operator-graph file")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such operator-graph file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a folder, not an operator-graph file") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not UTF-8 JSON: not an operator-graph file") from None
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read: {err.strerror}") from None
+    text = read_capped_text(path, MAX_GRAPH_BYTES, "graph file")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
         raise UsageError(f"{path}: not JSON (line {err.lineno}: {err.msg}): not an operator-graph file") from None
+    except RecursionError:
+        raise UsageError(f"{path}: JSON nested too deeply: not an operator-graph file") from None
+    except ValueError as err:  # an integer of more than 4,300 digits (sys.get_int_max_str_digits)
+        raise UsageError(f"{path}: not JSON ({str(err).split(':')[0]}): not an operator-graph file") from None
     try:
         return OperatorGraph.from_dict(doc)
     except GraphFormatError as err:
@@ -44,9 +39,10 @@ def read_graph(path: str | Path) -> OperatorGraph:
 
 
 def write_graph(graph: OperatorGraph, path: str | Path) -> None:
-    """Write ``graph`` as its JSON document (one operator per line: diffable, still small)."""
+    """Write ``graph`` as its JSON document (one operator per line: diffable, still small),
+    never through a symbolic link at ``path`` (contract.files.write_file)."""
     doc = graph.to_dict()
     ops = doc.pop("ops")
     head = json.dumps(doc)[:-1]
     lines = ",\n".join("  " + json.dumps(op) for op in ops)
-    Path(path).write_text(f'{head}, "ops": [\n{lines}\n]}}\n', encoding="utf-8")
+    write_file(path, f'{head}, "ops": [\n{lines}\n]}}\n')

@@ -20,6 +20,15 @@ dimension of the first input tensor. `import_model` turns it into an `OperatorGr
    own (matrix products, convolutions, attention; elementwise operators count 0).
 4. ``out_bytes``: the bytes of the outputs its consumers read, from the traced shapes.
 
+Where the code comes from (docs/models.md): a file path is relative to ``base``, the
+scenario's folder (the current folder for ``topolab import``'s argument), and nowhere else;
+while the file is imported, called and traced its own folder is first on the import path, so
+a helper module beside it imports, and the import path is restored afterwards. A
+``package.module`` is imported from the installed environment only: neither the current
+folder nor the scenario's is searched for it. Either way this runs the file's code, with the
+rights of the user who runs topolab (root for ``run`` and ``train``); ``topolab import``
+turns a model into a graph file that a root command reads without running code.
+
 Bad input is one `UsageError` line naming the file (or module) and the cause: missing file,
 module or factory, a factory that raises, a result that is not ``(module, inputs)``, inputs
 that do not fit the model, a model that cannot be traced (data-dependent control flow: the
@@ -29,6 +38,7 @@ line of the model's code that branches on a tensor's value).
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import logging
 import operator
@@ -42,7 +52,10 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
+from contract.files import FileInputError, read_capped
 from contract.graph import GraphOperator, OperatorGraph
+
+from .paths import resolve_path
 
 INSTALL_HINT = "pip install -e '.[models]' (torch==2.13.0, the CPU build)"
 _KINDS = {
@@ -55,41 +68,57 @@ KIND_OF = {op: kind for kind, ops in _KINDS.items() for op in ops}
 
 
 def import_model(spec: str, base: Path | None = None) -> OperatorGraph:
-    """Trace the model ``spec`` names (module docstring); paths relative to ``base`` first."""
-    factory, where = load_factory(spec, base)
-    torch = _torch(spec)
-    try:
-        result = factory()
-    except Exception as err:  # the user's code: any failure is bad input
-        raise UsageError(f"{where}: {spec.rsplit(':', 1)[1]}() raised {_err_line(err)}") from None
-    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
-        got = type(result[0]).__name__ if isinstance(result, tuple) and result else type(result).__name__
-        raise UsageError(f"{where}: {spec.rsplit(':', 1)[1]}() returned {got}, not (torch.nn.Module, example_inputs)")
-    module, inputs = result
-    name = Path(spec.rsplit(":", 1)[0]).stem if spec.rsplit(":", 1)[0].endswith(".py") else spec.rsplit(":", 1)[0]
-    return trace_module(module, inputs, name, spec, where)
+    """Trace the model ``spec`` names (module docstring); a relative file path is relative
+    to ``base`` (the scenario's folder), by default the current folder."""
+    target = spec.rpartition(":")[0]
+    folder = model_file(target, base).parent if target.endswith(".py") else None
+    with _folder_on_import_path(folder):
+        factory, where = load_factory(spec, base)
+        torch = _torch(spec)
+        try:
+            result = factory()
+        except Exception as err:  # the user's code: any failure is bad input
+            raise UsageError(f"{where}: {spec.rsplit(':', 1)[1]}() raised {_err_line(err)}") from None
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
+            got = type(result[0]).__name__ if isinstance(result, tuple) and result else type(result).__name__
+            raise UsageError(
+                f"{where}: {spec.rsplit(':', 1)[1]}() returned {got}, not (torch.nn.Module, example_inputs)"
+            )
+        module, inputs = result
+        name = Path(target).stem if target.endswith(".py") else target
+        return trace_module(module, inputs, name, spec, where)
+
+
+def model_file(target: str, base: Path | None = None) -> Path:
+    """The file of ``file.py:factory``: relative to ``base`` (default: the current folder)
+    and nowhere else (planner.model.paths)."""
+    return resolve_path(target, base if base is not None else Path())
 
 
 def load_factory(spec: str, base: Path | None = None) -> tuple[Callable[[], Any], str]:
-    """The factory function ``spec`` names and the file or module it lives in."""
+    """The factory function ``spec`` names and the file or module it lives in (running the
+    file's or module's top-level code; `import_model` puts a file's folder on the import path)."""
     target, sep, func = spec.rpartition(":")
     if not sep or not target or not func:
         raise UsageError(f"{spec}: expected 'file.py:factory' or 'package.module:factory'")
     if target.endswith(".py"):
-        path = Path(target)
-        if not path.is_absolute() and base is not None and (base / path).exists():
-            path = base / path
+        path = model_file(target, base)
         where = str(path)
-        if not path.is_file():
-            raise UsageError(f"{where}: no such file")
-        mod_name = f"_topolab_model_{abs(hash(str(path.resolve())))}"
-        loader_spec = importlib.util.spec_from_file_location(mod_name, path)
-        if loader_spec is None or loader_spec.loader is None:
+        if not path.exists():
+            hint = " (a relative path is relative to the scenario's folder)" if base is not None else ""
+            raise UsageError(f"{where}: no such file{hint}")
+        mod_name = f"{_MODEL_MODULE_PREFIX}{abs(hash(str(path.resolve())))}"
+        loader = _ModelFileLoader(mod_name, str(path))
+        loader_spec = importlib.util.spec_from_file_location(mod_name, path, loader=loader)
+        if loader_spec is None:
             raise UsageError(f"{where}: not a Python file")
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[mod_name] = module
         try:
-            loader_spec.loader.exec_module(module)
+            loader.exec_module(module)
+        except FileInputError:  # a FIFO, a device, a folder, a file over the cap: its own line
+            del sys.modules[mod_name]
+            raise
         except ModuleNotFoundError as err:
             _missing_torch(err, spec)
             raise UsageError(f"{where}: cannot import: {_err_line(err)}") from None
@@ -98,11 +127,14 @@ def load_factory(spec: str, base: Path | None = None) -> tuple[Callable[[], Any]
     else:
         where = target
         try:
-            module = importlib.import_module(target)
+            with _installed_environment_only(base):
+                module = importlib.import_module(target)
         except ModuleNotFoundError as err:
             _missing_torch(err, spec)
             if err.name and target.startswith(err.name):
-                raise UsageError(f"{target}: no such module (nor a file ending in .py)") from None
+                raise UsageError(
+                    f"{target}: no such module in the installed environment (nor a file ending in .py)"
+                ) from None
             raise UsageError(f"{target}: cannot import: {_err_line(err)}") from None
         except Exception as err:
             raise UsageError(f"{target}: cannot import: {_err_line(err)}") from None
@@ -112,6 +144,60 @@ def load_factory(spec: str, base: Path | None = None) -> tuple[Callable[[], Any]
     if not callable(factory):
         raise UsageError(f"{where}: {func!r} is not a function (a {type(factory).__name__})")
     return factory, where
+
+
+_MODEL_MODULE_PREFIX = "_topolab_model_"  # the name a model file is imported under (sys.modules)
+MAX_MODEL_FILE_BYTES = 16 << 20  # a model file is kB of Python (resnet50.py: 4 kB); more is not one
+
+
+class _ModelFileLoader(importlib.machinery.SourceFileLoader):
+    """A model file's loader: its source read as a regular file under `MAX_MODEL_FILE_BYTES`
+    (contract.files.read_capped: never blocks on a FIFO nor reads /dev/zero), compiled
+    afresh: no bytecode cache is read (a planted ``__pycache__`` file would run code the
+    source does not show) or written (root would write into the model's folder)."""
+
+    def get_code(self, fullname: str) -> Any:
+        source = read_capped(self.path, MAX_MODEL_FILE_BYTES, "model file")
+        return self.source_to_code(source, self.path)
+
+
+@contextmanager
+def _folder_on_import_path(folder: Path | None) -> Iterator[None]:
+    """``folder`` (a model file's) first on ``sys.path`` inside the block, and ``sys.path``
+    as it was afterwards. (A helper module, once imported, stays in ``sys.modules`` under its
+    own name, as Python keeps every module: one process plans one model file's helpers.)"""
+    if folder is None:
+        yield
+        return
+    saved, no_bytecode = list(sys.path), sys.dont_write_bytecode
+    sys.path.insert(0, str(folder.absolute()))
+    sys.dont_write_bytecode = True  # a helper's __pycache__ is not root's to write
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+        sys.dont_write_bytecode = no_bytecode
+
+
+@contextmanager
+def _installed_environment_only(base: Path | None) -> Iterator[None]:
+    """``sys.path`` without the current folder (``''``, ``.``, its absolute path) and
+    ``base`` inside the block: a ``package.module`` comes from the installed environment,
+    never from a file that happens to sit where the command runs or beside the scenario."""
+    here = {Path.cwd().resolve()} | ({base.resolve()} if base is not None else set())
+    saved = list(sys.path)
+
+    def local(entry: str) -> bool:
+        try:
+            return entry in ("", ".") or Path(entry).resolve() in here
+        except (OSError, RuntimeError, TypeError):
+            return False
+
+    sys.path[:] = [entry for entry in saved if not local(entry)]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
 
 
 def _torch(spec: str) -> Any:

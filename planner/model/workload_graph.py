@@ -13,8 +13,9 @@ Everything that plans, searches, places or schedules a job starts from `workload
 `workload_from_table` is the scenario's ``[workload]`` section: ``model`` (a zoo name, or
 ``"file.py:factory"`` / ``"package.module:factory"``, traced by planner.model.model_import),
 ``graph`` (an operator-graph file, planner.model.graph_file) or ``chakra`` (a Chakra execution
-trace or a folder of per-rank traces, planner.model.chakra); paths are relative to the scenario's
-folder, else to the current one.
+trace or a folder of per-rank traces, planner.model.chakra). A relative path is relative to the
+scenario's folder only (planner.model.paths). A model file is code, run when the scenario is
+loaded (docs/scenarios.md).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from contract.errors import UsageError
 from contract.graph import OperatorGraph
 from contract.plan import Workload
 
 from .opgraph import Operator, OpGraph, model_graph
+from .paths import resolve_path
 from .zoo import MODELS, get_model
 
 SOURCE_KEYS = ("model", "graph", "chakra")  # the [workload] keys that name the model
@@ -106,34 +109,46 @@ def workload_from_table(
     for key in named:
         if not isinstance(table[key], str) or not table[key]:
             raise error(f"workload.{key}", f"expected a non-empty string, got {table[key]!r}")
-    base = Path(source).parent if source and not source.startswith("<") else Path.cwd()
-    if "graph" in table:
-        from .graph_file import read_graph
-
-        g = read_graph(resolve_path(table["graph"], base))
-        return Workload(g.name, **values, graph=g)
-    if "chakra" in table:
-        from .chakra import import_chakra
-
-        g = import_chakra(resolve_path(table["chakra"], base))
-        return Workload(g.name, **values, graph=g)
+        if "\x00" in table[key]:
+            raise error(f"workload.{key}", f"a path cannot hold a NUL character, got {table[key]!r}")
     model = table.get("model", Workload.model)
-    if ":" not in model:
+    if not named or (named == ["model"] and ":" not in model):
         if model not in MODELS:
             raise error(
                 "workload.model",
                 f"{model!r} is not one of {', '.join(MODELS)}, nor 'file.py:factory' or 'package.module:factory'",
             )
         return Workload(model, **values)
+    key = named[0]
+    base = Path(source).parent if source and not source.startswith("<") else Path()
+    try:
+        graph = _imported(key, table[key], base)
+    except UsageError as err:  # the file's own line (its path, the field), under the key naming it
+        raise error(f"workload.{key}", str(err)) from None
+    return Workload(model if key == "model" else graph.name, **values, graph=graph)
+
+
+def _imported(key: str, name: str, base: Path) -> OperatorGraph:
+    """The graph the ``[workload]`` key ``key`` (graph, chakra or a model factory) names;
+    a relative path is relative to ``base``, the scenario's folder."""
+    if key == "graph":
+        from .graph_file import read_graph
+
+        return read_graph(resolve_path(name, base))
+    if key == "chakra":
+        from .chakra import import_chakra
+
+        return import_chakra(resolve_path(name, base))
     from .model_import import import_model
 
-    return Workload(model, **values, graph=import_model(model, base))
+    return import_model(name, base)
 
 
 def import_source(name: str, base: Path | None = None) -> OperatorGraph:
     """``topolab import``'s MODEL: a PyTorch factory (``file.py:factory``,
-    ``package.module:factory``) or a Chakra trace (an existing file or folder)."""
-    path = resolve_path(name, base or Path.cwd())
+    ``package.module:factory``) or a Chakra trace (an existing file or folder); a relative
+    path is relative to ``base``, by default the current folder (a command-line argument)."""
+    path = resolve_path(name, base or Path())
     if path.exists() or ":" not in name:
         from .chakra import import_chakra
 
@@ -141,11 +156,3 @@ def import_source(name: str, base: Path | None = None) -> OperatorGraph:
     from .model_import import import_model
 
     return import_model(name, base)
-
-
-def resolve_path(name: str, base: Path) -> Path:
-    """``name`` relative to ``base`` (the scenario's folder) when it exists there, else as given."""
-    path = Path(name)
-    if not path.is_absolute() and (base / path).exists():
-        return base / path
-    return path

@@ -37,4 +37,4 @@ def test_a_bad_graph_file_is_one_line_naming_the_field(tmp_path, capsys):
     (tmp_path / "s.toml").write_text('[workload]\ngraph = "g.json"\n')
     assert main(["plan", str(tmp_path / "s.toml")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"topolab: {tmp_path / 'g.json'}: ops[0].kind: missing"
+    assert err == f"topolab: {tmp_path / 's.toml'}: workload.graph: {tmp_path / 'g.json'}: ops[0].kind: missing"

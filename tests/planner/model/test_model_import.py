@@ -226,7 +226,7 @@ def test_a_good_graph_document_reads(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "content,expect", [(None, "no such operator-graph file"), ("{nope", "not JSON"), (b"\xff\xfe", "not UTF-8")]
+    "content,expect", [(None, "no such graph file"), ("{nope", "not JSON"), (b"\xff\xfe", "not UTF-8")]
 )
 def test_unreadable_graph_files(content, expect, tmp_path):
     path = tmp_path / "g.json"
@@ -243,7 +243,7 @@ def test_the_workload_section_names_one_model(tmp_path):
         _scenario({"model": "bert", "graph": "g.json"})
     with pytest.raises(UsageError, match="workload.model: 'gpt5' is not one of"):
         _scenario({"model": "gpt5"})
-    with pytest.raises(UsageError, match="no such operator-graph file"):
+    with pytest.raises(UsageError, match="no such graph file"):
         _scenario({"graph": str(tmp_path / "missing.json")})
 
 
