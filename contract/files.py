@@ -67,6 +67,8 @@ def read_capped(path: str | os.PathLike[str], limit: int, what: str = "file") ->
         raise FileInputError(path, f"no such {what}") from None
     except OSError as err:
         raise FileInputError(path, f"cannot read: {err.strerror}") from None
+    except ValueError:  # a NUL byte in the name
+        raise FileInputError(repr(str(path)), "a file name with a NUL byte") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -201,6 +203,8 @@ def write_file(path: str | os.PathLike[str], data: bytes | str, *, exclusive: bo
     payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
         fd = os.open(path, flags, mode)
+    except ValueError:  # a NUL byte in the name
+        raise FileInputError(repr(str(path)), "a file name with a NUL byte") from None
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise FileInputError(path, "is a symbolic link; refusing to write through it") from None

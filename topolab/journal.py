@@ -15,10 +15,10 @@ from pathlib import Path
 from types import TracebackType
 
 from contract.errors import UsageError
-from contract.files import open_for_append, write_file
+from contract.files import FileInputError, open_for_append, read_capped_text, write_file
 
 from .options import make_output_dir
-from .results import RESULTS_FORMAT, Iteration, RunResults, check_format, recover
+from .results import MAX_RESULTS_BYTES, RESULTS_FORMAT, Iteration, RunResults, check_format, recover
 
 RESULTS_FILE = "results.json"
 ITERATIONS_FILE = "iterations.jsonl"
@@ -48,10 +48,9 @@ class IterationJournal:
 
 def read_journal(path: Path) -> list[Iteration]:
     """The complete records of ``path`` (none if it is missing)."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return []
+    lines = read_capped_text(path, MAX_RESULTS_BYTES, "journal").splitlines()
     records = []
     for line in lines:
         try:
@@ -75,11 +74,13 @@ def read_results(folder: Path, name: str | None = None) -> RunResults:
     folder came from; default: the folder), or the file and its format."""
     label = name or str(folder)
     path = Path(folder) / RESULTS_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise UsageError(f"{label}: no {RESULTS_FILE} in it (not a results folder of topolab run)")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
+        doc = json.loads(read_capped_text(path, MAX_RESULTS_BYTES, "results document"))
+    except FileInputError as err:
+        raise UsageError(f"{label}: {err}") from None
+    except (ValueError, RecursionError) as err:
         raise UsageError(f"{label}: {RESULTS_FILE} is not valid JSON: {err}") from None
     if not isinstance(doc, dict):
         raise UsageError(f"{label}: {RESULTS_FILE} is not a topolab run's results")

@@ -13,6 +13,12 @@ Fat-tree of similar cost that TopoOpt's paper compares against (`fattree`:
 server gets d x B through one non-blocking switch, a bound no network of that cost reaches).
 Link latency is charged per hop as the emulator would apply it: dilated by netem where the
 kernel has it (probed when root; assumed absent otherwise, and said).
+
+``--trace FILE`` also writes the predicted timeline of the scenario's own iteration in the
+Chrome trace event format (Perfetto, chrome://tracing: `topolab.trace_events`): the same
+replay, recording when each op and message started and ended, in the real cluster's time, so
+the trace ends at the predicted iteration time printed. At scale it shows the first ranks
+only (`topolab.trace_events.trace_ranks`), as the output and the trace's ``otherData`` say.
 """
 
 from __future__ import annotations
@@ -38,6 +44,12 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
         "(fattree = the Fat-tree of similar cost, switch = the ideal switch of d x B per server)",
     )
     parser.add_argument("--json", action="store_true", help="print the predictions as JSON")
+    parser.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="also write the predicted timeline of one iteration (the scenario's own plan) in the Chrome trace "
+        "event format, for Perfetto or chrome://tracing: a process per server, a track per stream and connection",
+    )
 
 
 @dataclass
@@ -73,10 +85,17 @@ def netem_assumed() -> tuple[bool, str]:
 
 def predict_job(s: Any, netem: bool, network: str = "", cost_usd: float | None = None, note: str = "") -> JobPrediction:
     """The scenario's plan, its iteration schedule and that schedule's prediction."""
-    from .plan_text import bandwidth_of
-    from .prediction import compute_seconds, plan_dict, prepare
+    from .prediction import prepare
 
-    plan, schedule, _, emulated, predicted = prepare(s, netem=netem)
+    return job_prediction(prepare(s, netem=netem), network, cost_usd, note)
+
+
+def job_prediction(prepared: tuple, network: str = "", cost_usd: float | None = None, note: str = "") -> JobPrediction:
+    """The `JobPrediction` of a scenario prepared by `topolab.prediction.prepare`."""
+    from .plan_text import bandwidth_of
+    from .prediction import compute_seconds, plan_dict
+
+    plan, schedule, _, emulated, predicted = prepared
     scale = emulated["time_scale"]
     ms = lambda seconds: seconds / scale * 1e3  # noqa: E731
     iteration = predicted["real_ms"]
@@ -93,6 +112,49 @@ def predict_job(s: Any, netem: bool, network: str = "", cost_usd: float | None =
         cost_usd=cost_usd,
         note=note,
     )
+
+
+def write_trace(path: str, s: Any, prepared: tuple, netem: bool) -> dict[str, Any]:
+    """Write the predicted timeline of the prepared scenario's iteration to ``path`` (checked
+    by `topolab.options.check_output_file`); what was written, for the output."""
+    from contract.files import write_file
+    from planner.cost.predict import plan_network, predict_timeline
+
+    from .prediction import network_args, scenario_rates
+    from .trace_events import (
+        PREDICTED_PID_BASE,
+        TRACE_MAX_OPS,
+        TRACE_MAX_RANKS,
+        predicted_group,
+        trace_document,
+        trace_json,
+        trace_ranks,
+    )
+
+    plan, schedule, _, emulated, predicted = prepared
+    shown = trace_ranks(schedule)
+    network = plan_network(plan, **network_args(plan, scenario_rates(plan, s), netem))
+    pred, timeline = predict_timeline(schedule, network, ranks=shown)
+    if pred.seconds != predicted["emulated_s"]:  # the replay `prepare` ran: the same network, the same time
+        raise RuntimeError(f"the traced replay predicts {pred.seconds} s, not {predicted['emulated_s']} s")
+    scale = emulated["time_scale"]
+    n = schedule.ranks
+    meta = {
+        "timeline": "predicted by topolab's flow-level model (topolab predict)",
+        "scenario": s.source,
+        "time": f"the real cluster's: emulated seconds / time scale {scale:g}",
+        "predicted_iteration_ms": pred.seconds / scale * 1e3,
+        "ranks": n,
+        "ranks_shown": shown,
+        "ranks_note": "all"
+        if shown == n
+        else f"the first {shown} of {n}: a trace shows at most {TRACE_MAX_RANKS} ranks and the ops of no more "
+        f"than fit {TRACE_MAX_OPS}",
+        "processes": f"predicted rank r: pid {PREDICTED_PID_BASE} + r",
+    }
+    doc = trace_document([predicted_group(schedule, timeline, scale)], meta)
+    write_file(path, trace_json(doc))
+    return {"file": path, "ranks": n, "ranks_shown": shown, "events": len(doc["traceEvents"])}
 
 
 def network_scenarios(base: Any, kinds: list[str]) -> list[tuple[str, Any, float | None, str]]:
@@ -149,6 +211,9 @@ def format_table(rows: list[JobPrediction]) -> str:
 def run_predict(args: argparse.Namespace) -> int:
     from planner import load_scenario
 
+    from .options import check_output_file
+    from .prediction import prepare
+
     base = load_scenario(args.scenario)
     kinds = None
     if args.topologies is not None:
@@ -156,10 +221,20 @@ def run_predict(args: argparse.Namespace) -> int:
         bad = [k for k in kinds if k not in NETWORK_KINDS]
         if bad or not kinds:
             raise UsageError(f"--topologies: {','.join(bad) or '(empty)'} is not among {', '.join(NETWORK_KINDS)}")
+    trace = check_output_file(args.trace, "--trace", inputs=(args.scenario,))
     netem, netem_note = netem_assumed()
-    own = predict_job(base, netem)
+    prepared = prepare(base, netem=netem)
+    own = job_prediction(prepared)
     doc: dict[str, Any] = {"scenario": base.source, "netem": netem, "prediction": asdict(own)}
     text = format_one(base.name, own, netem_note)
+    if trace is not None:
+        written = write_trace(str(trace), base, prepared, netem)
+        doc["trace"] = written
+        ranks = "all ranks" if written["ranks_shown"] == written["ranks"] else f"the first {written['ranks_shown']}"
+        text += (
+            f"\npredicted timeline written to {written['file']} ({ranks} of {written['ranks']} servers; Chrome trace "
+            "event format: open it in Perfetto or chrome://tracing)"
+        )
     if kinds:
         from planner.cost.costmodel.price import PriceModel
 

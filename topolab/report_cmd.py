@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
-from contract.files import write_file
+from contract.files import FileInputError, read_capped_text, write_file
 
 from .journal import RESULTS_FILE, read_results
 from .options import check_output_dir
+from .results import MAX_RESULTS_BYTES
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +33,10 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _read_json(path: Path, label: str) -> dict[str, Any]:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+        doc = json.loads(read_capped_text(path, MAX_RESULTS_BYTES, "results document"))
+    except FileInputError as err:
+        raise UsageError(f"{label}: {err}") from None
+    except (ValueError, RecursionError) as err:
         raise UsageError(f"{label}: {path.name} is not readable JSON: {err}") from None
     if not isinstance(doc, dict):
         raise UsageError(f"{label}: {path.name} is not a topolab document")

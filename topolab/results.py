@@ -25,6 +25,9 @@ from typing import Any, Literal
 from contract.errors import UsageError
 
 RESULTS_FORMAT = "topolab.results/1"
+MAX_RESULTS_BYTES = 256 << 20
+"""Largest results document read (results.json, iterations.jsonl, a rank's log): a run of
+100,000 iterations at 128 servers writes about 60 MB."""
 Status = Literal["running", "complete", "interrupted", "failed", "incomplete"]
 LINK_BYTES_NOTE = "wire bytes (payload and headers) per timed iteration, from tx counters"
 

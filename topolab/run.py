@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from contract.files import FileInputError, read_capped_text
 from planner import Scenario, load_scenario
 from planner.scenario import with_overrides
 
@@ -22,7 +23,7 @@ from .journal import RESULTS_FILE
 from .measured_run import EXIT_OVER_TOLERANCE, FAULTS_OVER_MACHINES, ensure_network_free, execute
 from .network import add_network_arguments, network_config, network_flags, refuse_machines
 from .options import add_job_arguments, add_link_mbps_argument, check_output_dir
-from .results import RunResults
+from .results import MAX_RESULTS_BYTES, RunResults
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,8 +64,8 @@ def keep_previous(out: Path) -> Path | None:
     if not previous.exists():
         return None
     try:
-        started = json.loads(previous.read_text()).get("started", "")
-    except (OSError, ValueError):
+        started = json.loads(read_capped_text(previous, MAX_RESULTS_BYTES, "results document")).get("started", "")
+    except (FileInputError, ValueError, RecursionError, AttributeError):
         started = ""
     stamp = started[:19].replace("-", "").replace(":", "").replace("T", "-") or time.strftime("%Y%m%d-%H%M%S")
     target = out.with_name(f"{out.name}-{stamp}")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
+from contract.files import FileInputError, read_capped_text
 from planner import ScenarioError
 from planner.cost.costmodel.baselines import network_scenario
 from planner.cost.costmodel.price import PriceModel
@@ -48,13 +48,16 @@ def _positive_number(value: Any, where: str) -> float:
     return float(value)
 
 
+MAX_PRICES_BYTES = 1 << 20  # a price table is a few hundred bytes
+
+
 def load_prices(path: str) -> PriceModel:
     """A JSON price table (docs/search.md); every price finite and > 0, else one line naming it."""
     where = f"--prices {path}"
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UsageError(f"{where}: {err.strerror}") from None
+        doc = json.loads(read_capped_text(path, MAX_PRICES_BYTES, "price table"))
+    except FileInputError as err:
+        raise UsageError(f"--prices {err}") from None
     except (ValueError, RecursionError) as err:
         raise UsageError(f"{where}: not JSON: {err}") from None
     if not isinstance(doc, dict):

@@ -24,7 +24,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from contract.files import read_capped_text
 from topolab_torch import protocol
+
+from .results import MAX_RESULTS_BYTES
 
 CALIBRATION = "calibration"  # the kind the backend records its calibration runs as
 
@@ -34,7 +37,7 @@ def _records(folder: Path, rank: int, what: str) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     out = []
-    for line in path.read_text().splitlines():
+    for line in read_capped_text(path, MAX_RESULTS_BYTES, "rank log").splitlines():
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:  # a line cut by a kill

@@ -28,10 +28,8 @@ fibre patch panel (about $100 per port).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 _SPEEDS = (10.0, 25.0, 40.0, 100.0, 200.0, 400.0)
 
@@ -73,10 +71,6 @@ class PriceModel:
             if set(getattr(model, k)) != set(model.nic_port):
                 raise ValueError(f"{k}: must price the same speeds as nic_port")
         return model
-
-    @classmethod
-    def load(cls, path: str | Path) -> PriceModel:
-        return cls.from_dict(json.loads(Path(path).read_text()))
 
     def to_dict(self) -> dict:
         d = asdict(self)
