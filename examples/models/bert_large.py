@@ -2,7 +2,7 @@
 as Hugging Face's ``BertModel`` (embeddings, 24 layers, pooler): 335,141,888 parameters.
 
 ``build()`` returns the model and one server's micro-batch of token ids (sequence length
-128) for ``topolab import`` / ``[workload] model = "examples/models/bert_large.py:build"``.
+128) for ``topolab import`` / ``[workload] model = "../examples/models/bert_large.py:build"``.
 Built on the ``meta`` device: tracing needs shapes, not weights.
 """
 

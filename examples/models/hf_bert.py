@@ -3,7 +3,7 @@
 
 Any ``transformers`` model imports the same way: build it from its config object on the
 ``meta`` device and return it with example inputs. ``[workload] model =
-"examples/models/hf_bert.py:build"``.
+"../examples/models/hf_bert.py:build"`` (from a scenario in ``scenarios/``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """ResNet-50 (He et al. 2016) in plain ``torch.nn``: torchvision's layout, 25,557,032 parameters.
 
 ``build()`` returns the model and one server's micro-batch of 224 x 224 images for
-``topolab import`` / ``[workload] model = "examples/models/resnet50.py:build"``. The model is
+``topolab import`` / ``[workload] model = "../examples/models/resnet50.py:build"``. The model is
 built on the ``meta`` device: tracing needs shapes, not weights.
 """
 

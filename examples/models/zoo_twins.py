@@ -3,7 +3,7 @@ the zoo describes them, so the zoo's hand-written figures can be checked against
 own counts (benchmarks/model_import.py). ResNet-50 and BERT-large have files of their own.
 
 Built on the ``meta`` device: DLRM's and NCF's tables (8 G and 2 G parameters) need no
-memory. ``[workload] model = "examples/models/zoo_twins.py:dlrm"`` plans any of them.
+memory. ``[workload] model = "../examples/models/zoo_twins.py:dlrm"`` (from a scenario in ``scenarios/``) plans any of them.
 """
 
 from __future__ import annotations
