@@ -120,16 +120,9 @@ def write_trace(path: str, s: Any, prepared: tuple, netem: bool) -> dict[str, An
     from contract.files import write_file
     from planner.cost.predict import plan_network, predict_timeline
 
+    from . import trace_events
     from .prediction import network_args, scenario_rates
-    from .trace_events import (
-        PREDICTED_PID_BASE,
-        TRACE_MAX_OPS,
-        TRACE_MAX_RANKS,
-        predicted_group,
-        trace_document,
-        trace_json,
-        trace_ranks,
-    )
+    from .trace_events import PREDICTED_PID_BASE, predicted_group, trace_document, trace_json, trace_ranks
 
     plan, schedule, _, emulated, predicted = prepared
     shown = trace_ranks(schedule)
@@ -148,8 +141,8 @@ def write_trace(path: str, s: Any, prepared: tuple, netem: bool) -> dict[str, An
         "ranks_shown": shown,
         "ranks_note": "all"
         if shown == n
-        else f"the first {shown} of {n}: a trace shows at most {TRACE_MAX_RANKS} ranks and the ops of no more "
-        f"than fit {TRACE_MAX_OPS}",
+        else f"the first {shown} of {n}: a trace shows at most {trace_events.TRACE_MAX_RANKS} ranks, and no "
+        f"more than fit {trace_events.TRACE_MAX_OPS} ops",
         "processes": f"predicted rank r: pid {PREDICTED_PID_BASE} + r",
     }
     doc = trace_document([predicted_group(schedule, timeline, scale)], meta)

@@ -53,6 +53,10 @@ transitively, made those phases grow as n^3).
 
 The prediction is in the network's own time unit: give it emulated link rates to predict an
 emulated run, then divide by the time-scale factor to get the real cluster's time.
+
+`predict_timeline` runs the same replay and records beside it when each op started and ended
+and when each message was on the wire (`Timeline`, of the first ranks only if asked): what a
+trace of the predicted iteration draws (topolab.trace_events). Recording changes no time.
 """
 
 from __future__ import annotations
@@ -199,11 +203,12 @@ class _Flow:
     links: tuple[int, ...]  # link ids (`_Replay.link_ids`) along its path
     relayed: bool  # crosses another server (host-based forwarding)
     assured: float  # bytes/s its plane's allocation guarantees (0: plane 0)
-    queue: deque[tuple[int, int]]  # (tag, length) of the messages waiting behind it
+    queue: deque[tuple[int, int, int]]  # (tag, length, message number or -1) of the messages waiting behind it
     on_wire: bool = False
     # the message on the wire
     tag: int = 0
     length: int = 0
+    msg: int = -1  # its number in a `_Recorder` (-1: not recorded)
     remaining: float = 0.0  # bytes left at time ``since``
     since: float = 0.0  # when ``rate`` was set
     rate: float = 0.0
@@ -317,7 +322,7 @@ class _Replay:
     updated only when its rate changes, and rates are recomputed only for the flows sharing a
     link, transitively, with a flow that started or ended."""
 
-    def __init__(self, schedule, network: Network):
+    def __init__(self, schedule, network: Network, record: int | None = None):
         ranks = self.ranks = schedule.ranks
         self.schedule, self.network = schedule, network
         self.streams = [[list(ops) for ops in prog.values()] for prog in schedule.programs]  # `Op` objects
@@ -375,6 +380,8 @@ class _Replay:
         self.cpu_busy = 0
         self.dirty: set[int] = set(range(ranks))  # ranks to scan for ops that can start
         self.flows_changed = False
+        # ``record``: when the ops of ranks 0 .. record - 1 start and end (`predict_timeline`)
+        self.rec = None if record is None else _Recorder(self.streams, min(record, ranks))
 
     def _index(self, streams: list[list]) -> None:
         """One rank's done flags (by op id) and who waits for which op."""
@@ -499,6 +506,8 @@ class _Replay:
         now, done = self.now, self.done[rank]
         streams, cursor, busy, flags = self.streams[rank], self.cursor[rank], self.busy[rank], self.flags[rank]
         waiters, conn_of, pending = self.waiters[rank], self.conn_of, self.pending
+        rec = self.rec
+        mine = rec is not None and rank < rec.ranks  # its ops' times are recorded
         for s in range(len(flags)):
             if not flags[s]:
                 continue
@@ -510,6 +519,8 @@ class _Replay:
                 op = ops[c]
                 if op.after and not all(done[a] for a in op.after):
                     break
+                if mine:
+                    rec.start[rank][s].append(now)
                 kind = op.kind
                 if kind == "send":
                     if self.cores:
@@ -520,10 +531,13 @@ class _Replay:
                     if t_send <= now:  # handed to its connection at once: the stream goes on
                         key = (rank, op.peer, op.plane)
                         conn = conn_of.get(key) or self.connection(key)
-                        conn.queue.append((op.tag, op.length))
+                        msg = -1 if rec is None else rec.message(rank, s, c, op.peer, op.plane)
+                        conn.queue.append((op.tag, op.length, msg))
                         pending.add(conn.index)
                         done[op.id] = 1
                         self.stream_end[rank][s] = now
+                        if mine:
+                            rec.end[rank][s].append(now)
                         c += 1
                         waiting = waiters.get(op.id)
                         if waiting:
@@ -542,6 +556,8 @@ class _Replay:
                 key = (op.peer, rank, op.tag)
                 arrived = self.arrived.get(key)
                 if arrived:
+                    if rec is not None:
+                        rec.received(rec.arrived[key].popleft(), s, c)
                     self.recv_ready(rank, s, max(now, arrived.popleft()), op.length)
                 else:
                     self.waiting_recv[key].append((rank, s, now))
@@ -558,7 +574,9 @@ class _Replay:
             f = conns[index]
             if f.on_wire or not f.queue:
                 continue
-            f.tag, length = f.queue.popleft()
+            f.tag, length, f.msg = f.queue.popleft()
+            if f.msg >= 0:
+                self.rec.wire_start[f.msg] = self.now
             f.on_wire, f.length, f.remaining, f.rate = True, length, float(length), 0.0
             f.done_below = 1e-6 * max(1, length)
             self.launched += 1
@@ -713,7 +731,7 @@ class _Replay:
             ended.sort(key=_launch_order)
         users, touched, pending, freed = self.link_users, self.touched, self.pending, self.freed
         alpha, waiting_recv = self.network.alpha_s, self.waiting_recv
-        streams, cursor = self.streams, self.cursor
+        streams, cursor, rec = self.streams, self.cursor, self.rec
         for f in ended:  # delivered: the message arrives after every hop's latency
             f.on_wire = False
             f.entry = 0
@@ -727,13 +745,19 @@ class _Replay:
                 freed.setdefault(f.links, []).append(f.rate)
             key = (f.src, f.dst, f.tag)
             t_arr = t_next + alpha * len(f.links)
+            if f.msg >= 0:
+                rec.wire_end[f.msg], rec.arrival[f.msg] = t_next, t_arr
             waiting = waiting_recv.get(key)
             if waiting:
                 rank, s, t_post = waiting.popleft()
                 op = streams[rank][s][cursor[rank][s]]
+                if rec is not None:
+                    rec.received(f.msg, s, cursor[rank][s])
                 self.recv_ready(rank, s, max(t_arr, t_post), op.length)
             else:
                 self.arrived[key].append(t_arr)
+                if rec is not None:
+                    rec.arrived[key].append(f.msg)
         if ended:
             self.flows_changed = True
         if t_cpu <= t_next:
@@ -748,6 +772,7 @@ class _Replay:
         timers, pending, conn_of = self.timers, self.pending, self.conn_of
         streams, cursor, busy, flags_of = self.streams, self.cursor, self.busy, self.flags
         done, stream_end, waiters, dirty = self.done, self.stream_end, self.waiters, self.dirty
+        rec = self.rec
         pop = heapq.heappop
         while timers and timers[0][0] <= t + 1e-15:
             _, _, kind, rank, s = pop(timers)
@@ -758,10 +783,13 @@ class _Replay:
             if kind == _SEND:
                 key = (rank, op.peer, op.plane)
                 conn = conn_of.get(key) or self.connection(key)
-                conn.queue.append((op.tag, op.length))
+                msg = -1 if rec is None else rec.message(rank, s, cursor[rank][s], op.peer, op.plane)
+                conn.queue.append((op.tag, op.length, msg))
                 pending.add(conn.index)
             done[rank][op.id] = 1
             stream_end[rank][s] = t
+            if rec is not None and rank < rec.ranks:
+                rec.end[rank][s].append(t)
             cursor[rank][s] += 1
             busy[rank][s] = False
             flags = flags_of[rank]
@@ -819,6 +847,120 @@ def predict(schedule: Schedule, network: Network, events: bool = False) -> Predi
     with collector_paused():
         fast = None if events else _dedicated_replay(schedule, network)
         return fast if fast is not None else _Replay(schedule, network).run()
+
+
+def predict_timeline(
+    schedule: Schedule, network: Network, ranks: int | None = None, events: bool = False
+) -> tuple[Prediction, Timeline]:
+    """`predict`, recording when each op of ranks ``0 .. ranks - 1`` (all by default) started
+    and ended and when each message they sent or received was on the wire (`Timeline`). The
+    replay is the one `predict` runs, recording beside it, so the prediction is the same."""
+    record = schedule.ranks if ranks is None else max(0, min(ranks, schedule.ranks))
+    with collector_paused():
+        fast = None if events else _dedicated_replay_timed(schedule, network, record)
+        if fast is not None:
+            pred, timeline = fast
+            assert timeline is not None
+            return pred, timeline
+        replay = _Replay(schedule, network, record)
+        pred = replay.run()
+        assert replay.rec is not None
+        return pred, replay.rec.timeline(schedule)
+
+
+@dataclass
+class Timeline:
+    """When the ops of ranks ``0 .. ranks - 1`` started and ended in a replay, and when each
+    message such a rank sent or received was on the wire (`predict_timeline`): what a trace of
+    the predicted iteration draws (topolab.trace_events). Times are seconds in the network's
+    time unit (as `Prediction.seconds`). An op is named by its row in its rank's
+    `contract.schedule.Program`; the ops of one stream follow one another (an op starts when
+    the one before it has ended, or later), the messages of one connection too (one goes on
+    the wire when the one before it has left)."""
+
+    ranks: int  # ranks recorded: 0 .. ranks - 1
+    op_start: list[np.ndarray]  # per recorded rank, per row of its program: when the op started
+    op_end: list[np.ndarray]  # ... and ended (a send: handed to its connection; a recv: reduced or copied)
+    # per message sent or received by a recorded rank (in no particular order):
+    msg_src: np.ndarray  # the sending rank
+    msg_send_row: np.ndarray  # its send's row in the sender's program
+    msg_dst: np.ndarray  # the receiving rank
+    msg_recv_row: np.ndarray  # the row of the recv that took it in the receiver's program
+    msg_plane: np.ndarray  # the send's plane (0: the destination route)
+    wire_start: np.ndarray  # when it went on the wire (its connection free, after its send)
+    wire_end: np.ndarray  # when its last byte left
+    arrival: np.ndarray  # when it was at the receiver (the hops' latency later)
+
+
+_MESSAGE_COLUMNS = ("src", "stream", "index", "dst", "plane", "recv_stream", "recv_index")
+
+
+class _Recorder:
+    """What `_Replay` records for `predict_timeline`: per rank below ``ranks`` and stream, its
+    ops' start and end times in stream order; per message that such a rank sends or receives,
+    its send and recv (stream and position in it) and its times on the wire."""
+
+    def __init__(self, streams: list[list[list]], ranks: int):
+        self.ranks = ranks
+        self.start: list[list[list[float]]] = [[[] for _ in streams[r]] for r in range(ranks)]
+        self.end: list[list[list[float]]] = [[[] for _ in streams[r]] for r in range(ranks)]
+        self.columns: dict[str, list[int]] = {name: [] for name in _MESSAGE_COLUMNS}
+        self.wire_start: list[float] = []
+        self.wire_end: list[float] = []
+        self.arrival: list[float] = []
+        # (src, dst, tag) -> the numbers of the messages in `_Replay.arrived`, in its order
+        self.arrived: dict[tuple[int, int, int], deque[int]] = defaultdict(deque)
+
+    def message(self, src: int, stream: int, index: int, dst: int, plane: int) -> int:
+        """Number the message of ``src``'s send (the ``index``-th op of its ``stream``) to
+        ``dst``; -1 when neither rank is recorded."""
+        if src >= self.ranks and dst >= self.ranks:
+            return -1
+        for name, value in zip(_MESSAGE_COLUMNS, (src, stream, index, dst, plane, -1, -1)):
+            self.columns[name].append(value)
+        for times in (self.wire_start, self.wire_end, self.arrival):
+            times.append(float("nan"))
+        return len(self.arrival) - 1
+
+    def received(self, msg: int, stream: int, index: int) -> None:
+        """Message ``msg`` is taken by the ``index``-th op of its receiver's ``stream``."""
+        if msg >= 0:
+            self.columns["recv_stream"][msg] = stream
+            self.columns["recv_index"][msg] = index
+
+    def timeline(self, schedule: Schedule) -> Timeline:
+        """The `Timeline` of what was recorded: positions in streams back to program rows."""
+        programs = schedule.programs
+        op_start, op_end = [], []
+        for r in range(self.ranks):
+            p = programs[r]
+            start, end = np.full(p.op_count, np.nan), np.full(p.op_count, np.nan)
+            for s in range(len(p.streams)):
+                rows = p.stream_rows(s)
+                start[rows[: len(self.start[r][s])]] = self.start[r][s]
+                end[rows[: len(self.end[r][s])]] = self.end[r][s]
+            op_start.append(start)
+            op_end.append(end)
+        c = self.columns
+
+        def rows_of(ranks: list[int], streams: list[int], index: list[int]) -> np.ndarray:
+            return np.array(
+                [programs[r].stream_rows(s)[i] if s >= 0 else -1 for r, s, i in zip(ranks, streams, index)], np.int64
+            )
+
+        return Timeline(
+            self.ranks,
+            op_start,
+            op_end,
+            np.array(c["src"], np.int64),
+            rows_of(c["src"], c["stream"], c["index"]),
+            np.array(c["dst"], np.int64),
+            rows_of(c["dst"], c["recv_stream"], c["recv_index"]),
+            np.array(c["plane"], np.int64),
+            np.array(self.wire_start),
+            np.array(self.wire_end),
+            np.array(self.arrival),
+        )
 
 
 # ---- schedules whose every connection has links of its own: evaluated in rounds ----------
@@ -982,6 +1124,14 @@ def _layout(schedule: Schedule) -> _Layout | None:
 
 
 def _dedicated_replay(schedule: Schedule, network: Network) -> Prediction | None:
+    """`_dedicated_replay_timed` without a timeline."""
+    timed = _dedicated_replay_timed(schedule, network)
+    return None if timed is None else timed[0]
+
+
+def _dedicated_replay_timed(
+    schedule: Schedule, network: Network, record: int | None = None
+) -> tuple[Prediction, Timeline | None] | None:
     """The prediction of the event replay (`_Replay`), computed op by op in rounds over all
     ranks at once, for a schedule on which no two connections ever share a link; None when
     the schedule is not of that kind (the caller replays it event by event).
@@ -1003,7 +1153,9 @@ def _dedicated_replay(schedule: Schedule, network: Network) -> Prediction | None
     The event replay agrees to rounding: it ends timers due within 1e-15 s of each other
     together, and a message once only a millionth of it is left when another event comes
     (its ``done_below``), so its times may be earlier by up to a millionth of a message's
-    time on the wire."""
+    time on the wire.
+
+    With ``record``, also the `Timeline` of ranks ``0 .. record - 1`` (`predict_timeline`)."""
     if network.op_overhead_s > 0 or schedule.op_count() == 0:
         return None
     lay = _layout(schedule)
@@ -1028,7 +1180,8 @@ def _dedicated_replay(schedule: Schedule, network: Network) -> Prediction | None
             rate[c] = own
         hops[c] = len(path)
         relayed[c] = any(v < limit for _, v in path[:-1])
-    ends = _rounds(lay, rate, hops, network)
+    times = None if record is None else _RoundTimes.empty(lay)
+    ends = _rounds(lay, rate, hops, network, times)
     if ends is None:
         return None
     link_bytes: dict[tuple[int, int], float] = {}
@@ -1048,17 +1201,74 @@ def _dedicated_replay(schedule: Schedule, network: Network) -> Prediction | None
         for name, t in zip(p.streams, mine):
             stream_end[(r, name)] = t
         s += len(p.streams)
-    return Prediction(
+    pred = Prediction(
         max(rank_seconds, default=0.0),
         rank_seconds,
         dict(sorted(link_bytes.items())),
         dict(sorted(relayed_bytes.items())),
         stream_end,
     )
+    return pred, None if times is None or record is None else times.timeline(schedule, lay, record)
 
 
-def _rounds(lay: _Layout, rate: np.ndarray, hops: np.ndarray, network: Network) -> np.ndarray | None:
-    """Every stream's end (`_dedicated_replay`), or None if the schedule deadlocks."""
+@dataclass
+class _RoundTimes:
+    """What `_rounds` records for a `Timeline`: per op of the `_Layout`, its start and end;
+    per send (its number), when its message went on the wire, left and arrived."""
+
+    start: np.ndarray
+    end: np.ndarray
+    wire_start: np.ndarray
+    wire_end: np.ndarray
+    arrival: np.ndarray
+
+    @classmethod
+    def empty(cls, lay: _Layout) -> _RoundTimes:
+        ops, sends = len(lay.kind), len(lay.conn)
+        return cls(*(np.full(k, np.nan) for k in (ops, ops, sends, sends, sends)))
+
+    def timeline(self, schedule: Schedule, lay: _Layout, ranks: int) -> Timeline:
+        """The `Timeline` of ranks ``0 .. ranks - 1``: layout positions back to program rows."""
+        programs = schedule.programs
+        bases = np.cumsum([0, *(p.op_count for p in programs)])
+        row_of = np.concatenate([p.stream_order(keep=False)[0] for p in programs]).astype(np.int64)
+        op_start, op_end = [], []
+        for r in range(ranks):
+            order = row_of[bases[r] : bases[r + 1]]
+            start, end = np.empty(len(order)), np.empty(len(order))
+            start[order] = self.start[bases[r] : bases[r + 1]]
+            end[order] = self.end[bases[r] : bases[r + 1]]
+            op_start.append(start)
+            op_end.append(end)
+        sends = np.flatnonzero(lay.kind == SEND_CODE)
+        recvs = np.flatnonzero(lay.kind == RECV_CODE)
+        send_at = np.empty(len(lay.conn), np.int64)  # per message: its send's and its recv's position
+        recv_at = np.empty(len(lay.conn), np.int64)
+        send_at[lay.aux[sends]] = sends
+        recv_at[lay.aux[recvs]] = recvs
+        src = np.searchsorted(bases, send_at, side="right") - 1
+        dst = np.searchsorted(bases, recv_at, side="right") - 1
+        keep = np.flatnonzero((src < ranks) | (dst < ranks))
+        return Timeline(
+            ranks,
+            op_start,
+            op_end,
+            src[keep],
+            row_of[send_at[keep]],
+            dst[keep],
+            row_of[recv_at[keep]],
+            np.zeros(len(keep), np.int64),
+            self.wire_start[keep],
+            self.wire_end[keep],
+            self.arrival[keep],
+        )
+
+
+def _rounds(
+    lay: _Layout, rate: np.ndarray, hops: np.ndarray, network: Network, times: _RoundTimes | None = None
+) -> np.ndarray | None:
+    """Every stream's end (`_dedicated_replay`), or None if the schedule deadlocks; with
+    ``times``, each op's and message's times recorded in it."""
     starts = lay.starts
     streams = len(starts) - 1
     cursor = starts[:-1].copy()
@@ -1110,13 +1320,18 @@ def _rounds(lay: _Layout, rate: np.ndarray, hops: np.ndarray, network: Network) 
         if len(s):
             msg = aux[h[s]]
             cs = conn[msg]
-            left = np.maximum(start[s], free[cs]) + length[h[s]] / rate[cs]
+            on_wire = np.maximum(start[s], free[cs])
+            left = on_wire + length[h[s]] / rate[cs]
             free[cs] = left
             arrival[msg] = left + alpha * hops[cs]
+            if times is not None:
+                times.wire_start[msg], times.wire_end[msg] = on_wire, left
         r = np.flatnonzero(k == RECV_CODE)
         if len(r):
             end[r] = np.maximum(start[r], arrival[aux[h[r]]]) + np.minimum(length[h[r]], cap) / reduce_rate
         last[go] = end
+        if times is not None:
+            times.start[h], times.end[h] = start, end
         cursor[go] += 1
         if len(waited):
             j = np.minimum(np.searchsorted(waited, h), len(waited) - 1)
@@ -1126,4 +1341,6 @@ def _rounds(lay: _Layout, rate: np.ndarray, hops: np.ndarray, network: Network) 
                 lo = dep_ptr[j[hit]]
                 np.subtract.at(unmet, dependents[_segments(lo, dep_ptr[j[hit] + 1] - lo)], 1)
         active = active[cursor[active] < stop[active]]
+    if times is not None:
+        times.arrival[:] = arrival
     return last
