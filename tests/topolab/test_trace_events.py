@@ -110,8 +110,8 @@ def _thread_without_tid(doc: dict) -> None:
     "break_it, says",
     [
         (_drop_dur, "'dur' is a required property"),
-        (_negative_ts, "less than 0"),
-        (_string_dur, "not of type number"),
+        (_negative_ts, "less than the minimum of 0"),
+        (_string_dur, "is not of type 'number'"),
         (_overlap, "without nesting"),
         (_unpaired, "1 start(s) and 0 end(s)"),
         (_twice, "2 start(s) and 1 end(s)"),
