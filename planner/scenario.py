@@ -8,7 +8,9 @@ the server count, even degree for bidirectional rings, group sizes that divide n
 after the per-key types, and each failure names the file and the key. The ``[[faults]]``
 array (cables that go down or slow down during a run) and the list-valued keys of
 hierarchical networks (``topology.dims``, ``blocks``, ``allocation``, ``price_per_gbps``) are
-validated here too, with every other key, which takes the module over 400 lines.
+validated here too, with every other key, which takes the module over 400 lines. A topology
+from a cabling file (``kind = "file"``, ``topology.cabling``, ``topology.routes``) is read
+here, when the scenario is loaded (`CablingInput`), so a bad file stops every command at once.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from contract.errors import UsageError
 from contract.files import FileInputError, read_capped
 from contract.plan import Workload
 
+from .model.paths import resolve_path, scenario_folder
 from .model.workload_graph import SOURCE_KEYS, has_tables, workload_from_table
+from .topology.cabling_file import Cabling, read_cabling, read_routes
 from .topology.totient import STRIDE_RANGES
 
-TOPOLOGIES = ("topoopt", "switch", "expander", "torus", "ring", "hierarchical")
+TOPOLOGIES = ("topoopt", "switch", "expander", "torus", "ring", "hierarchical", "file")
 STRATEGIES = ("data", "hybrid", "search")
 DEGREE_SPLITS = ("paper", "released")
 
@@ -78,6 +82,10 @@ class Topology:
     objective: str = "time"  # time | time_x_cost
     price_per_gbps: tuple[float, ...] = ()  # per dimension, for objective = "time_x_cost"
     routing: str = "single"  # single | planned (per-destination multipath allocation, docs/algorithms.md 4.1)
+    # file only (docs/topologies.md): the cabling file and an optional routes file, relative to
+    # the scenario's folder; read by _cabling_input when the scenario is loaded
+    cabling: str = ""
+    routes: str = ""
 
 
 # The largest accepted prediction error of a run: room for a loaded 2-core machine (the
@@ -125,6 +133,19 @@ class CableRate:
 
 
 @dataclass(frozen=True)
+class CablingInput:
+    """What ``[topology] kind = "file"`` read when the scenario was loaded: the cabling in the
+    file ``path`` (resolved against the scenario's folder) and, with ``topology.routes``, the
+    next-hop table of the routes file ``routes_path``, checked against the cables (None: the
+    planner routes, planner.topologies.file_topology)."""
+
+    path: str
+    cabling: Cabling
+    routes_path: str = ""
+    routes: tuple[tuple[int, ...], ...] | None = None
+
+
+@dataclass(frozen=True)
 class Scenario:
     source: str
     name: str
@@ -136,6 +157,7 @@ class Scenario:
     run: Run
     faults: tuple[Fault, ...] = ()
     cables: tuple[CableRate, ...] = ()
+    cabling: CablingInput | None = None  # topology.kind = "file": the cabling it read
 
 
 _SECTIONS: dict[str, type] = {
@@ -296,7 +318,7 @@ def _check_cross_fields(s: Scenario, explicit: set[tuple[str, str]]) -> None:
     need = MIN_DEGREE.get(t.kind, 1)
     if d < need:
         raise ScenarioError(src, "cluster.degree", f"topology.kind = {t.kind!r} needs degree >= {need}, got {d}")
-    if d >= n and t.kind not in ("switch", "hierarchical"):  # hierarchical: degree unused
+    if d >= n and t.kind not in ("switch", "hierarchical", "file"):  # hierarchical: unused; file: as cabled
         raise ScenarioError(
             src, "cluster.degree", f"must be below cluster.servers ({n}) for a direct-connect topology, got {d}"
         )
@@ -419,6 +441,68 @@ def _check_hierarchical(s: Scenario, explicit: set[tuple[str, str]]) -> Scenario
     )
 
 
+FILE_KEYS = (("topology", "cabling"), ("topology", "routes"))
+
+
+def _cabling_input(
+    cluster: Cluster, t: Topology, explicit: set[tuple[str, str]], source: str
+) -> tuple[Cluster, CablingInput | None]:
+    """For ``topology.kind = "file"``: the cabling file (and routes file) read and checked, and
+    the cluster with the servers and degree the file gives (a scenario that sets them must
+    agree); a cable without a rate runs at ``cluster.link_gbps``. Errors name the scenario, the
+    key, and the file's own line."""
+    if t.kind != "file":
+        stray = [k for k in FILE_KEYS if k in explicit]
+        if stray:
+            raise ScenarioError(source, ".".join(stray[0]), 'only applies to topology.kind = "file"')
+        return cluster, None
+    if ("topology", "cabling") not in explicit:
+        raise ScenarioError(
+            source, "topology.cabling", 'required for topology.kind = "file": the cabling file (docs/topologies.md)'
+        )
+    for key in ("cabling", "routes"):
+        value = getattr(t, key)
+        if (("topology", key) in explicit and not value) or "\x00" in value:
+            raise ScenarioError(source, f"topology.{key}", f"expected the path of a file, got {value!r}")
+    base = scenario_folder(source)
+    path = resolve_path(t.cabling, base)
+    try:
+        cabling = read_cabling(
+            path,
+            cluster.link_gbps,
+            max_servers=MAX_SERVERS,
+            max_cables_per_server=MAX_DEGREE,
+            min_gbps=MIN_LINK_GBPS,
+            max_gbps=MAX_LINK_GBPS,
+        )
+    except UsageError as err:  # the file's own line (its path, the line), under the key naming it
+        raise ScenarioError(source, "topology.cabling", str(err)) from None
+    n, d = cabling.servers, cabling.degree()
+    if ("cluster", "servers") in explicit and cluster.servers != n:
+        raise ScenarioError(
+            source,
+            "cluster.servers",
+            f"{cluster.servers}, but the cabling file {path} has {n} servers (leave it out: the file sets it)",
+        )
+    if ("cluster", "degree") in explicit and cluster.degree != d:
+        busiest = cabling.cables_per_server().index(d)
+        raise ScenarioError(
+            source,
+            "cluster.degree",
+            f"{cluster.degree}, but the cabling file {path} has degree {d} (server {busiest} has {d} cables; "
+            "leave it out: the file sets it)",
+        )
+    routes_path, routes = "", None
+    if t.routes:
+        routes_path = str(resolve_path(t.routes, base))
+        try:
+            table = read_routes(routes_path, cabling)
+        except UsageError as err:
+            raise ScenarioError(source, "topology.routes", str(err)) from None
+        routes = tuple(map(tuple, table.tolist()))
+    return replace(cluster, servers=n, degree=d), CablingInput(str(path), cabling, routes_path, routes)
+
+
 def _cable_rates(entries: Any, source: str, servers: int) -> tuple[CableRate, ...]:
     """The ``[[cables]]`` entries, validated (that each names a cable of the plan is checked
     when the plan exists)."""
@@ -466,13 +550,14 @@ def parse_scenario(data: dict[str, Any], source: str = "<scenario>", name: str =
         else _section(cls, data.get(sec, {}), sec, source)
         for sec, cls in _SECTIONS.items()
     }
+    explicit = {(sec, key) for sec, table in data.items() if isinstance(table, dict) for key in table}
+    parts["cluster"], cabling = _cabling_input(parts["cluster"], parts["topology"], explicit, source)
     entries = data.get("faults", [])
     if not isinstance(entries, list):
         raise ScenarioError(source, "faults", "expected an array of tables [[faults]]")
     faults = tuple(_fault(e, i, source, parts["cluster"].servers) for i, e in enumerate(entries))
     cables = _cable_rates(data.get("cables", []), source, parts["cluster"].servers)
-    scenario = Scenario(source=source, name=name, faults=faults, cables=cables, **parts)
-    explicit = {(sec, key) for sec, table in data.items() if isinstance(table, dict) for key in table}
+    scenario = Scenario(source=source, name=name, faults=faults, cables=cables, cabling=cabling, **parts)
     _check_cross_fields(scenario, explicit)
     return _check_hierarchical(scenario, explicit)
 
@@ -525,6 +610,9 @@ def with_overrides(s: Scenario, drop: Sequence[tuple[str, str]] = (), **sections
     for sec, overrides in sections.items():
         if sec == "workload" and any(k in overrides for k in SOURCE_KEYS):
             data[sec].pop("graph", None)  # another model: not the imported graph
+        if sec == "topology" and overrides.get("kind", "file") != "file":
+            for _, key in FILE_KEYS:  # another kind: not the cabling file's network
+                data[sec].pop(key, None)
         data[sec].update(overrides)
     faults: list[dict[str, Any]] = [
         {"iteration": f.iteration, "cable": list(f.cable), "action": f.action, "factor": f.factor, "reroute": f.reroute}

@@ -12,14 +12,21 @@ summary, the strategy's placement). Builders (docs/algorithms.md section 2 and 8
 - ``torus``: a 2-D torus (d = 4), shortest-path routes;
 - ``hierarchical``: a multi-dimensional network (planner.topology.hierarchical) whose per-server
   budget is split over the dimensions by LIBRA (planner.bandwidth.libra) for the strategy's
-  traffic, equally, or by given fractions (docs/algorithms.md section 3).
+  traffic, equally, or by given fractions (docs/algorithms.md section 3);
+- ``file``: the cables of a cabling file (planner.topology.cabling_file, read with the
+  scenario), each at its own rate; routed by the routes file, by coin change when the cables
+  are a circulant (as TopoOpt routes them), else by shortest paths; the AllReduce rides the
+  circulant's stride rings or a Hamiltonian ring, and packs spanning trees where there is
+  none (docs/topologies.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from math import gcd
 
 import numpy as np
 
@@ -28,6 +35,7 @@ from contract.plan import AllReduceGroup, Link, Placement, Plan, Routes, Traffic
 from .bandwidth.libra import allocate, model_seconds
 from .scenario import Scenario, ScenarioError, _torus_shape
 from .topology.baseline_graphs import expander_cables, ring_cables, ring_order, switch_cables, torus_cables
+from .topology.cabling_file import Cabling, circulant_strides, default_routes, hamiltonian_ring
 from .topology.finder import find_topology
 from .topology.hierarchical import demand_workload, hierarchical_plan
 from .topology.routing import circulant_hop_counts, coin_change_first_strides, hop_counts, next_hop_table
@@ -45,6 +53,7 @@ class Topology:
     strides: tuple[int, ...] = ()
     switches: int = 0
     link_gbps: float | None = None  # None: the scenario's link rate
+    gbps: tuple[float, ...] = ()  # each cable's own rate (a cabling file); empty: all at link_gbps
     degree: int | None = None  # None: the scenario's degree
     notes: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
@@ -194,6 +203,109 @@ def hierarchical_topology(s: Scenario, demand: TrafficDemand) -> Topology:
     return Topology([], plan.routes, demand, (), plan=plan)
 
 
+RING_NOTE_SERVERS = 16  # a file plan's note shows its ring's first servers
+
+
+def file_topology(s: Scenario, demand: TrafficDemand) -> Topology:
+    """The cables of the scenario's cabling file, in its order, at their own rates. Routes:
+    the routes file's; else, when the cables are a circulant (`circulant_strides`: a TopoOpt
+    plan written out and read back), coin change over its strides, as `topoopt_topology`
+    routes one; else shortest paths (`default_routes`). Rings: the circulant's stride rings
+    (strides coprime with n), else one Hamiltonian ring (`hamiltonian_ring`; the AllReduce
+    runs it both ways), else none, and the full-group AllReduce packs spanning trees
+    (planner.collectives.from_plan). The plan names no file, so the same cables written as
+    CSV, JSON or GraphML give the same plan."""
+    if s.cabling is None:  # the scenario loader reads the file for kind "file"
+        raise ValueError("a file topology needs the scenario's cabling (load_scenario reads it)")
+    cabling = s.cabling.cabling
+    n = cabling.servers
+    cables = cabling.cable_pairs()
+    parallel = len(cables) - len({frozenset(pair) for pair in cables})
+    rates = sorted(set(cabling.gbps))
+    notes = [
+        f"cables from the scenario's cabling file: {len(cables)} cables"
+        + (f" ({parallel} parallel)" if parallel else "")
+        + (f", {rates[0]:g} .. {rates[-1]:g} Gbps" if len(rates) > 1 else f", {rates[0]:g} Gbps each")
+    ]
+    strides = _wired_strides(cabling)
+    ring_strides = _group_strides(strides, n, n)
+    routes = None
+    if s.cabling.routes is not None:
+        routes = Routes("table", table=s.cabling.routes)
+        notes.append("routes from the scenario's routes file")
+    elif strides:
+        try:
+            routes = Routes("circulant", first_stride=tuple(coin_change_first_strides(n, list(strides))))
+            notes.append(f"a circulant of strides {', '.join(f'±{p}' for p in strides)}: routed by coin change")
+        except ValueError:
+            routes = None
+    if routes is None:
+        routes = Routes("table", table=tuple(map(tuple, default_routes(cabling).tolist())))
+        notes.append("routes: shortest paths, one per pair")
+    groups = demand.allreduce
+    if ring_strides:
+        rings = stride_orders(n, list(ring_strides))
+        groups = tuple(
+            AllReduceGroup(g.members, g.bytes, _group_strides(strides, n, len(g.members))) for g in demand.allreduce
+        )
+        notes.append("AllReduce rings: the circulant's stride rings, both ways")
+    else:
+        ring = hamiltonian_ring(cabling)
+        rings = (ring,) if ring is not None else ()
+        shown = " ".join(map(str, (ring or ())[:RING_NOTE_SERVERS])) + (" ..." if n > RING_NOTE_SERVERS else "")
+        notes.append(
+            f"AllReduce ring: a Hamiltonian ring over the cables ({shown}), both ways"
+            if ring is not None
+            else "no Hamiltonian ring over the cables: the AllReduce packs spanning trees (forest)"
+        )
+    return Topology(
+        cables=cables,
+        routes=routes,
+        demand=TrafficDemand(groups, demand.mp),
+        rings=rings,
+        strides=ring_strides,
+        gbps=cabling.gbps,
+        degree=cabling.degree(),
+        notes=notes,
+        extra={"allreduce": "rings" if rings else "forest"},
+    )
+
+
+def _wired_strides(cabling: Cabling) -> tuple[int, ...]:
+    """The strides of a circulant cabling (`circulant_strides`; empty when it is none) as its
+    cables are written: each stride in the order its first cable appears, and as ``q`` when
+    every one of its cables goes from ``i`` to ``i + q mod n`` (TopoOpt wires ``i -- i + p``
+    with strides up to n - 1), repeated for parallel copies. A TopoOpt plan written out and
+    read back so gets its own strides back, in its own order."""
+    strides = circulant_strides(cabling)
+    if not strides:
+        return ()
+    n = cabling.servers
+    first: dict[int, int] = {}
+    ways: dict[int, set[int]] = {}
+    for k, (a, b) in enumerate(cabling.cable_pairs()):
+        q = (b - a) % n
+        first.setdefault(min(q, n - q), k)
+        ways.setdefault(min(q, n - q), set()).add(q)
+    count = Counter(strides)
+    return tuple(
+        next(iter(ways[p])) if len(ways[p]) == 1 else p
+        for p in sorted(count, key=first.__getitem__)
+        for _ in range(count[p])
+    )
+
+
+def _group_strides(strides: tuple[int, ...], n: int, size: int) -> tuple[int, ...]:
+    """The strides whose rings span a coset group of ``size`` servers ({s, s + n/size, ...}):
+    ``(n / size) k`` with k coprime with ``size`` (`planner.topology.totient.totient_strides`;
+    the full group: the strides coprime with n), which are exactly the strides TopoOpt gave
+    that group size."""
+    if size < 2 or n % size:
+        return ()
+    step = n // size
+    return tuple(p for p in strides if p % step == 0 and gcd(p // step, size) == 1)
+
+
 TOPOLOGY_BUILDERS: dict[str, Callable[[Scenario, TrafficDemand], Topology]] = {
     "topoopt": topoopt_topology,
     "ring": ring_topology,
@@ -201,6 +313,7 @@ TOPOLOGY_BUILDERS: dict[str, Callable[[Scenario, TrafficDemand], Topology]] = {
     "expander": expander_topology,
     "torus": torus_topology,
     "hierarchical": hierarchical_topology,
+    "file": file_topology,
 }
 
 
@@ -230,7 +343,8 @@ def plan_for_demand(s: Scenario, demand: TrafficDemand, placement: Placement | N
     if topo.plan is not None:
         return dataclasses.replace(topo.plan, placement=placement or Placement())
     rate = float(topo.link_gbps if topo.link_gbps is not None else s.cluster.link_gbps)
-    links = with_cable_rates(tuple(Link(a, b, rate) for a, b in topo.cables), s)
+    rates = topo.gbps or (rate,) * len(topo.cables)
+    links = with_cable_rates(tuple(Link(a, b, float(gbps)) for (a, b), gbps in zip(topo.cables, rates)), s)
     plan = Plan(
         servers=n,
         degree=topo.degree if topo.degree is not None else s.cluster.degree,

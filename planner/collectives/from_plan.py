@@ -11,6 +11,8 @@ The iteration's rule (``algorithm="auto"``):
   dimension (planner.collectives.hierarchical);
 - cables of different rates, the full group: the forest (`choose_forest`): packed spanning
   trees, or the rate-weighted multi-ring when the trees would not be faster;
+- no ring over the plan's cables (a cabling file with no Hamiltonian ring: `has_ring`), the
+  full group: the forest likewise;
 - cables of different rates, coset groups: the weighted multi-ring (their rings do not span
   the plan, so no forest);
 - uniform cables: TopoOpt's multi-ring, the buffer split equally.
@@ -48,6 +50,7 @@ ALGORITHMS = ("ring", "topoopt", "tree", "dbtree", "hierarchical", "forest")  # 
 AUTO = "auto"  # the iteration's rule (module docstring)
 UNIFORM_WHY = "uniform cables: the plan's rings, split equally (TopoOpt)"
 HETEROGENEOUS_WHY = "cables of different rates"
+NO_RING_WHY = "no Hamiltonian ring over the cables"
 Rings = tuple[tuple[int, ...], ...]  # ring orders (server sequences)
 # The shallow trees' pipelined schedule takes up to this multiple of its bound S / tau
 # (TopoOpt-12, 64 MiB, 1-6 slow cables: 1.07-1.23x predicted, 1.065x measured with 3; rings
@@ -109,6 +112,13 @@ def ring_weights(plan: Any, rings: Sequence[Sequence[int]]) -> list[float]:
         hops.append({(u, v) for path in route for u, v in zip(path, path[1:])})
     users = Counter(hop for ring_hops in hops for hop in ring_hops)
     return [min(capacity[h] / users[h] for h in ring_hops) if ring_hops else 1.0 for ring_hops in hops]
+
+
+def has_ring(plan: Any) -> bool:
+    """Does the plan name a ring (a ring order or TopoOpt strides), or a switch that makes one?
+    Only a plan from a cabling file with no Hamiltonian ring has none
+    (planner.topologies.file_topology); its full-group AllReduce is the forest."""
+    return bool(getattr(plan, "rings", ()) or getattr(plan, "strides", ()) or plan.switches)
 
 
 def heterogeneous(plan: Any) -> bool:
@@ -195,9 +205,10 @@ def choose_allreduce(plan: Any, nbytes: int, group_size: int | None = None, algo
             return AllReduceChoice(
                 "hierarchical", "hierarchical plan: reduce-scatter and all-gather per dimension", size
             )
-        if heterogeneous(plan) and size == n:
+        if size == n and (heterogeneous(plan) or not has_ring(plan)):
             forest = choose_forest(plan, nbytes)
-            return dataclasses.replace(forest, reason=f"{HETEROGENEOUS_WHY}; {forest.reason}")
+            why = HETEROGENEOUS_WHY if heterogeneous(plan) else NO_RING_WHY
+            return dataclasses.replace(forest, reason=f"{why}; {forest.reason}")
         if heterogeneous(plan):
             why = f"{HETEROGENEOUS_WHY}; coset groups run rings"
             return _ring_choice(plan, "weighted multi-ring", why, group_rings(plan, size), True)
