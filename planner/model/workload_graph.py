@@ -30,7 +30,7 @@ from contract.graph import OperatorGraph
 from contract.plan import Workload
 
 from .opgraph import Operator, OpGraph, model_graph
-from .paths import resolve_path
+from .paths import resolve_path, scenario_folder
 from .zoo import MODELS, get_model
 
 SOURCE_KEYS = ("model", "graph", "chakra")  # the [workload] keys that name the model
@@ -120,9 +120,8 @@ def workload_from_table(
             )
         return Workload(model, **values)
     key = named[0]
-    base = Path(source).parent if source and not source.startswith("<") else Path()
     try:
-        graph = _imported(key, table[key], base)
+        graph = _imported(key, table[key], scenario_folder(source))
     except UsageError as err:  # the file's own line (its path, the field), under the key naming it
         raise error(f"workload.{key}", str(err)) from None
     return Workload(model if key == "model" else graph.name, **values, graph=graph)
