@@ -9,14 +9,15 @@ For each host, inside its namespace (the calling thread enters it with ``setns``
   hosts of degree 8 have 1024 cable ends) it drops new ones ("neighbor table overflow!"),
   so packets waited for ARP and TCP for its retransmission timeouts, seconds each. Permanent
   entries do not count against that limit, and we leave the root namespace's sysctls alone;
-- sysctls (`write_sysctls`): ip_forward on (hosts relay for each other, as the TopoOpt
-  prototype relayed with RDMA forwarding), rp_filter off (a relayed packet arrives on a cable
-  that is not the route back to its source), cubic, no ICMP rate limit so traceroute sees
-  every hop;
-- routes: one static /32 route per destination from the network's next-hop table, with the
-  identity as preferred source; a next hop reached by parallel cables gets one multipath
-  route over all of them (flows hashed on ports). Every route carries ``congctl cubic``
-  (`CUBIC`) and TCP's least retransmission timeout (`nlbatch.RTO_MIN_MS`, locked).
+- sysctls (`host_sysctls`, written by `write_sysctls`): ip_forward on (hosts relay for each
+  other, as the TopoOpt prototype relayed with RDMA forwarding), rp_filter off (a relayed
+  packet arrives on a cable that is not the route back to its source), cubic, no ICMP rate
+  limit so traceroute sees every hop;
+- routes (`host_routes`, sent by `send_routes`): one static /32 route per destination from
+  the network's next-hop table, with the identity as preferred source; a next hop reached by
+  parallel cables gets one multipath route over all of them (flows hashed on ports). Every
+  route carries ``congctl cubic`` (`CUBIC`) and TCP's least retransmission timeout
+  (`nlbatch.RTO_MIN_MS`, locked).
 - planes of a bandwidth allocation (`emulator.planes`): the host's plane addresses (/32 on
   ``lo``) and its plane rules with the addresses; with the routes, a /28 route per sourcing
   node's plane addresses (like its identity) and the plane routes in their tables.
@@ -24,6 +25,9 @@ For each host, inside its namespace (the calling thread enters it with ``setns``
 Then per host one ``tc -batch`` (all hosts in parallel, each bounded by `TC_TIMEOUT_S`)
 shapes every cable end, and `check_qdiscs` reads every qdisc back from the kernel (bounded
 by `READBACK_TIMEOUT_S`): Mininet never raises on tc errors, so nothing is trusted unread.
+
+`host_sysctls`, `loopback_addresses` and `host_routes` decide what a host gets, apart from how
+it is sent: `emulator.hostscripts` writes the same decisions as shell scripts for real servers.
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -94,12 +99,18 @@ OPTIONAL_SYSCTLS = {
 }
 
 
-def write_sysctls(ifnames: list[str]) -> None:
-    """Per-namespace sysctls of one host (the calling thread is in its namespace)."""
+def host_sysctls(ifnames: Sequence[str]) -> dict[str, str]:
+    """``{key: value}`` of every sysctl a host sets (keys as paths under ``/proc/sys``):
+    `HOST_SYSCTLS` and reverse-path filtering off on each of its cable ends ``ifnames``."""
     values = dict(HOST_SYSCTLS)
     for name in ifnames:
         values[f"net/ipv4/conf/{name}/rp_filter"] = "0"
-    for key, value in values.items():
+    return values
+
+
+def write_sysctls(ifnames: list[str]) -> None:
+    """Per-namespace sysctls of one host (the calling thread is in its namespace)."""
+    for key, value in host_sysctls(ifnames).items():
         try:
             with open(f"/proc/sys/{key}", "w") as f:
                 f.write(value)
@@ -114,8 +125,15 @@ def peer_neighbour(seq: int, index: int, port: Port) -> bytes:
     return nlbatch.permanent_neighbour(seq, index, port.peer_address, port.peer_mac)
 
 
-def _subnet31(address: str) -> str:
+def subnet31(address: str) -> str:
+    """Network address of the /31 that holds the cable end ``address``."""
     return str(ipaddress.ip_network(f"{address}/31", strict=False).network_address)
+
+
+def loopback_addresses(u: int, planes: NodePlanes = NodePlanes()) -> list[str]:
+    """The /32 addresses node ``u`` holds on its loopback: its identity, then one per plane it
+    sends on (`emulator.planes`)."""
+    return [identity(u)] + [plane_address(u, plane) for plane in planes.planes]
 
 
 def configure_host(
@@ -141,12 +159,9 @@ def configure_host(
         index = {p.ifname: socket.if_nametoindex(p.ifname) for p in ports}
         seq += 1
         add(nlbatch.link_up(seq, lo), f"{host.name}: lo up")
-        seq += 1
-        add(nlbatch.addr_add(seq, lo, host.identity, 32), f"{host.name}: identity {host.identity}/32")
-        for plane in planes.planes:
+        for address in loopback_addresses(u, planes):
             seq += 1
-            address = plane_address(u, plane)
-            add(nlbatch.addr_add(seq, lo, address, 32), f"{host.name}: plane {plane} address {address}/32")
+            add(nlbatch.addr_add(seq, lo, address, 32), f"{host.name}: loopback address {address}/32")
         for address, table in planes.rules:
             seq += 1
             add(nlbatch.rule_add(seq, address, table, RULE_PRIORITY), f"{host.name}: rule from {address} table {table}")
@@ -165,10 +180,73 @@ def configure_host(
             # the kernel's connected /31 again, now with cubic (see CUBIC)
             seq += 1
             add(
-                nlbatch.connected_route(seq, _subnet31(p.address), 31, index[p.ifname], p.address, CUBIC),
+                nlbatch.connected_route(seq, subnet31(p.address), 31, index[p.ifname], p.address, CUBIC),
                 f"{host.name}: connected route of {p.ifname}",
             )
         send_routes(host, u, ports, next_hop, index, name_of, data, labels, timeout_s=timeout_s, planes=planes)
+
+
+@dataclass(frozen=True)
+class HostRoute:
+    """One route a host installs: to ``dst/dst_len`` in routing table ``table`` over
+    ``cables`` (its own cable ends towards the next hop; several: one multipath route over
+    all of them), from the host's identity as preferred source. ``seq`` is the route's
+    netlink sequence number, ``label`` names it in an error."""
+
+    seq: int
+    dst: str
+    dst_len: int
+    table: int
+    cables: tuple[Port, ...]
+    label: str
+
+
+def host_routes(
+    u: int,
+    ports: Sequence[Port],
+    next_hop: np.ndarray,
+    name_of: Callable[[int], str],
+    planes: NodePlanes = NodePlanes(),
+) -> list[HostRoute]:
+    """Every route of node ``u`` over ``ports`` (its cables that are up): one /32 per
+    destination (main table) by ``next_hop``, the /28 of each other sourcing node's plane
+    addresses like that node's identity, and ``u``'s plane routes in their tables. A plane
+    route whose cables are all down is left out (that plane falls back to the main table);
+    a main-table route whose cables are all down raises `EmulationError`. What `send_routes`
+    sends over netlink and `emulator.hostscripts` writes as ``ip route`` text."""
+    by_peer: dict[int, list[Port]] = {}
+    for p in ports:
+        by_peer.setdefault(p.peer, []).append(p)
+    me = name_of(u)
+
+    def cables_towards(v: int) -> tuple[Port, ...]:
+        hop = int(next_hop[u, v])
+        cables = by_peer.get(hop)
+        if not cables:
+            raise EmulationError(f"{me}: route to {name_of(v)} goes via {name_of(hop)}, but every cable to it is down")
+        return tuple(cables)
+
+    routes = []
+    for v in range(len(next_hop)):
+        if v != u:
+            label = f"{me}: route to {name_of(v)} via {name_of(int(next_hop[u, v]))}"
+            routes.append(HostRoute(ROUTE_SEQ_BASE + v, identity(v), 32, nlbatch.MAIN_TABLE, cables_towards(v), label))
+    for v in planes.sources:
+        label = f"{me}: route to the plane addresses of {name_of(v)}"
+        routes.append(
+            HostRoute(
+                PLANE_BLOCK_SEQ_BASE + v, plane_block(v), PLANE_BLOCK_LEN, nlbatch.MAIN_TABLE, cables_towards(v), label
+            )
+        )
+    for i, hop in enumerate(planes.hops):
+        cables = by_peer.get(hop.next_hop)
+        if cables:
+            label = (
+                f"{me}: plane {hop.plane} of {name_of(hop.src)} to {name_of(hop.dst)} "
+                f"via {name_of(hop.next_hop)} (table {hop.table})"
+            )
+            routes.append(HostRoute(PLANE_ROUTE_SEQ_BASE + i, identity(hop.dst), 32, hop.table, tuple(cables), label))
+    return routes
 
 
 def send_routes(
@@ -185,63 +263,31 @@ def send_routes(
     timeout_s: float = nlbatch.NETLINK_TIMEOUT_S,
     planes: NodePlanes = NodePlanes(),
 ) -> None:
-    """One /32 route per destination of node ``u`` over ``ports`` (its cables that are up),
-    the /28 routes to the other sourcing nodes' plane addresses and ``u``'s plane routes,
-    appended to the requests already in ``data`` and sent in one batch; multipath routes over
-    parallel cables go in a second one. ``replace`` changes the routes of a running network.
-    A plane route whose cables are all down is left out: that plane falls back to the main
-    table. The calling thread is in the host's namespace. Used at build time and by live
-    changes."""
+    """The routes of node ``u`` over ``ports`` (`host_routes`), appended to the requests
+    already in ``data`` and sent in one batch; multipath routes over parallel cables go in a
+    second one. ``replace`` changes the routes of a running network. The calling thread is in
+    the host's namespace. Used at build time and by live changes."""
     from pyroute2 import IPBatch
 
-    by_peer: dict[int, list[Port]] = {}
-    for p in ports:
-        by_peer.setdefault(p.peer, []).append(p)
     batch = IPBatch()  # only for multipath routes (parallel cables); the rest is encoded directly
     mp_what: list[str] = []
     encode_route = nlbatch.RouteEncoder(CUBIC, replace=replace)
-
-    def route(seq: int, cables: list[Port], dst: str, dst_len: int, table: int, label: str) -> None:
-        if len(cables) == 1:
-            c = cables[0]
-            data.extend(encode_route(seq, dst, c.peer_address, index[c.ifname], host.identity, table, dst_len))
-            labels[seq] = label
+    for r in host_routes(u, ports, next_hop, name_of, planes):
+        if len(r.cables) == 1:
+            c = r.cables[0]
+            data.extend(encode_route(r.seq, r.dst, c.peer_address, index[c.ifname], host.identity, r.table, r.dst_len))
+            labels[r.seq] = r.label
         else:  # parallel cables: spread flows over all of them (L4 hash)
             batch.route(
                 "replace" if replace else "add",
-                dst=dst,
-                dst_len=dst_len,
-                table=table,
+                dst=r.dst,
+                dst_len=r.dst_len,
+                table=r.table,
                 prefsrc=host.identity,
                 metrics=nlbatch.route_metrics(CUBIC),
-                multipath=[{"gateway": c.peer_address, "oif": index[c.ifname]} for c in cables],
+                multipath=[{"gateway": c.peer_address, "oif": index[c.ifname]} for c in r.cables],
             )
-            mp_what.append(f"multipath {label}")
-
-    def cables_towards(v: int) -> list[Port]:
-        hop = int(next_hop[u, v])
-        cables = by_peer.get(hop)
-        if not cables:
-            raise EmulationError(
-                f"{host.name}: route to {name_of(v)} goes via {name_of(hop)}, but every cable to it is down"
-            )
-        return cables
-
-    for v in range(len(next_hop)):
-        if v != u:
-            label = f"{host.name}: route to {name_of(v)} via {name_of(int(next_hop[u, v]))}"
-            route(ROUTE_SEQ_BASE + v, cables_towards(v), identity(v), 32, nlbatch.MAIN_TABLE, label)
-    for v in planes.sources:
-        label = f"{host.name}: route to the plane addresses of {name_of(v)}"
-        route(PLANE_BLOCK_SEQ_BASE + v, cables_towards(v), plane_block(v), PLANE_BLOCK_LEN, nlbatch.MAIN_TABLE, label)
-    for i, hop in enumerate(planes.hops):
-        cables = by_peer.get(hop.next_hop)
-        if cables:
-            label = (
-                f"{host.name}: plane {hop.plane} of {name_of(hop.src)} to {name_of(hop.dst)} "
-                f"via {name_of(hop.next_hop)} (table {hop.table})"
-            )
-            route(PLANE_ROUTE_SEQ_BASE + i, cables, identity(hop.dst), 32, hop.table, label)
+            mp_what.append(f"multipath {r.label}")
     nlbatch.send(bytes(data), labels=labels, timeout_s=timeout_s)
     if batch.batch:
         nlbatch.send(bytes(batch.batch), mp_what, timeout_s=timeout_s)
