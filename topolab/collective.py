@@ -2,6 +2,7 @@
 
     topolab collective SCENARIO --algorithm ring|topoopt|tree|dbtree --bytes SIZES [--json] [--out DIR [--force]]
     topolab collective SCENARIO -b 1M -e 64M -f 2 ...       (nccl-tests' size flags)
+    topolab collective SCENARIO ... --trace                 (a timeline per algorithm and size)
 
 Prints nccl-tests' all_reduce_perf table (size, count, type, redop, root, time in us, algbw
 and busbw in GB/s, #wrong; "# Avg bus bandwidth" per algorithm), in the planned cluster's
@@ -12,6 +13,11 @@ refused unless --force.
 Plans the scenario, builds its emulated network (emulator.EmulatedNetwork), and for every
 size and algorithm starts one worker per server in the server's namespace (workers.
 Coordinator), runs warm-up and ``--repeat`` timed iterations, each verified by every worker.
+
+``--trace``: per algorithm and size, the last timed iteration as the workers measured it
+(every op's start and end, the clocks put on the driver's) beside the flow-level model's
+prediction of the same schedule on the cables as built, in ``trace-<algorithm>-<size>.json``
+(`topolab.trace_events.measured_trace`; Perfetto, chrome://tracing; docs/export.md).
 
 Figures per row (reference section 5): time = median over the timed iterations of
 max(t_end) - min(t_start) over ranks; algbw = S / time; busbw = algbw * 2 (n-1) / n;
@@ -63,6 +69,7 @@ from .options import (
     make_output_dir,
     results_folder,
 )
+from .trace_events import trace_json
 
 # Largest --bytes buffer: every one of the n workers holds it twice (data and receive
 # buffer), so 256M is already 6 GiB of memory on 12 emulated servers.
@@ -175,12 +182,18 @@ def measure(
     segment_bytes: int | None = None,
     timeout_s: float = 30.0,
     log: Callable[[str], None] | None = None,
+    traces: dict[str, dict[str, Any]] | None = None,
+    cores: int | None = None,
 ) -> list[SizeResult]:
     """Run every (size, algorithm) on the emulated network ``net``; sizes outer, so the
-    algorithms of one size are measured side by side in time (the machine is noisy)."""
+    algorithms of one size are measured side by side in time (the machine is noisy).
+    ``traces``: a dict that gets, per (size, algorithm), its trace file's name and document
+    (`trace_of`); ``cores``: the processors the workers share, as the prediction beside the
+    measured timeline takes them (`topolab.prediction.shared_cores`)."""
     from contract.physics import tcp_goodput_fraction
 
     from .schedule_run import run_schedule_on
+    from .trace_events import trace_ranks
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     n = int(plan.servers)
@@ -217,12 +230,39 @@ def measure(
                 timeout_s=timeout_s,
                 chunk_bytes=chunk_bytes,
                 each=each,
+                trace_ranks=trace_ranks(sched) if traces is not None else None,
             )
             times, ok, mismatches, cpu = run.times_s, run.verified, run.mismatches, run.cpu_s
             results.append(
                 SizeResult(alg, size, n, times, ideal, ok, net.time_scale, mismatches[:5], cpu, packing_s, shape)
             )
+            if traces is not None and run.traced is not None:
+                name = f"trace-{alg}-{format_size(size)}.json"
+                traces[name] = trace_of(net, plan, sched, run, cores, f"{alg} AllReduce of {format_size(size)}")
+                results[-1].trace = name
     return results
+
+
+def trace_of(net: Any, plan: Any, sched: Any, run: Any, cores: int | None, what: str) -> dict[str, Any]:
+    """The trace of ``run``'s traced iteration (`topolab.schedule_run.Measured`: its first
+    `topolab.trace_events.trace_ranks` ranks report every op) beside the flow-level model's
+    replay of ``sched`` on ``net``'s cables as built, without the workers' cost per op (which
+    `topolab collective` does not calibrate)."""
+    from planner.cost.predict import plan_network, predict_timeline
+
+    from .prediction import network_args
+    from .trace_events import measured_trace, trace_ranks
+
+    network = plan_network(plan, **network_args(plan, net.rates, net.netem, 0.0, cores))
+    pred, timeline = predict_timeline(sched, network, ranks=trace_ranks(sched))
+    meta = {
+        "timeline": f"the last timed iteration of topolab collective's {what}, measured by the workers, beside the "
+        "flow-level model's prediction of the same schedule on the cables as built (the workers' cost per op "
+        "not calibrated)",
+        "iteration": len(run.times_s) - 1,
+        "predicted_iteration_ms": pred.seconds / net.time_scale * 1e3,
+    }
+    return measured_trace(sched, run.traced.ranks, run.clocks, timeline, net.time_scale, meta)
 
 
 def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
@@ -297,6 +337,12 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
         "an existing folder is refused unless --force",
     )
     parser.add_argument("--force", action="store_true", help="write into --out even if it exists (files replaced)")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also write, per algorithm and size, trace-<algorithm>-<size>.json (Chrome trace event format, for "
+        "Perfetto or chrome://tracing): the last timed iteration as the workers measured it beside its prediction",
+    )
     add_network_arguments(parser)
 
 
@@ -318,6 +364,7 @@ def run_collective(args: argparse.Namespace) -> int:
     out_dir = results_folder(args.out, getattr(scenario, "name", "scenario"), args.force)
     flags = network_flags(args, "collective")
     plan = build_plan(scenario)
+    traces: dict[str, dict[str, Any]] | None = {} if args.trace else None
     doc, results = run_on_emulator(
         scenario,
         plan,
@@ -329,6 +376,7 @@ def run_collective(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         link_mbps=args.link_mbps,
         flags=flags,
+        traces=traces,
     )
     nccl = doc.header + "\n" + format_nccl_tests(results)
     text = json.dumps(doc.to_dict(), indent=2)
@@ -336,8 +384,11 @@ def run_collective(args: argparse.Namespace) -> int:
     write_file(out_dir / "results.json", text + "\n")
     write_file(out_dir / "nccl-tests.txt", nccl + "\n")
     write_file(out_dir / "table.txt", doc.header + "\n" + format_table(results) + "\n")
+    for name, trace in (traces or {}).items():
+        write_file(out_dir / name, trace_json(trace))
     print(text if args.json else nccl)
-    print(f"results in {out_dir}/ (results.json, nccl-tests.txt, table.txt)", file=sys.stderr)
+    files = ["results.json", "nccl-tests.txt", "table.txt", *(traces or {})]
+    print(f"results in {out_dir}/ ({', '.join(files)})", file=sys.stderr)
     return 0 if all(r.verified for r in results) else 1
 
 
@@ -350,6 +401,8 @@ def run_alltoall(args: argparse.Namespace) -> int:
     from .routing_phase import VARIANTS, format_results, measure_phase, phase_bytes, phase_traffic, scale_factor
 
     routings = parse_routings(args.routing)
+    if args.trace:
+        raise CollectiveInputError(f"--trace: draws AllReduce algorithms' iterations, not {ALLTOALL}")
     if args.minbytes or args.maxbytes or args.stepfactor:
         raise CollectiveInputError(f"-b/-e/-f: {ALLTOALL} takes one size, the bytes per pair (--bytes)")
     per_pair = parse_size(args.bytes) if args.bytes else None
@@ -411,12 +464,15 @@ def run_on_emulator(
     link_mbps: float | None = None,
     flags: NetworkFlags | None = None,
     log: Callable[[str], None] | None = None,
+    traces: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[CollectiveResults, list[SizeResult]]:
     """Build the plan's emulated network once (as the scenario's ``[emulation]`` and the
     command's ``flags`` say: over ``--machines`` when given) and `measure` on it; returns
-    (the results document, its results). Used by the command and by
+    (the results document, its results). ``traces``: `measure`'s. Used by the command and by
     benchmarks/collective_compare.py."""
     from contract.physics import tcp_goodput_fraction
+
+    from .prediction import shared_cores
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     changes = {} if link_mbps is None else {"link_mbps": link_mbps}
@@ -437,6 +493,8 @@ def run_on_emulator(
             segment_bytes=segment_bytes,
             timeout_s=timeout_s,
             log=log,
+            traces=traces,
+            cores=shared_cores(config.machines),
         )
         frac = tcp_goodput_fraction(net.mtu)
         egress = slowest_egress_bps(plan, net.link_rate_bps)

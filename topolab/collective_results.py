@@ -70,6 +70,7 @@ class SizeResult:
     # of any AllReduce on the cables' rates; ``ideal_s`` is the slowest server's egress bound
     packing_bound_s: float | None = None
     schedule: dict[str, Any] = field(default_factory=dict)  # what the forest ran and why
+    trace: str | None = None  # --trace: the file of its last timed iteration's timeline
 
     @property
     def time_s(self) -> float:

@@ -17,6 +17,16 @@ benchmarks: plan, emulate, run training iterations, record. `execute` runs its s
 4. tear everything down (also on Ctrl-C / SIGTERM / errors) and write results.json,
    report.md and the plots, partial results included when interrupted (`record`).
 
+With ``trace`` (`topolab run --trace`) the calibrated prediction's replay also records its
+timeline (`topolab.prediction.predict_run_timeline`), the workers' clocks are measured against
+the driver's once they are up (`workers.coordinator.Coordinator.clock_offsets`), and the last
+timed iteration alone asks the ranks a trace shows (`topolab.trace_events.trace_ranks`) for
+every op's start and end; trace.json (that iteration measured beside its prediction,
+`topolab.trace_events.write_iteration_trace`) is written once the iterations are done, and the
+report draws it (timeline.png). Every op's times are recorded in every iteration anyway
+(`workers.executor`): the traced iteration differs only in the size of its ``result`` messages,
+sent after its end is taken.
+
 Results survive even a SIGKILL: once the network is up, results.json is written with status
 "running", and every iteration is appended to ``iterations.jsonl`` (one JSON object a line,
 flushed and fsynced) before its progress line; `topolab report DIR` renders such a folder,
@@ -50,10 +60,19 @@ from .faults import FaultInjector, injector_for
 from .journal import ITERATIONS_FILE, RESULTS_FILE, IterationJournal, write_results_file
 from .machine_probe import machine_cost
 from .network import NetworkFlags, network_config, open_network, refuse_machines
-from .prediction import compute_seconds, measured_phase_ends, plan_dict, predict_run, prepare, shared_cores
+from .prediction import (
+    compute_seconds,
+    measured_phase_ends,
+    plan_dict,
+    predict_run,
+    predict_run_timeline,
+    prepare,
+    shared_cores,
+)
 from .progress import Progress
 from .report import write_report
 from .results import (
+    TRACE_FILE,
     Calibration,
     EmulationFacts,
     Environment,
@@ -62,6 +81,7 @@ from .results import (
     Prediction,
     RunResults,
     ScheduleSummary,
+    TraceFacts,
     link_rows,
 )
 from .time_dilation import (
@@ -71,6 +91,7 @@ from .time_dilation import (
     schedule_buffer_bytes,
     transfer_ops,
 )
+from .trace_events import clock_metadata, trace_ranks, write_iteration_trace
 
 EXIT_OVER_TOLERANCE = 3  # ran and verified, but the prediction missed by more than run.tolerance
 FAULTS_OVER_MACHINES = (
@@ -99,6 +120,8 @@ class RunState:
     results: RunResults
     out_dir: Path
     log: Callable[[str], None]
+    trace: bool = False  # --trace: record the last timed iteration's timeline (trace.json)
+    timeline: Any = None  # with trace: the calibrated prediction's `planner.cost.predict.Timeline`
 
 
 def prepare_run(
@@ -267,7 +290,10 @@ def calibrate(run: RunState, net: Any, workers: Workers) -> None:
         control_relay=workers.control_relay,
     )
     results.calibration = Calibration.from_dict(cal)
-    predicted = predict_run(plan, schedule, net.rates, net.netem, cal["op_overhead_s"], cores)
+    shown = trace_ranks(schedule) if run.trace else None
+    predicted, run.timeline = predict_run_timeline(
+        plan, schedule, net.rates, net.netem, cal["op_overhead_s"], cores, timeline_ranks=shown
+    )
     results.predicted = Prediction.from_dict(predicted)
     if run.injector:
         repredict = lambda p: predict_run(p, schedule, net.rates, net.netem, cal["op_overhead_s"], cores)  # noqa: E731
@@ -292,6 +318,8 @@ def iterate(run: RunState, net: Any, workers: Workers) -> None:
     warmup = s.run.warmup
     time_scale = results.emulation.time_scale
     compute_real_ms = max(compute_seconds(run.schedule)) / time_scale * 1e3
+    traced = warmup + run.iterations - 1 if run.timeline is not None and run.iterations else None
+    ask = {rank: "ops" for rank in range(run.timeline.ranks)} if traced is not None else None
     with (
         Coordinator(
             run.schedule.to_dict(),
@@ -303,6 +331,8 @@ def iterate(run: RunState, net: Any, workers: Workers) -> None:
         ) as coord,
         IterationJournal(run.out_dir / ITERATIONS_FILE) as journal,
     ):
+        clocks = coord.clock_offsets() if traced is not None else {}
+        traced_result = None
         bar = Progress(warmup + run.iterations, "iterations")
         counters_before = net.cable_tx_bytes() if not warmup else {}
         for i in range(warmup + run.iterations):
@@ -311,7 +341,9 @@ def iterate(run: RunState, net: Any, workers: Workers) -> None:
                 counters_before = net.cable_tx_bytes()  # the timed iterations' bytes only
             if injector and not warm:
                 injector.before(i - warmup)  # faults due now: cable down, reroute
-            res = coord.run_iteration(i)
+            res = coord.run_iteration(i, ask if i == traced else None)
+            if i == traced:
+                traced_result = res
             line = f"{'warm-up' if warm else 'timed'} {res.time_s:.3f} s {'verified' if res.ok else 'VERIFY FAILED'}"
             if warm and res.ok:
                 bar.step(line)
@@ -337,6 +369,41 @@ def iterate(run: RunState, net: Any, workers: Workers) -> None:
         bar.done()
         timed = sum(1 for it in results.iterations if not it.warmup)
         results.measured = Measured(link_rows(difference(net.cable_tx_bytes(), counters_before, timed)))
+    if traced_result is not None:
+        write_trace(run, traced_result, clocks, traced - warmup)
+
+
+def write_trace(run: RunState, res: Any, clocks: dict[int, Any], index: int) -> None:
+    """trace.json of timed iteration ``index`` (its `workers.coordinator.IterationResult`)
+    beside the calibrated prediction's timeline, and its facts in the results."""
+    results = run.results
+    meta: dict[str, Any] = {
+        "timeline": f"timed iteration {index} (the last) of topolab run, measured by the workers, beside the "
+        "flow-level model's prediction of the same schedule (calibrated: the workers' cost per op)",
+        "scenario": run.scenario.source,
+        "iteration": index,
+        "predicted_iteration_ms": results.predicted.real_ms if results.predicted else None,
+    }
+    if results.faults:
+        meta["faults"] = "the run injected faults: the prediction beside it is of the plan before the first one"
+    written = write_iteration_trace(
+        run.out_dir / TRACE_FILE, run.schedule, res.ranks, clocks, run.timeline, results.emulation.time_scale, meta
+    )
+    facts = clock_metadata(clocks.values())
+    results.trace = TraceFacts(
+        file=TRACE_FILE,
+        iteration=index,
+        ranks=written["ranks"],
+        ranks_shown=written["ranks_shown"],
+        clocks=facts["clocks"],
+        clock_max_applied_us=facts["clock_max_applied_us"],
+        clock_max_rtt_us=facts["clock_max_rtt_us"],
+    )
+    path = written["critical_path"]["measured"]
+    run.log(
+        f"      timeline of timed iteration {index} in {run.out_dir / TRACE_FILE} ({written['ranks_shown']} of "
+        f"{written['ranks']} ranks; measured critical path: {path['ops']} ops ending with {path['last_op']})"
+    )
 
 
 def record(run: RunState, on_result: Callable[[RunResults], None] | None) -> None:
@@ -361,16 +428,19 @@ def execute(
     faults: list | None = None,
     on_result: Callable[[RunResults], None] | None = None,
     reference_gbps: float | None = None,
+    trace: bool = False,
 ) -> RunResults:
     """Run a scenario end to end; once the network is up, always writes results (also partial
     ones) to ``out_dir``. A network another run holds is a `UsageError` and writes nothing.
     ``on_result`` sees the results of a complete run before the report and plots are drawn.
     ``reference_gbps``: the real rate ``[emulation] link_mbps`` stands for (None: the plan's
-    ``link_gbps``); `topolab compare` puts its arms on one time scale with it."""
+    ``link_gbps``); `topolab compare` puts its arms on one time scale with it. ``trace``: also
+    write trace.json, the last timed iteration measured beside its prediction (module docstring)."""
     from emulator import EmulationBusyError
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     run = prepare_run(s, out_dir, iterations, payload_scale, faults, log, reference_gbps)
+    run.trace = trace
     plan, results = run.plan, run.results
     config = network_config(
         run.scenario.emulation, NetworkFlags(run_dir=run_dir, wait_s=lock_wait_s), reference_gbps=reference_gbps

@@ -26,7 +26,7 @@ from contract.schedule import Schedule
 from planner import Plan, Scenario, build_plan
 from planner.cost.iteration import IterationOptions
 from planner.cost.iteration_prediction import NetworkArgs, predict_iteration
-from planner.cost.predict import Prediction, plan_network, predict
+from planner.cost.predict import Prediction, Timeline, plan_network, predict, predict_timeline
 
 # Per-hop latency of an emulated link without netem: a small-message round trip measured
 # 18 us for one hop and 31 us for three on this kernel (docs/emulation.md), i.e. about
@@ -176,7 +176,27 @@ def predict_run(
     emulated at ``rates`` (a built network's ``net.rates``), e.g. once the workers' cost per op
     is measured (on ``cores`` shared processors: `shared_cores`), or on a plan rerouted by a
     fault."""
+    return predict_run_timeline(plan, schedule, rates, netem, op_overhead_s, cores)[0]
+
+
+def predict_run_timeline(
+    plan: Plan,
+    schedule: Schedule,
+    rates: EmulatedRates,
+    netem: bool,
+    op_overhead_s: float = 0.0,
+    cores: int | None = None,
+    timeline_ranks: int | None = None,
+) -> tuple[dict[str, Any], Timeline | None]:
+    """`predict_run`, and with ``timeline_ranks`` the replay's `Timeline` of ranks ``0 ..
+    timeline_ranks - 1`` (`planner.cost.predict.predict_timeline`: the same replay, recorded,
+    so the same prediction) for a trace of the iteration (`topolab.trace_events`); None without."""
     args = network_args(plan, rates, netem, op_overhead_s, cores)
+    network = plan_network(plan, **args)
     t0 = time.perf_counter()
-    pred = predict(schedule, plan_network(plan, **args))
-    return _predicted(pred, rates, args, time.perf_counter() - t0)
+    timeline = None
+    if timeline_ranks is None:
+        pred = predict(schedule, network)
+    else:
+        pred, timeline = predict_timeline(schedule, network, ranks=timeline_ranks)
+    return _predicted(pred, rates, args, time.perf_counter() - t0), timeline

@@ -20,12 +20,16 @@ the results) is called out at the top of report.md and flagged in the summary
 left behind (results.json with status "running" and its iterations.jsonl), marked incomplete;
 a results.json of an unknown or newer format is one line naming it (exit 2).
 
+- ``timeline.png`` (a run with ``--trace``): the traced iteration as measured above its
+  prediction on one time axis, a row per rank with a lane per phase, each side's critical
+  path outlined (`plot_timeline`, drawn from trace.json: `topolab.trace_events`).
+
 The "AllReduce" section lists the algorithm every group size of buckets ran and why
 (``results.schedule.allreduce``), e.g. the forest on cables of different rates; a run with
 faults gets a "Faults" section (`topolab.faults.report_section`).
 
-One module slightly over 300 lines: the three plots and the markdown read the same results
-and their summary (`RunResults.summarize`), and splitting them would only pass those around.
+Over 300 lines: the plots and the markdown read the same results and their summary
+(`RunResults.summarize`), and splitting them would only pass those around.
 """
 
 from __future__ import annotations
@@ -221,6 +225,102 @@ def plot_link_bytes(
     save_figure(fig, path, dpi=110, bbox_inches="tight")
 
 
+TIMELINE_LANES = ("compute", "model-parallel", "AllReduce", "other")  # a rank's row, top to bottom
+TIMELINE_COLOURS = {"compute": "#8fbf8f", "model-parallel": "#f0a860", "AllReduce": "#7fa7d9", "other": "#b0b0b0"}
+CRITICAL_COLOUR = "#d62728"
+
+
+def timeline_rows(doc: dict[str, Any]) -> dict[str, dict[int, dict[str, list[tuple[float, float, bool]]]]]:
+    """The op slices of a trace (`topolab.trace_events`) as side ("measured", "predicted") ->
+    rank -> phase -> [(start ms, duration ms, on the critical path)]; the predicted side's
+    wire tracks (no phase) are left out."""
+    names = {
+        e["pid"]: e["args"]["name"]
+        for e in doc.get("traceEvents", [])
+        if e.get("ph") == "M" and e.get("name") == "process_name"
+    }
+    rows: dict[str, dict[int, dict[str, list[tuple[float, float, bool]]]]] = {}
+    for e in doc.get("traceEvents", []):
+        args = e.get("args") or {}
+        if e.get("ph") != "X" or "phase" not in args or e.get("pid") not in names:
+            continue
+        side, _, host = names[e["pid"]].partition(" h")
+        phase = args["phase"] if args["phase"] in TIMELINE_LANES else "other"
+        lanes = rows.setdefault(side, {}).setdefault(int(host), {})
+        lanes.setdefault(phase, []).append((e["ts"] / 1e3, e["dur"] / 1e3, bool(args.get("critical_path"))))
+    return rows
+
+
+def plot_timeline(doc: dict[str, Any], path: Path, title: str) -> None:
+    """``timeline.png``: the measured iteration above its prediction on one time axis (the
+    real cluster's ms), a row per rank, in each row a lane per phase (compute,
+    model-parallel, AllReduce: its streams' ops on one lane), the critical path's ops outlined
+    in red and joined by a red line, each side's end marked."""
+    from matplotlib.patches import Patch
+
+    rows = timeline_rows(doc)
+    sides = [side for side in ("measured", "predicted") if side in rows]
+    ranks = max((len(rows[side]) for side in sides), default=1)
+    present = {phase for side in sides for lanes in rows[side].values() for phase in lanes}
+    lanes_drawn = [phase for phase in TIMELINE_LANES if phase in present] or ["other"]
+    plt = pyplot()
+    fig, axes = plt.subplots(
+        len(sides) or 1, 1, figsize=(11, 1.4 + 0.4 * ranks * max(1, len(sides))), sharex=True, squeeze=False
+    )
+    lane_h = 0.84 / len(lanes_drawn)
+    end_all = 0.0
+    for ax, side in zip(axes[:, 0], sides):
+        chain: list[tuple[float, float, float]] = []  # end, start, y of each op on the critical path
+        end = 0.0
+        for rank, lanes in rows[side].items():
+            for k, phase in enumerate(lanes_drawn):
+                bars = lanes.get(phase, [])
+                if not bars:
+                    continue
+                y = rank - 0.42 + k * lane_h  # rank 0 on top (the axis is inverted), lanes top to bottom
+                ax.broken_barh([(a, d) for a, d, _ in bars], (y, lane_h * 0.86), facecolors=TIMELINE_COLOURS[phase])
+                hot = [(a, d) for a, d, c in bars if c]
+                if hot:
+                    ax.broken_barh(
+                        hot, (y, lane_h * 0.86), facecolors="none", edgecolors=CRITICAL_COLOUR, linewidth=1.6, zorder=3
+                    )
+                    chain += [(a + d, a, y + lane_h * 0.43) for a, d in hot]
+                end = max(end, max(a + d for a, d, _ in bars))
+        # the path as a staircase in the order its ops end: from each op's end down (or up) to
+        # the next op's row, then along it to its end
+        chain.sort()
+        xs: list[float] = []
+        ys: list[float] = []
+        for b, a, y in chain:
+            start = max(a, xs[-1]) if xs else a
+            xs += [start, b]
+            ys += [y, y]
+        ax.plot(xs, ys, color=CRITICAL_COLOUR, lw=1.2, alpha=0.9, zorder=4)
+        ax.axvline(end, color="black", ls="--", lw=1)
+        ax.annotate(
+            f"{side} ends at {end:.3g} ms",
+            (end, -0.5),
+            xytext=(-4, 4),
+            textcoords="offset points",
+            ha="right",
+            fontsize=9,
+        )
+        end_all = max(end_all, end)
+        ax.set_yticks(range(ranks), [f"h{r}" for r in range(ranks)], fontsize=8)
+        ax.set_ylim(ranks - 0.5, -0.6)
+        ax.set_ylabel(side, fontsize=11, fontweight="bold")
+        ax.grid(axis="x", color="#dddddd", lw=0.6)
+        ax.set_axisbelow(True)
+    axes[-1, 0].set_xlim(0, end_all * 1.08 or 1.0)
+    axes[-1, 0].set_xlabel("time from the iteration's start (real cluster ms)")
+    handles = [Patch(facecolor=TIMELINE_COLOURS[p], label=p) for p in lanes_drawn]
+    handles.append(Patch(facecolor="none", edgecolor=CRITICAL_COLOUR, label="critical path (the chain that ends last)"))
+    axes[0, 0].legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.02), ncol=4, fontsize=8, frameon=False)
+    axes[0, 0].set_title(wrapped(title, 2 * TITLE_WRAP_CHARS), pad=28)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
+
+
 def _fmt(x: Any, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
@@ -381,6 +481,58 @@ def render_markdown(results: RunResults) -> str:
     return "\n".join(lines) + report_section(results)
 
 
+def read_trace(results: RunResults, out_dir: Path) -> tuple[dict[str, Any] | None, str]:
+    """The trace a run with ``--trace`` wrote (``results.trace``), read back under
+    `topolab.trace_events.MAX_TRACE_BYTES`, or None and why not ("" when the run took none)."""
+    import json
+
+    from contract.files import FileInputError, read_capped_text
+
+    from .trace_events import MAX_TRACE_BYTES
+
+    if results.trace is None:
+        return None, ""
+    path = Path(out_dir) / Path(results.trace.file).name
+    try:
+        doc = json.loads(read_capped_text(path, MAX_TRACE_BYTES, "trace"))
+    except FileInputError as err:
+        return None, f"{path.name}: {err.problem}"
+    except (ValueError, RecursionError) as err:
+        return None, f"{path.name} is not JSON ({err})"
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        return None, f"{path.name} has no traceEvents list"
+    return doc, ""
+
+
+def _timeline_lines(results: RunResults, doc: dict[str, Any] | None, problem: str) -> list[str]:
+    """The "Timeline" section: where the trace is, what timeline.png shows, both critical paths."""
+    trace = results.trace
+    if trace is None:
+        return []
+    lines = ["## Timeline", ""]
+    if doc is None:
+        return lines + [f"The run wrote a trace, but it cannot be drawn: {problem}.", ""]
+    other = doc.get("otherData", {})
+    shown = "all ranks" if trace.ranks_shown == trace.ranks else f"the first {trace.ranks_shown} of {trace.ranks} ranks"
+    lines += [
+        f"Timed iteration {trace.iteration} (the last), as the workers measured it, beside the prediction of the "
+        f"same iteration, {shown}: `{trace.file}` in the Chrome trace event format (open it at "
+        "https://ui.perfetto.dev or in chrome://tracing: a process per server and side, a track per stream, "
+        "an arrow from each send to its receive). Clocks: " + trace.clocks + ".",
+        "",
+        "| critical path | ops | ends (ms) | time on it by phase (ms) |",
+        "|---|---:|---:|---|",
+    ]
+    for side, path in other.get("critical_path", {}).items():
+        if not isinstance(path, dict) or "ops" not in path:
+            continue
+        parts = ", ".join(f"{phase} {ms:.3g}" for phase, ms in path.get("ms_by_phase", {}).items())
+        if path.get("gaps_ms"):
+            parts += f", waiting on none of its ops {path['gaps_ms']:.3g}"
+        lines.append(f"| {side} | {path['ops']} | {_fmt(path.get('ends_ms'), 3)} | {parts} |")
+    return lines + ["", "![timeline](timeline.png)", ""]
+
+
 def write_report(results: RunResults, out_dir: Path) -> Path:
     """Write report.md and the plots next to results.json; returns the report's path."""
     out_dir = Path(out_dir)
@@ -396,6 +548,18 @@ def write_report(results: RunResults, out_dir: Path) -> Path:
         out_dir / "link_bytes.png",
         f"{results.scenario['name']}: bytes per directed link per iteration, predicted and measured",
     )
+    trace, problem = read_trace(results, out_dir)
+    if trace is not None:
+        plot_timeline(
+            trace,
+            out_dir / "timeline.png",
+            f"{results.scenario['name']}: timed iteration {results.trace.iteration if results.trace else ''}, "
+            "measured (top) and predicted (bottom), real cluster ms",
+        )
     report = out_dir / "report.md"
-    write_file(report, render_markdown(results))
+    timeline = _timeline_lines(results, trace, problem)
+    text = render_markdown(results)
+    if timeline:
+        text = text.rstrip("\n") + "\n\n" + "\n".join(timeline)
+    write_file(report, text)
     return report

@@ -4,7 +4,8 @@
 of iterations.jsonl), `EmulationFacts` (the network that was built), `Prediction` (the
 flow-level model of the iteration's schedule), `Calibration` (the workers' measured cost per
 op), `ScheduleSummary`, `Environment` (what reproduces the run), `Measured` (the cables' tx
-counters) and the derived `Summary` and `FaultPhase` rows. Each has ``to_dict()`` and
+counters), `TraceFacts` (the timeline a run with ``--trace`` wrote) and the derived `Summary`
+and `FaultPhase` rows. Each has ``to_dict()`` and
 ``from_dict()``: the JSON layout is theirs alone. Byte counts are integers.
 
 `check_format` is the check every reader of a topolab document makes (an unknown or newer
@@ -323,6 +324,31 @@ class Measured:
         return cls(link_rows(d.get("link_bytes", [])), d.get("link_bytes_note", LINK_BYTES_NOTE))
 
 
+TRACE_FILE = "trace.json"  # the timeline `topolab run --trace` writes in the results folder
+
+
+@dataclass
+class TraceFacts:
+    """The timeline of one timed iteration a run with ``--trace`` wrote (topolab.trace_events):
+    its file in the results folder, which timed iteration it is, the ranks it shows of all,
+    how the ranks' clocks were put on the driver's and the largest offset applied."""
+
+    file: str
+    iteration: int  # index among the timed iterations (the last one)
+    ranks: int
+    ranks_shown: int
+    clocks: str
+    clock_max_applied_us: float = 0.0
+    clock_max_rtt_us: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TraceFacts:
+        return cls(**_known(cls, d))
+
+
 @dataclass
 class Summary:
     """Median measured time, prediction error and verification over the recorded iterations."""
@@ -414,6 +440,7 @@ class RunResults:
     # a run with faults: what was applied, when, and the new prediction (topolab.faults)
     faults: list[AppliedFault] | None = None
     error: str | None = None
+    trace: TraceFacts | None = None  # a run with --trace: the timeline it wrote
 
     def summarize(self) -> Summary:
         its = self.iterations
@@ -482,6 +509,8 @@ class RunResults:
             d["measured"] = self.measured.to_dict()
         if self.error is not None:
             d["error"] = self.error
+        if self.trace is not None:
+            d["trace"] = self.trace.to_dict()
         d["summary"] = self.summarize().to_dict()
         return d
 
@@ -505,6 +534,7 @@ class RunResults:
             measured=Measured.from_dict(d["measured"]) if d.get("measured") else None,
             faults=[AppliedFault.from_dict(f) for f in d["faults"]] if d.get("faults") is not None else None,
             error=d.get("error"),
+            trace=TraceFacts.from_dict(d["trace"]) if d.get("trace") else None,
         )
 
 

@@ -36,6 +36,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", metavar="DIR", help="where results.json, report.md and plots go (default: results/<scenario name>)"
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also write trace.json (Chrome trace event format, for Perfetto or chrome://tracing): the last timed "
+        "iteration as the workers measured it, every op of each rank on its streams, beside the prediction of the "
+        "same iteration; the report draws it as timeline.png (at scale: the first ranks only)",
+    )
     add_job_arguments(parser)
     add_link_mbps_argument(parser, auto=True)
     add_fault_arguments(parser)
@@ -102,6 +109,7 @@ def run_run(args: argparse.Namespace) -> int:
         run_dir=args.run_dir,
         faults=faults,
         on_result=lambda res: print(result_line(s.name, res), flush=True),
+        trace=args.trace,
     )
     summ = results.summarize()
     print(f"report: {out / 'report.md'}")

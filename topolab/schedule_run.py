@@ -22,6 +22,10 @@ class Measured:
     cpu_s: list[float] = field(default_factory=list)  # workers' CPU seconds per iteration, summed
     verified: bool = True  # every iteration, warm-ups included
     mismatches: list[str] = field(default_factory=list)
+    # with ``trace_ranks``: the last timed iteration (a `workers.coordinator.IterationResult`
+    # whose first ranks report every op) and each rank's clock (`ClockReading` by rank)
+    traced: Any = None
+    clocks: dict[int, Any] = field(default_factory=dict)
 
 
 def run_schedule_on(
@@ -33,9 +37,13 @@ def run_schedule_on(
     timeout_s: float = 30.0,
     chunk_bytes: int | None = None,
     each: Callable[[int, Any], None] | None = None,
+    trace_ranks: int | None = None,
 ) -> Measured:
     """Start the workers of ``schedule`` on ``net``'s hosts (with their plane source
-    addresses) and run ``warmup + repeat`` iterations; ``each(i, result)`` sees every one."""
+    addresses) and run ``warmup + repeat`` iterations; ``each(i, result)`` sees every one.
+    ``trace_ranks``: measure the ranks' clocks once they are up, and have ranks ``0 ..
+    trace_ranks - 1`` report every op's start and end in the last timed iteration alone (a
+    timeline of it: `topolab.trace_events`)."""
     from workers.coordinator import Coordinator
 
     servers = int(schedule["ranks"])
@@ -55,8 +63,13 @@ def run_schedule_on(
         control_relay=net.relay_control,
         **options,
     ) as coord:
+        traced = warmup + repeat - 1 if trace_ranks and repeat else None
+        if traced is not None:
+            out.clocks = coord.clock_offsets()
         for i in range(warmup + repeat):
-            res = coord.run_iteration(i)
+            res = coord.run_iteration(i, {r: "ops" for r in range(trace_ranks or 0)} if i == traced else None)
+            if i == traced:
+                out.traced = res
             out.verified = out.verified and res.ok
             out.mismatches += res.mismatches[:3]
             if i >= warmup:

@@ -17,7 +17,10 @@ what it writes to stderr comes back through ``spawn``'s pipe and is quoted when 
 
 Iterations are barriers: ``start`` goes to every worker, the next one starts after every
 worker reported. An iteration's time is max(t_end) - min(t_start) over the ranks, on the
-system-wide CLOCK_MONOTONIC.
+system-wide CLOCK_MONOTONIC. ``run_iteration(i, timestamps)`` asks some ranks for more
+detail in that one iteration (``{rank: "ops"}``: every op's start and end), the others
+report as their spec says. `Coordinator.clock_offsets` measures each rank's clock against
+this process's, between iterations (`ClockReading`).
 
 Faults: a worker that cannot be spawned, exits, reports an error, sends no ``ready`` /
 ``connected`` within ``start_timeout_s`` (default `start_timeout_for(n)`), or stays silent (no
@@ -43,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +102,38 @@ IDLE_MIN_S = 120.0
 """A worker exits on its own once the coordinator is silent for max(IDLE_MIN_S, IDLE_TIMEOUTS
 x timeout_s) between iterations (the coordinator was killed so hard that PR_SET_PDEATHSIG did
 not reach the worker, e.g. a worker in a namespace started by a helper process)."""
+
+
+CLOCK_ROUNDS = 5
+"""Round trips per rank when `Coordinator.clock_offsets` measures the clocks: the shortest
+one is kept (a round trip the machine's scheduler delayed says least about the offset)."""
+
+
+@dataclass
+class ClockReading:
+    """One rank's clock against the coordinator's: ``offset_s`` = the rank's clock minus the
+    coordinator's, measured as the rank's reading minus the middle of the shortest round trip
+    (``rtt_s``), so known to +- rtt_s / 2. ``same_clock``: the rank runs on this machine, whose
+    CLOCK_MONOTONIC every process and namespace shares, so its true offset is 0 (and what was
+    measured is that round trip's asymmetry); `applied_s` is what its times are corrected by."""
+
+    rank: int
+    offset_s: float
+    rtt_s: float
+    same_clock: bool
+
+    @property
+    def applied_s(self) -> float:
+        return 0.0 if self.same_clock else self.offset_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "offset_s": self.offset_s,
+            "rtt_s": self.rtt_s,
+            "same_clock": self.same_clock,
+            "applied_s": self.applied_s,
+        }
 
 
 class WorkerFailure(RunError):
@@ -427,18 +462,22 @@ class Coordinator:
         told = "" if named == reporter else f"rank {reporter} reported: "
         return named, f"{self._who(named)}: {told}{msg['message']}"
 
-    def _gather(self, kind: str, timeout: float, iteration: int | None = None) -> dict[int, dict[str, Any]]:
-        """Wait for message ``kind`` from every rank; fail fast on deaths, errors, silence."""
+    def _gather(
+        self, kind: str, timeout: float, iteration: int | None = None, ranks: Sequence[int] | None = None
+    ) -> dict[int, dict[str, Any]]:
+        """Wait for message ``kind`` from every rank (of ``ranks``, default all); fail fast on
+        deaths, errors, silence."""
         got: dict[int, dict[str, Any]] = {}
         errors: dict[int, str] = {}
+        wanted = set(range(self.n) if ranks is None else ranks)
         start = now()
         for r in range(self.n):
             self.last_heard[r] = start
-        while len(got) < self.n:
+        while len(got) < len(wanted):
             if self.sock.poll(CONTROL_POLL_MS):
                 msg = self._recv()
                 rank = int(msg["rank"])
-                if msg["type"] == kind and (iteration is None or msg.get("iteration") == iteration):
+                if msg["type"] == kind and rank in wanted and (iteration is None or msg.get("iteration") == iteration):
                     got[rank] = msg
                 elif msg["type"] == "error":
                     errors[rank] = msg["message"]
@@ -458,7 +497,7 @@ class Coordinator:
                 )
             t = now()
             if iteration is None and t - start > timeout:
-                missing = sorted(set(range(self.n)) - set(got))
+                missing = sorted(wanted - set(got))
                 others = f" (nor did ranks {missing[1:]})" if len(missing) > 1 else ""
                 self._fail(
                     missing[0],
@@ -469,9 +508,7 @@ class Coordinator:
                 )
             if iteration is not None:
                 silent = sorted(
-                    r
-                    for r in range(self.n)
-                    if r not in got and t - self.last_heard[r] > self.timeout_s + ITERATION_GRACE_S
+                    r for r in wanted if r not in got and t - self.last_heard[r] > self.timeout_s + ITERATION_GRACE_S
                 )
                 if silent:
                     self._fail(
@@ -484,15 +521,38 @@ class Coordinator:
         return got
 
     # ---- iterations --------------------------------------------------------------------
-    def run_iteration(self, iteration: int) -> IterationResult:
+    def run_iteration(self, iteration: int, timestamps: Mapping[int, str] | None = None) -> IterationResult:
+        """Run iteration ``iteration`` on every rank; ``timestamps``: {rank: detail} for the
+        ranks that report another detail than their spec's in this iteration alone
+        (`workers.spec.TIMESTAMPS`, e.g. "ops" for a timeline of it)."""
         for rank in range(self.n):
-            self._send(rank, "start", iteration=iteration)
+            detail = timestamps.get(rank) if timestamps else None
+            self._send(rank, "start", iteration=iteration, **({"timestamps": detail} if detail else {}))
         reports = self._gather("result", self.timeout_s, iteration)
         ranks = [reports[r] for r in range(self.n)]
         t0 = min(r["t_start"] for r in ranks)
         t1 = max(r["t_end"] for r in ranks)
         mismatches = [m for r in ranks for m in r["mismatches"]]
         return IterationResult(iteration, all(r["ok"] for r in ranks), t1 - t0, ranks, mismatches)
+
+    def clock_offsets(self, rounds: int = CLOCK_ROUNDS) -> dict[int, ClockReading]:
+        """Each rank's clock against this process's (`ClockReading`), between iterations: per
+        rank ``rounds`` round trips of ``clock``, one at a time, the shortest kept. About a
+        tenth of a millisecond per round trip over ipc://, so 128 ranks take well under a
+        second."""
+        readings: dict[int, ClockReading] = {}
+        for rank in range(self.n):
+            best: tuple[float, float] | None = None
+            for _ in range(max(1, rounds)):
+                sent = now()
+                self._send(rank, "clock")
+                reply = self._gather("clock", self.start_timeout_s, ranks=[rank])[rank]
+                back = self.last_heard[rank]  # when `_recv` took the reply
+                if best is None or back - sent < best[1]:
+                    best = (float(reply["t"]) - (sent + back) / 2, back - sent)
+            assert best is not None
+            readings[rank] = ClockReading(rank, best[0], best[1], rank not in self.remote)
+        return readings
 
     def run(self, iterations: int, warmup: int = 1) -> list[IterationResult]:
         """``warmup`` untimed iterations (connections, page faults), then ``iterations``."""

@@ -124,10 +124,17 @@ class Executor:
         return report, run
 
     def run_iteration(
-        self, iteration: int, control: zmq.Socket | None = None, heartbeat: Callable[[int, int], None] | None = None
+        self,
+        iteration: int,
+        control: zmq.Socket | None = None,
+        heartbeat: Callable[[int, int], None] | None = None,
+        timestamps: str | None = None,
     ) -> IterationReport:
         """Run the program to completion on ``iteration``'s inputs (filled now unless filled
-        ahead), verify, fill ahead for ``iteration + 1``. Raises PeerFailure/Aborted."""
+        ahead), verify, fill ahead for ``iteration + 1``. Raises PeerFailure/Aborted.
+        ``timestamps``: the detail this iteration reports (`workers.spec.TIMESTAMPS`; None:
+        the spec's). Every op's start and end are recorded whatever it is: the detail only
+        decides what the report carries, after the iteration's end is taken."""
         if self.filled != iteration:
             self.fill_inputs(iteration)
         self.filled = None
@@ -136,11 +143,12 @@ class Executor:
         report.ok = not report.mismatches
         self.fill_inputs(iteration + 1)
         program = self.program
-        if self.spec.timestamps in ("streams", "ops"):
+        detail = self.spec.timestamps if timestamps is None else timestamps
+        if detail in ("streams", "ops"):
             for si, name in enumerate(program.stream_names):
                 ops = program.streams[si]
                 if ops:
                     report.streams[name] = [run.started[ops[0].index], run.ended[ops[-1].index]]
-        if self.spec.timestamps == "ops":
+        if detail == "ops":
             report.ops = [[op.id, run.started[op.index], run.ended[op.index]] for op in program.ops]
         return report

@@ -9,8 +9,11 @@ One ROUTER socket (coordinator) on an ipc:// endpoint, one DEALER per worker who
                             progress {rank, iteration, done, total, t}   every HEARTBEAT_S
                             result {rank, iteration, ok, t_start, t_end, mismatches, ...}
                             error {rank, iteration, message, peer, aborted}  then exit 1
+                            clock {rank, t}                   the worker's clock, answering clock
     coordinator -> worker   connect {peers: {rank: "host:port"}}
-                            start {iteration}
+                            start {iteration, [timestamps]}   timestamps: this iteration's detail
+                                               (none|streams|ops), else the spec's
+                            clock              between iterations: answer with the clock now
                             abort {reason}     (also honoured in the middle of an iteration)
                             stop
 
@@ -20,7 +23,10 @@ coordinator calls a rank that has sent nothing for `SILENCE_S` = `SILENCE_HEARTB
 for it. Outside the program loop (verifying, then filling the next iteration's inputs) a
 worker sends no heartbeat; `ITERATION_GRACE_S` covers that when the coordinator decides a rank is gone.
 
-Times are ``CLOCK_MONOTONIC`` (`now`): one clock shared by every process and namespace.
+Times are ``CLOCK_MONOTONIC`` (`now`): one clock shared by every process and namespace of a
+machine, so the ranks of one machine need no offset. A worker on another machine counts from
+that machine's boot: ``clock`` measures its offset (`workers.coordinator.Coordinator.clock_offsets`,
+a ping-pong whose shortest round trip bounds the error to half of it).
 
 Sizes. Every socket of the workers, the coordinator and the torch backend caps the frames it
 accepts (`limit_frames`, libzmq's ``ZMQ_MAXMSGSIZE``): a peer that sends a bigger one is

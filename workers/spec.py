@@ -20,6 +20,7 @@ Format ``topolab.worker/1`` (documented in docs/schedules.md):
                            the iteration with an error naming the peer
     idle_timeout_s         the worker exits if the coordinator is silent for this long
     timestamps             "none" | "streams" | "ops": timing detail reported per iteration
+                           (one iteration's ``start`` may ask for another: `TIMESTAMPS`)
     log                    optional path; the worker appends its stderr there
     plane_sources          optional {plane: "IP"}: this host's source address for plane p >= 1;
                            a send with ``plane`` p goes over its own PUSH connection to the
@@ -46,6 +47,7 @@ MIN_CHUNK, MAX_CHUNK = 4 << 10, 64 << 20
 DEFAULT_CHUNK = 1 << 20  # 1 MiB: inside the 64 KiB .. 4 MiB range that reaches the TCP floor
 DEFAULT_TIMEOUT_S = 10.0  # longer than any legitimate wait for a peer in the loopback tests
 DEFAULT_IDLE_TIMEOUT_S = 300.0  # a worker outlives a silent coordinator by at most 5 minutes
+TIMESTAMPS = ("none", "streams", "ops")  # timing detail a result reports: nothing, per stream, per op
 
 
 class SpecError(UsageError):
@@ -158,7 +160,7 @@ class WorkerSpec:
             raise SpecError(f"worker spec: largest_send must be >= 1 byte, got {self.largest_send}")
         if self.timeout_s <= 0:
             raise SpecError(f"worker spec: timeout_s must be > 0, got {self.timeout_s}")
-        if self.timestamps not in ("none", "streams", "ops"):
+        if self.timestamps not in TIMESTAMPS:
             raise SpecError(f"worker spec: timestamps {self.timestamps!r} not in none|streams|ops")
         for plane, source in self.plane_sources.items():
             if plane < 1:

@@ -33,7 +33,7 @@ from .protocol import (
     limit_frames,
     now,
 )
-from .spec import SpecError, load_spec
+from .spec import TIMESTAMPS, SpecError, load_spec
 
 PR_SET_PDEATHSIG = 1
 PROFILE_ENV = "TOPOLAB_WORKER_PROFILE"
@@ -89,14 +89,20 @@ class Worker:
                 self.send("connected")
             elif kind == "start":
                 self.iteration = int(msg["iteration"])
+                detail = msg.get("timestamps")
+                if detail is not None and detail not in TIMESTAMPS:
+                    raise PeerFailure(f"rank {spec.rank}: start asks for timestamps {detail!r}, not in {TIMESTAMPS}")
                 report = ex.run_iteration(
                     self.iteration,
                     self.control,
                     lambda done, total: self.send(
                         "progress", iteration=self.iteration, done=done, total=total, t=now()
                     ),
+                    detail,
                 )
                 self.send("result", **report.to_dict())
+            elif kind == "clock":
+                self.send("clock", t=now())
             elif kind == "stop":
                 ex.wait_sends(spec.timeout_s)
                 return 0
