@@ -173,6 +173,16 @@ def route_line(route: HostRoute, src: str, dev: Mapping[str, str]) -> str:
     return f"{to}{table} proto static src {src} {metrics}{hops}"
 
 
+def sysctl_assignments(ifnames: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The ``key=value`` words of ``sysctl -w`` for a node whose cable ends are ``ifnames``
+    (`hostconfig.host_sysctls`, keys as ``/proc/sys`` paths, which sysctl takes): those that
+    must be set, and those the emulator goes on without (`hostconfig.OPTIONAL_SYSCTLS`)."""
+    sysctls = host_sysctls(ifnames)
+    required = [f"{k}={v}" for k, v in sysctls.items() if k not in OPTIONAL_SYSCTLS]
+    optional = [f"{k}={v}" for k, v in sysctls.items() if k in OPTIONAL_SYSCTLS]
+    return required, optional
+
+
 def rule_lines(planes: NodePlanes) -> list[str]:
     """The selector and action of each plane rule of a node (after ``rule add`` or ``rule del``)."""
     return [f"from {address}/32 lookup {table} priority {RULE_PRIORITY}" for address, table in planes.rules]
@@ -238,9 +248,7 @@ def _script(
     """One node's script: the header, the variables and their checks, then the commands in
     the order the emulator gives them (sysctls; Ethernet addresses; addresses and routes;
     rules; neighbours; shaping)."""
-    sysctls = host_sysctls(list(dev.values()))
-    required = [f"{k}={v}" for k, v in sysctls.items() if k not in OPTIONAL_SYSCTLS]
-    optional = [f"{k}={v}" for k, v in sysctls.items() if k in OPTIONAL_SYSCTLS]
+    required, optional = sysctl_assignments(list(dev.values()))
     neighbours = neighbour_lines(ports, dev)
     check_text([*ip, *rules, *neighbours, *required, *optional, *tc, *(p.mac for p in ports)])
     out = [*header, "set -eu", "", *_variables(name, ports, dev)]

@@ -28,7 +28,9 @@ and every cable a `ClusterLink`, the Cluster Edition's ``RemoteLink``. What we a
   you trust (docs/cluster.md section 7).
 - **Batches, one round trip per machine**: the cables of a machine (veth pairs inside it,
   its ends of the tunnels, each end at its `addressing.cable_mac`), then every host's
-  sysctls, addresses, permanent neighbours (no ARP, as on one machine) and routes (``ip -batch``),
+  sysctls, addresses, permanent neighbours (no ARP, as on one machine) and routes (``ip -batch``:
+  the lines `emulator.hostscripts` writes for a real server, from `emulator.hostconfig`'s
+  sysctls and routes, one multipath route over parallel cables),
   HTB shaping (``tc -batch``, the cable's class as on one machine, `emulator.shaping`, but no
   class per destination: one FIFO queue per cable end, docs/emulation.md section 3) and
   the read-back are one shell script per machine (``nsenter -t <host pid> -n ...`` per host)
@@ -84,11 +86,13 @@ from contract.limits import limit_s
 from contract.network import Network
 from contract.physics import ETHERNET_MTU, tunnel_mtu
 
-from .. import nlbatch, shaping
+from .. import shaping
 from ..addressing import Port, identity, node_name, ports_of
-from ..hostconfig import CUBIC, HOST_SYSCTLS, OPTIONAL_SYSCTLS
+from ..hostconfig import host_routes
+from ..hostscripts import address_lines, neighbour_lines, route_line, sysctl_assignments
 from ..interface import BuiltRates
 from ..nsutil import process_id
+from ..planes import NodePlanes
 from ..state import RunLock, run_dir_path
 from .ssh import Machine, SshOptions, check_machines
 from .state import (
@@ -290,35 +294,17 @@ class ClusterNetwork(BuiltRates):
         )
         lines.append(_heredoc("nft -f -", underlay_filter(self.run_id, peers)))  # before any tunnel exists
         lines.append(_heredoc("ip -batch -", links))
-        next_hop = net.next_hop
         for u in sorted(mine):
             host, ports = self.hosts[u], self.ports[u]
             ns = f"nsenter -t {host.pid} -n"
-            required = [f"{k.replace('/', '.')}={v}" for k, v in HOST_SYSCTLS.items() if k not in OPTIONAL_SYSCTLS]
-            required += [f"net.ipv4.conf.{p.ifname}.rp_filter=0" for p in ports]
-            optional = [f"{k.replace('/', '.')}={v}" for k, v in HOST_SYSCTLS.items() if k in OPTIONAL_SYSCTLS]
+            required, optional = sysctl_assignments([p.ifname for p in ports])
             lines.append(f"{ns} sysctl -q -w {' '.join(required)} >/dev/null")  # a failure ends the script
             lines.append(f"{ns} sysctl -q -e -w {' '.join(optional)} >/dev/null 2>&1 || true")
-            ip = ["link set lo up", f"addr add {identity(u)}/32 dev lo"]
-            for p in ports:
-                ip += [f"addr add {p.address}/31 dev {p.ifname}", f"link set {p.ifname} up"]
-                # the other end's MAC for good: no ARP (emulator.hostconfig's docstring)
-                ip.append(f"neigh replace {p.peer_address} lladdr {p.peer_mac} dev {p.ifname} nud permanent")
-                # the kernel's connected route again, with cubic (module docstring)
-                ip.append(
-                    f"route replace {_subnet31(p.address)}/31 dev {p.ifname} proto kernel scope link "
-                    f"src {p.address} {nlbatch.route_metrics_text(CUBIC)}"
-                )
-            for v in range(net.nodes):
-                if v == u:
-                    continue
-                via = [p for p in ports if p.peer == next_hop[u][v]]
-                hops = " ".join(f"nexthop via {p.peer_address} dev {p.ifname}" for p in via)
-                if len(via) == 1:
-                    hops = f"via {via[0].peer_address} dev {via[0].ifname}"
-                ip.append(
-                    f"route replace {identity(v)}/32 {hops} src {identity(u)} {nlbatch.route_metrics_text(CUBIC)}"
-                )
+            # the lines `emulator.hostscripts` writes for a real server, each interface by its own name
+            dev = {p.ifname: p.ifname for p in ports}
+            routes = host_routes(u, ports, net.next_hop, self.host_name)
+            ip = address_lines(u, ports, NodePlanes(), self.mtu, dev) + neighbour_lines(ports, dev)
+            ip += [route_line(r, identity(u), dev) for r in routes]
             lines.append(_heredoc(f"{ns} ip -batch -", ip))
             tc = shaping.tc_batch(
                 [shaping.Shaping(p.ifname, self.link_rate_bps[p.link]) for p in ports], use_netem=False
@@ -494,10 +480,6 @@ def underlay_filter(run_id: str, peers: Sequence[str]) -> list[str]:
         "  }",
         "}",
     ]
-
-
-def _subnet31(address: str) -> str:
-    return str(ipaddress.ip_network(f"{address}/31", strict=False).network_address)
 
 
 def _heredoc(command: str, lines: Sequence[str]) -> str:
