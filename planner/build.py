@@ -23,12 +23,18 @@ def build_plan(s: Scenario, demand: TrafficDemand | None = None) -> Plan:
     """Plan the scenario's job on its topology kind. ``demand`` replaces the strategy's
     traffic (the plan then has no placement: its schedule is data parallel). With
     ``[topology] routing = "planned"`` the model-parallel traffic gets a per-destination
-    multipath allocation (`planner.bandwidth.multipath.planned_routing`)."""
+    multipath allocation (`planner.bandwidth.multipath.planned_routing`). With ``[collectives]
+    allreduce = "msccl:FILE"`` the plan records the XML its full-group AllReduce runs
+    (`planner.collectives.from_plan.with_msccl_allreduce`)."""
     plan = _plan_routes(s, demand)
     if s.topology.routing == "planned":
         from .bandwidth.multipath import planned_routing  # here: the LP is only loaded when asked for
 
         plan = planned_routing(plan)
+    if s.msccl is not None:
+        from .collectives.from_plan import with_msccl_allreduce
+
+        plan = with_msccl_allreduce(plan, s.msccl.path, s.msccl.text, s.msccl.gpus_per_server)
     return plan
 
 

@@ -10,7 +10,8 @@ array (cables that go down or slow down during a run) and the list-valued keys o
 hierarchical networks (``topology.dims``, ``blocks``, ``allocation``, ``price_per_gbps``) are
 validated here too, with every other key, which takes the module over 400 lines. A topology
 from a cabling file (``kind = "file"``, ``topology.cabling``, ``topology.routes``) is read
-here, when the scenario is loaded (`CablingInput`), so a bad file stops every command at once.
+here, when the scenario is loaded (`CablingInput`), so a bad file stops every command at once;
+so is the MSCCL XML of ``[collectives] allreduce = "msccl:FILE"`` (`MscclInput`, docs/msccl.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from contract.errors import UsageError
 from contract.files import FileInputError, read_capped
 from contract.plan import Workload
 
+from .collectives.msccl_xml import MAX_SUBS as MAX_MSCCL_GPUS
+from .collectives.msccl_xml import MSCCL_PREFIX, Algorithm
 from .model.paths import resolve_path, scenario_folder
 from .model.workload_graph import SOURCE_KEYS, has_tables, workload_from_table
 from .topology.cabling_file import Cabling, read_cabling, read_routes
@@ -88,6 +91,19 @@ class Topology:
     routes: str = ""
 
 
+AUTO_ALLREDUCE = "auto"  # the plan's own AllReduce (planner.collectives.from_plan.choose_allreduce)
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """The ``[collectives]`` table: which AllReduce the iteration's full-group buckets run,
+    the plan's own (``auto``) or an MSCCL XML (``msccl:FILE``, docs/msccl.md), and how many
+    of the XML's GPUs share one server (consecutive ranks, NCCL's order)."""
+
+    allreduce: str = AUTO_ALLREDUCE
+    gpus_per_server: int = 1
+
+
 # The largest accepted prediction error of a run: room for a loaded 2-core machine (the
 # README's target is a median under 10% over the six 12-server scenarios); the report reads
 # it for results that do not record their own.
@@ -146,6 +162,19 @@ class CablingInput:
 
 
 @dataclass(frozen=True)
+class MscclInput:
+    """What ``[collectives] allreduce = "msccl:FILE"`` read when the scenario was loaded: the
+    file ``path`` (resolved against the scenario's folder), its ``text`` (the plan records it:
+    planner.collectives.from_plan.with_msccl_allreduce), the checked ``algorithm``, which
+    translates on the scenario's servers with ``gpus_per_server`` GPUs each."""
+
+    path: str
+    text: str
+    algorithm: Algorithm
+    gpus_per_server: int = 1
+
+
+@dataclass(frozen=True)
 class Scenario:
     source: str
     name: str
@@ -158,6 +187,8 @@ class Scenario:
     faults: tuple[Fault, ...] = ()
     cables: tuple[CableRate, ...] = ()
     cabling: CablingInput | None = None  # topology.kind = "file": the cabling it read
+    collectives: Collectives = field(default_factory=Collectives)
+    msccl: MscclInput | None = None  # collectives.allreduce = "msccl:FILE": the XML it read
 
 
 _SECTIONS: dict[str, type] = {
@@ -167,6 +198,7 @@ _SECTIONS: dict[str, type] = {
     "topology": Topology,
     "emulation": EmulationConfig,
     "run": Run,
+    "collectives": Collectives,
 }
 
 _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -208,6 +240,7 @@ BOUNDS: dict[tuple[str, str], Bound] = {
     ("run", "timeout_s"): (1e-3, True, 86400.0),  # a day
     ("run", "payload_scale"): (1e-9, True, 1.0),  # the job's real sizes at most
     ("run", "tolerance"): (0.0, True, 100.0),
+    ("collectives", "gpus_per_server"): (1, True, MAX_MSCCL_GPUS),  # an MSCCL XML has at most that many GPUs
 }
 # Direct-connect topologies that need more than one interface per server.
 MIN_DEGREE = {"topoopt": 2, "expander": 2, "ring": 2}
@@ -503,6 +536,50 @@ def _cabling_input(
     return replace(cluster, servers=n, degree=d), CablingInput(str(path), cabling, routes_path, routes)
 
 
+def _msccl_input(s: Scenario, explicit: set[tuple[str, str]]) -> Scenario:
+    """For ``[collectives] allreduce = "msccl:FILE"``: the scenario with the MSCCL XML read,
+    checked as msccl-executor's parser checks it, an allreduce over exactly ``cluster.servers``
+    x ``gpus_per_server`` GPUs, and translated once (what topolab cannot run is refused now,
+    not at the first bucket). Errors name the scenario, the key, the XML file and its step."""
+    from .collectives.msccl_xml import ITEMSIZE, msccl_file, read_msccl_text, translate
+
+    src, c = s.source, s.collectives
+    key = "collectives.allreduce"
+    try:
+        name = msccl_file(c.allreduce)
+    except UsageError as err:
+        raise ScenarioError(src, key, str(err)) from None
+    if name is None:
+        if c.allreduce != AUTO_ALLREDUCE:
+            raise ScenarioError(
+                src, key, f'{c.allreduce!r} is not "{AUTO_ALLREDUCE}" or "{MSCCL_PREFIX}FILE.xml" (docs/msccl.md)'
+            )
+        if ("collectives", "gpus_per_server") in explicit:
+            raise ScenarioError(
+                src, "collectives.gpus_per_server", f'only applies with {key} = "{MSCCL_PREFIX}FILE.xml"'
+            )
+        return s
+    path = resolve_path(name, scenario_folder(src))
+    try:
+        algo, text = read_msccl_text(path)
+    except UsageError as err:  # the file's own problem (its path, the gpu, tb and step)
+        raise ScenarioError(src, key, str(err)) from None
+    if algo.coll != "allreduce":
+        raise ScenarioError(src, key, f"{path}: coll={algo.coll!r}, but the iteration's AllReduce needs an allreduce")
+    n, g = s.cluster.servers, c.gpus_per_server
+    if algo.ngpus != n * g:
+        raise ScenarioError(
+            src,
+            key,
+            f"{path}: ngpus={algo.ngpus}, but cluster.servers ({n}) x collectives.gpus_per_server ({g}) = {n * g}",
+        )
+    try:
+        translate(algo, n, algo.nchunksperloop * ITEMSIZE, g)
+    except UsageError as err:
+        raise ScenarioError(src, key, str(err)) from None
+    return replace(s, msccl=MscclInput(str(path), text, algo, g))
+
+
 def _cable_rates(entries: Any, source: str, servers: int) -> tuple[CableRate, ...]:
     """The ``[[cables]]`` entries, validated (that each names a cable of the plan is checked
     when the plan exists)."""
@@ -559,7 +636,7 @@ def parse_scenario(data: dict[str, Any], source: str = "<scenario>", name: str =
     cables = _cable_rates(data.get("cables", []), source, parts["cluster"].servers)
     scenario = Scenario(source=source, name=name, faults=faults, cables=cables, cabling=cabling, **parts)
     _check_cross_fields(scenario, explicit)
-    return _check_hierarchical(scenario, explicit)
+    return _msccl_input(_check_hierarchical(scenario, explicit), explicit)
 
 
 def _read_text(path: Path) -> str:

@@ -7,6 +7,9 @@ models an AllReduce on a plan asks it: the iteration schedule the workers run
 command line, `allreduce_schedule`) and the search's cost model (`planner.cost.costmodel.network`).
 The iteration's rule (``algorithm="auto"``):
 
+- a plan that records an MSCCL XML (a scenario's ``[collectives] allreduce = "msccl:FILE"``,
+  `with_msccl_allreduce`), the full group: that XML's algorithm (`msccl_choice`,
+  planner.collectives.msccl_xml; docs/msccl.md), on any topology;
 - a hierarchical plan: the hierarchical AllReduce, reduce-scatter and all-gather dimension by
   dimension (planner.collectives.hierarchical);
 - cables of different rates, the full group: the forest (`choose_forest`): packed spanning
@@ -25,6 +28,11 @@ bottleneck rates (`ring_weights`) and every ring finishes at once; on uniform ca
 weights are equal and the split is TopoOpt's. This module only reads a plan's ``servers``,
 ``switches``, ``rings``, ``strides``, ``topology``, ``extra``, the strides of its AllReduce
 groups, and its cables' rates and routes (``links``, ``path``).
+
+An MSCCL XML is named ``msccl:FILE`` (`topolab collective --algorithm msccl:FILE`:
+`msccl_choice`, `msccl_schedule`); a plan records the text of its scenario's XML in
+``extra["msccl_allreduce"]`` (`with_msccl_allreduce`), so the plan alone determines its
+iteration, as for every other AllReduce, and a saved plan runs the same XML without the file.
 """
 
 from __future__ import annotations
@@ -33,21 +41,26 @@ import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from math import gcd
 from typing import Any
 
+from contract.errors import UsageError
 from contract.physics import DEFAULT_MTU, cable_goodput
 from contract.schedule import Schedule
 
 from .forest import DEFAULT_SEGMENT_BYTES as FOREST_SEGMENT_BYTES
 from .forest import ForestTree, build_forest, forest_schedule, plan_capacities
 from .hierarchical import PIPELINE_CHUNKS, hierarchical_allreduce, hierarchical_allreduce_for_plan
+from .msccl_xml import Algorithm, checked_algorithm, msccl_file, read_msccl_xml, translate
 from .rings import coset_rings, multiring_allreduce, ring_allreduce, topoopt_rings
 from .tree_packing import TreePacking
 from .trees import DEFAULT_SEGMENT_BYTES, dbtree_allreduce, tree_allreduce
 
 ALGORITHMS = ("ring", "topoopt", "tree", "dbtree", "hierarchical", "forest")  # topolab collective's
 AUTO = "auto"  # the iteration's rule (module docstring)
+MSCCL = "msccl"  # an AllReduceChoice running an MSCCL XML (`msccl_choice`)
+MSCCL_EXTRA = "msccl_allreduce"  # the plan's record of its scenario's XML (`with_msccl_allreduce`)
 UNIFORM_WHY = "uniform cables: the plan's rings, split equally (TopoOpt)"
 HETEROGENEOUS_WHY = "cables of different rates"
 NO_RING_WHY = "no Hamiltonian ring over the cables"
@@ -135,7 +148,8 @@ class AllReduceChoice:
     `topolab collective`). Ring algorithms: ``rings[i]`` are the rings of the i-th group (the
     cosets {s, s + n/g, ...} of the group size, in order; one group for the full group) and
     ``weights[i]`` their shares of the buffer (None: equal). The forest's trees: ``trees``
-    (each with its region of the ``nbytes`` chosen for) and the ``packing`` they came from."""
+    (each with its region of the ``nbytes`` chosen for) and the ``packing`` they came from.
+    ``msccl`` (algorithm ``msccl``): the MSCCL XML that runs."""
 
     algorithm: str
     reason: str
@@ -144,13 +158,105 @@ class AllReduceChoice:
     weights: tuple[tuple[float, ...] | None, ...] = ()
     trees: tuple[ForestTree, ...] | None = None
     packing: TreePacking | None = None
+    msccl: MscclAllReduce | None = None
 
     @property
     def shape(self) -> str:
-        """``trees``, ``rings`` or ``dimensions`` (the hierarchical AllReduce)."""
+        """``trees``, ``rings``, ``dimensions`` (the hierarchical AllReduce) or ``msccl``
+        (an MSCCL XML's threadblocks)."""
         if self.algorithm == "hierarchical":
             return "dimensions"
+        if self.msccl is not None:
+            return "msccl"
         return "rings" if self.rings else "trees"
+
+
+@dataclass(frozen=True)
+class MscclAllReduce:
+    """An MSCCL XML algorithm on a plan: GPU g runs on server ``g // gpus_per_server``, so it
+    spans servers 0 .. ``servers`` - 1 (planner.collectives.msccl_xml, `translate`)."""
+
+    algorithm: Algorithm
+    gpus_per_server: int = 1
+
+    @property
+    def servers(self) -> int:
+        return self.algorithm.ngpus // self.gpus_per_server
+
+    def describe(self) -> str:
+        """What runs, for ``why`` and ``params["allreduce"]``: the file, its name and shape."""
+        a, g = self.algorithm, self.gpus_per_server
+        per = f", {g} GPUs per server" if g > 1 else ""
+        proto = "Simple" if a.proto == "Simple" else f"{a.proto} timed as Simple"
+        return (
+            f"MSCCL XML {a.path} ({a.name}: {a.coll}, {a.ngpus} GPUs{per}, {a.nchannels} channel"
+            f"{'s' if a.nchannels > 1 else ''}, {a.nchunksperloop} chunks, {proto})"
+        )
+
+
+def msccl_choice(plan: Any, path: str, gpus_per_server: int = 1) -> AllReduceChoice:
+    """The MSCCL XML in the file ``path`` on ``plan`` (`topolab collective --algorithm
+    msccl:FILE`; ``path`` as given, relative to the current folder): read and checked
+    (`read_msccl_xml`), its GPUs on servers 0 .. ngpus/``gpus_per_server`` - 1 (a plan with
+    more servers leaves the rest idle). Any collective of the XML; `allreduce_schedule` makes
+    its schedule. `MscclXmlError` / `UsageError` (exit 2) name the file."""
+    algo = read_msccl_xml(path)
+    n = int(plan.servers)
+    if gpus_per_server < 1:
+        raise UsageError(f"{algo.path}: gpus per server must be >= 1, not {gpus_per_server}")
+    if algo.ngpus % gpus_per_server:
+        raise UsageError(f"{algo.path}: ngpus={algo.ngpus} is not a multiple of {gpus_per_server} GPUs per server")
+    m = MscclAllReduce(algo, gpus_per_server)
+    if m.servers > n:
+        raise UsageError(
+            f"{algo.path}: ngpus={algo.ngpus} at {gpus_per_server} GPU{'s' if gpus_per_server > 1 else ''} "
+            f"per server needs {m.servers} servers; the plan has {n}"
+        )
+    return AllReduceChoice(MSCCL, m.describe(), m.servers, msccl=m)
+
+
+def msccl_schedule(plan: Any, path: str, nbytes: int, gpus_per_server: int = 1) -> Schedule:
+    """The schedule of the MSCCL XML in ``path`` moving ``nbytes`` (nccl-tests' size of its
+    collective, rounded up to whole chunks) on ``plan``'s first ngpus/``gpus_per_server``
+    servers, as ``plan.servers`` ranks: `allreduce_schedule` of `msccl_choice`."""
+    return allreduce_schedule(plan, msccl_choice(plan, path, gpus_per_server), nbytes)
+
+
+def with_msccl_allreduce(plan: Any, path: str, text: str, gpus_per_server: int = 1) -> Any:
+    """``plan`` recording the MSCCL XML ``text`` (read from ``path``) as its full-group
+    AllReduce (a scenario's ``[collectives] allreduce = "msccl:FILE"``, planner.build): the
+    iteration (`choose_allreduce`) runs it for every full-group bucket. The algorithm must
+    span exactly the plan's servers."""
+    record = {"file": str(path), "gpus_per_server": int(gpus_per_server), "xml": text}
+    plan = dataclasses.replace(plan, extra={**plan.extra, MSCCL_EXTRA: record})
+    plan_msccl(plan)  # checked now, not at the first bucket
+    return plan
+
+
+def plan_msccl(plan: Any) -> MscclAllReduce | None:
+    """The MSCCL XML ``plan`` records (`with_msccl_allreduce`), read back and checked; None
+    when it records none. A record that does not span the plan's servers is a `UsageError`."""
+    record = getattr(plan, "extra", {}).get(MSCCL_EXTRA)
+    if record is None:
+        return None
+    algo = _recorded_algorithm(str(record["xml"]), str(record["file"]))
+    gpus_per_server = int(record.get("gpus_per_server", 1))
+    n = int(plan.servers)
+    if gpus_per_server < 1 or algo.ngpus != n * gpus_per_server:
+        raise UsageError(
+            f"{algo.path}: ngpus={algo.ngpus}, but the plan's {n} servers x {gpus_per_server} GPU"
+            f"{'s' if gpus_per_server > 1 else ''} per server = {n * gpus_per_server}"
+        )
+    if algo.coll != "allreduce":
+        raise UsageError(f"{algo.path}: coll={algo.coll!r}: the plan's AllReduce must be an allreduce")
+    return MscclAllReduce(algo, gpus_per_server)
+
+
+@lru_cache(maxsize=8)
+def _recorded_algorithm(text: str, path: str) -> Algorithm:
+    """The checked algorithm of a plan's record, parsed once per text (every bucket of an
+    iteration, every collective of a training job asks)."""
+    return checked_algorithm(text, path)
 
 
 def _rings(rings: Sequence[Sequence[int]]) -> Rings:
@@ -197,10 +303,15 @@ def choose_allreduce(plan: Any, nbytes: int, group_size: int | None = None, algo
     ``group_size`` members (default: all servers). ``algorithm = "auto"`` is the iteration's
     rule (module docstring); one of `ALGORITHMS` is that algorithm on the plan's full group
     (``topoopt``: the plan's rings, rate-weighted when the cables differ; ``forest``:
-    `choose_forest`; ``hierarchical`` on a plan that is not: one dimension of n servers)."""
+    `choose_forest`; ``hierarchical`` on a plan that is not: one dimension of n servers);
+    ``msccl:FILE`` the MSCCL XML in FILE, one GPU per server (`msccl_choice`)."""
     n = int(plan.servers)
     size = n if group_size is None else int(group_size)
     if algorithm == AUTO:
+        recorded = plan_msccl(plan) if size == n else None
+        if recorded is not None:
+            why = f"[collectives] allreduce: {recorded.describe()}"
+            return AllReduceChoice(MSCCL, why, n, msccl=recorded)
         if plan.topology == "hierarchical":
             return AllReduceChoice(
                 "hierarchical", "hierarchical plan: reduce-scatter and all-gather per dimension", size
@@ -215,6 +326,9 @@ def choose_allreduce(plan: Any, nbytes: int, group_size: int | None = None, algo
         return _ring_choice(plan, "multi-ring", UNIFORM_WHY, group_rings(plan, size), False)
     if size != n:
         raise ValueError(f"algorithm {algorithm!r} runs over all {n} servers, not groups of {size}")
+    path = msccl_file(algorithm)
+    if path is not None:  # one GPU per server: `msccl_choice` maps more
+        return msccl_choice(plan, path)
     if algorithm == "forest":  # rate-proportional spanning trees (docs/algorithms.md section 10)
         return choose_forest(plan, nbytes)
     if algorithm == "hierarchical":
@@ -241,8 +355,15 @@ def allreduce_schedule(plan: Any, choice: AllReduceChoice, nbytes: int, segment_
     reduce-scatter and all-gather dimension by dimension, pipelined or one dimension after the
     other as the plan's ``extra["schedule"]`` says (a plan that is not hierarchical: one
     dimension of n servers, the bidirectional ring over servers 0 .. n-1, pipelined). Tree and
-    1-D ring edges are logical (relayed by the hosts where not cabled)."""
+    1-D ring edges are logical (relayed by the hosts where not cabled). ``msccl``: the XML's
+    threadblocks as streams (`planner.collectives.msccl_xml.translate`) on servers 0 ..
+    ``choice.group_size`` - 1 of the plan's, ``nbytes`` rounded up to whole chunks."""
     n = int(plan.servers)
+    if choice.msccl is not None:
+        m = choice.msccl
+        sched = translate(m.algorithm, m.servers, nbytes, m.gpus_per_server, ranks=n)
+        sched.params.update(why=choice.reason)
+        return sched
     if choice.group_size != n:
         raise ValueError(f"a schedule of the full group of {n}, not groups of {choice.group_size}")
     algorithm = choice.algorithm

@@ -144,6 +144,7 @@ LOCAL_SOURCE = frozenset({"s", "rrs", "rrc", "rrcs", "cpy", "re"})  # steps that
 LOCAL_DEST = frozenset({"r", "rcs", "rrc", "rrcs", "cpy", "re"})  # steps that write dstbuf here
 ITEMSIZE = 4  # float32, the workers' buffers
 STREAM_PREFIX = "msccl."
+MSCCL_PREFIX = "msccl:"  # an algorithm named msccl:FILE is the MSCCL XML in FILE (`msccl_file`)
 SUM_COLLECTIVES = frozenset({"allreduce", "reducescatter"})
 
 
@@ -701,15 +702,39 @@ def check_algorithm(algo: Algorithm) -> list[str]:
     return match_steps(algo)[1]
 
 
-def read_msccl_xml(path: str | os.PathLike[str], strict: bool = False) -> Algorithm:
-    """The checked algorithm in the file ``path`` (read capped at `MAX_XML_BYTES`), or
-    `MscclXmlError` (or `contract.files.FileInputError`) naming the file."""
-    text = read_capped_text(path, MAX_XML_BYTES, "MSCCL XML file")
-    algo = parse_msccl_xml(text, str(path), strict=strict)
+def checked_algorithm(text: str, path: str = "<msccl xml>", strict: bool = False) -> Algorithm:
+    """The algorithm in ``text`` (`parse_msccl_xml`) with `check_algorithm`'s rules too, or
+    `MscclXmlError` listing every problem."""
+    algo = parse_msccl_xml(text, path, strict=strict)
     problems = check_algorithm(algo)
     if problems:
         raise MscclXmlError(problems)
     return algo
+
+
+def read_msccl_text(path: str | os.PathLike[str], strict: bool = False) -> tuple[Algorithm, str]:
+    """`read_msccl_xml`, and the file's text (what a plan records of a scenario's
+    ``[collectives] allreduce``, so the plan alone determines its iteration)."""
+    text = read_capped_text(path, MAX_XML_BYTES, "MSCCL XML file")
+    return checked_algorithm(text, str(path), strict), text
+
+
+def read_msccl_xml(path: str | os.PathLike[str], strict: bool = False) -> Algorithm:
+    """The checked algorithm in the file ``path`` (read capped at `MAX_XML_BYTES`), or
+    `MscclXmlError` (or `contract.files.FileInputError`) naming the file."""
+    return read_msccl_text(path, strict)[0]
+
+
+def msccl_file(algorithm: str) -> str | None:
+    """The file an algorithm named ``msccl:FILE`` reads (a scenario's ``[collectives]
+    allreduce``, ``topolab collective --algorithm``); None for any other name. An empty
+    ``FILE`` is a `UsageError`."""
+    if not algorithm.startswith(MSCCL_PREFIX):
+        return None
+    path = algorithm[len(MSCCL_PREFIX) :]
+    if not path or "\x00" in path:
+        raise UsageError(f"{algorithm!r}: expected {MSCCL_PREFIX}FILE, the path of an MSCCL XML file")
+    return path
 
 
 # ---- layout: where the collective's data is -----------------------------------------------

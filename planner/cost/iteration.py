@@ -27,7 +27,12 @@ contract.schedule:
   AllReduce over the dimensions its groups span (planner.collectives.hierarchical):
   pipelined buckets are cut into chunks and share the per-dimension streams, so consecutive
   buckets overlap across dimensions; sequential buckets each wait for the previous one (one
-  dimension after the other).
+  dimension after the other). A plan that records an MSCCL XML (``[collectives] allreduce =
+  "msccl:FILE"``, docs/msccl.md) runs it for every full-group bucket: one stream per
+  threadblock (``ar.msccl.tb<t>``, ``ar.msccl.gpu<l>.tb<t>`` with several GPUs per server),
+  shared by the buckets as the rings' streams are, each bucket rounded up to whole chunks of
+  the XML (planner.collectives.msccl_xml.add_msccl_collective); coset groups still run the
+  plan's own AllReduce.
 
 Every AllReduce bucket and every transfer carries a check, so each worker verifies its
 result every iteration.
@@ -46,6 +51,7 @@ from contract.schedule import Check, Schedule, ScheduleBuilder
 from ..collectives.forest import add_forest_allreduce
 from ..collectives.from_plan import AllReduceChoice, choose_allreduce
 from ..collectives.hierarchical import add_hierarchical_allreduce, pipeline_chunks
+from ..collectives.msccl_xml import add_msccl_collective
 from ..collectives.p2p import add_p2p_transfers
 from ..collectives.rings import add_multiring_allreduce
 from ..model.workload_graph import workload_graph
@@ -54,6 +60,9 @@ from ..topology.hierarchical import layout_span
 from .collector import collector_paused
 
 DDP_BUCKET_BYTES = 25 * 2**20
+# An MSCCL XML's threadblock streams: "ar" first, so a run's phases count them as AllReduce
+# (topolab.prediction.phase_of)
+MSCCL_STREAM_PREFIX = "ar.msccl."
 ITEMSIZE = 4  # float32 buffers: every transfer is a whole number of elements
 
 Deps = dict[int, list[int]]  # rank -> ops its next op waits for
@@ -144,7 +153,9 @@ class _IterationBuilder:
         if (layout, nbytes) not in self.choices:  # buckets are mostly of one size: choose (pack) once
             self.choices[(layout, nbytes)] = choose_allreduce(self.plan, nbytes, n // layout)
         choice = self.choices[(layout, nbytes)]
-        if choice.algorithm == "hierarchical":
+        if choice.msccl is not None:  # the full group only (choose_allreduce)
+            nbytes = self.msccl_allreduce(choice, nbytes, after)
+        elif choice.algorithm == "hierarchical":
             self.hierarchical_allreduce(layout, nbytes, after)
         elif choice.trees is not None:
             add_forest_allreduce(
@@ -165,6 +176,24 @@ class _IterationBuilder:
         self.checks.append(Check("allreduce", "grad", self.grad_offset, nbytes, groups=cosets))
         self.grad_offset += nbytes
         self.buckets += 1
+
+    def msccl_allreduce(self, choice: AllReduceChoice, nbytes: int, after: Deps) -> int:
+        """One full-group bucket as the plan's MSCCL XML; the bytes of ``grad`` it covers
+        (``nbytes`` rounded up to whole chunks of the XML), which its check verifies."""
+        m = choice.msccl
+        assert m is not None
+        added = add_msccl_collective(
+            self.b,
+            m.algorithm,
+            "grad",
+            self.grad_offset,
+            nbytes,
+            m.gpus_per_server,
+            stream_prefix=MSCCL_STREAM_PREFIX,
+            after=after,
+            check=False,  # the bucket's check, as every bucket's (allreduce)
+        )
+        return added.region_bytes
 
     def hierarchical_allreduce(self, layout: int, nbytes: int, after: Deps) -> None:
         dims, blocks = self.plan.extra["dims"], self.plan.extra["blocks"]

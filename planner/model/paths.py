@@ -1,7 +1,7 @@
 """Where a scenario's file keys point: one rule for every one of them.
 
-``[workload] model = "file.py:factory"``, ``graph`` and ``chakra``, and ``[topology] cabling``
-and ``routes`` name files; a relative path is relative to the scenario's folder
+``[workload] model = "file.py:factory"``, ``graph`` and ``chakra``, ``[topology] cabling``
+and ``routes``, and ``[collectives] allreduce = "msccl:FILE"`` name files; a relative path is relative to the scenario's folder
 (`scenario_folder`), and only to it: never to the current folder, never a second place tried
 when the first has no such file. The same scenario then names the same files from wherever it
 is run, and a file dropped in the current folder is never picked up instead (a model file is
