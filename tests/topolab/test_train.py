@@ -144,6 +144,24 @@ dist.destroy_process_group()
 @pytest.mark.timeout(180)
 def test_every_collective_through_the_backend_on_loopback(plan4, tmp_path):
     """Four ranks on 127.0.0.1 with the driver's control channel: every collective is exact."""
+    _every_collective_on_loopback(plan4, tmp_path)
+
+
+def test_an_msccl_allreduce_runs_through_the_backend_on_tensors_of_any_size(tmp_path):
+    """With ``[collectives] allreduce = "msccl:..."`` every AllReduce runs the XML, whose chunks
+    need not divide the tensor: the backend runs it on a zero-padded copy and copies back."""
+    import shutil
+
+    shutil.copy(REPO / "tests" / "fixtures" / "msccl" / "ring_allreduce_4.xml", tmp_path / "ring.xml")
+    scenario = tmp_path / "train-4-msccl.toml"
+    text = Path(TRAIN4).read_text() + '\n[collectives]\nallreduce = "msccl:ring.xml"\n'
+    scenario.write_text(text)
+    plan = build_plan(load_scenario(scenario))
+    records = _every_collective_on_loopback(plan, tmp_path)
+    assert any(r["kind"] == "allreduce" and "msccl" in r["algorithm"] for r in records), records
+
+
+def _every_collective_on_loopback(plan4, tmp_path) -> list[dict]:
     pytest.importorskip("torch")
     script = tmp_path / "collectives.py"
     script.write_text(COLLECTIVES_SCRIPT)
@@ -169,6 +187,7 @@ def test_every_collective_through_the_backend_on_loopback(plan4, tmp_path):
     assert {r["kind"] for r in records} >= {"allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall"}
     assert all(r["seconds"] >= 0 and r["predicted_s"] >= 0 for r in records)
     assert (tmp_path / "rank-3.init").exists()
+    return records
 
 
 def _relative(a: dict, b: dict) -> float:
