@@ -21,8 +21,12 @@ Formats (``--formats``, comma-separated; all by default), each file said in DIR/
   analytical backend, where its per-dimension building blocks state the topology
   (`astra_network`); else a line saying why not.
 
-The host configuration (``hosts/<server>.sh``, `emulator.hostscripts`) plugs in beside
-these: a writer in `WRITERS` and its name in `FORMATS`.
+- ``hosts``: ``hosts/<server>.sh``, each server's Linux configuration for the plan (addresses,
+  forwarding, routes, per-plane rules and tables, static neighbours, the HTB classes):
+  `emulator.hostscripts.host_scripts`, the functions the emulator configures its own hosts
+  with, at the plan's own rates (``--link-mbps``: at the emulator's dilated rates instead).
+
+A new format is a writer in `WRITERS` and its name in `FORMATS`.
 
 Bad input (a format not listed, ``--to`` a file or a folder root may not write into, a
 scenario that does not load) is one line, exit 2. One module of about 500 lines: the NCCL
@@ -42,12 +46,12 @@ from typing import TYPE_CHECKING, Any
 from contract.errors import UsageError
 from contract.files import write_file
 
-from .options import check_output_dir, make_output_dir
+from .options import add_link_mbps_argument, check_output_dir, make_output_dir
 
 if TYPE_CHECKING:
     from planner import Plan, Scenario
 
-FORMATS = ("cabling", "plan", "msccl", "nccl", "astra-sim")
+FORMATS = ("cabling", "hosts", "plan", "msccl", "nccl", "astra-sim")
 NCCL_CHANNELS = 2  # channels of the exported ring graph (NCCL duplicates a NIC's ring onto two)
 NCCL_GRAPH_VERSION = 1  # NCCL_GRAPH_XML_VERSION (src/graph/xml.h)
 NCCL_RING_GRAPH = 0  # the ring graph's id (src/init.cc: ringGraph->id = 0)
@@ -81,6 +85,7 @@ class Context:
     plan: Plan
     out: Path
     scenario_path: str
+    link_mbps: float | None = None  # hosts: shape at the emulator's rate (Mbit/s a plan link); None: the plan's
     link_bytes: dict[tuple[int, int], float] = field(default_factory=dict)  # directed link -> bytes per iteration
     relayed_bytes: dict[tuple[int, int], float] = field(default_factory=dict)  # of those, relayed for others
 
@@ -101,6 +106,7 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated among {', '.join(FORMATS)} (default: all); DIR/README.md says what each file is for",
     )
     parser.add_argument("--force", action="store_true", help="write into DIR even when it is not empty")
+    add_link_mbps_argument(parser)
 
 
 def parse_formats(text: str | None) -> tuple[str, ...]:
@@ -132,7 +138,7 @@ def run_export(args: argparse.Namespace) -> int:
     else:
         plan, link_bytes, relayed = build_plan(scenario), {}, {}
     make_output_dir(out, "--to")
-    ctx = Context(scenario, plan, out, str(args.scenario), link_bytes, relayed)
+    ctx = Context(scenario, plan, out, str(args.scenario), args.link_mbps, link_bytes, relayed)
     results = [WRITERS[name](ctx) for name in formats]
     ctx.write("README.md", readme(ctx, results))
     for result in results:
@@ -535,8 +541,40 @@ def write_astra(ctx: Context) -> Exported:
     return result
 
 
+# ---- hosts ---------------------------------------------------------------------------------
+PLAN_RATE_MBPS_PER_GBPS = 1000.0  # hosts at the plan's own rates: 1 Gbit/s planned is 1000 Mbit/s
+
+
+def write_hosts(ctx: Context) -> Exported:
+    from contract.emulation import EmulationConfig
+    from emulator.hostscripts import host_scripts
+
+    plan = ctx.plan
+    if ctx.link_mbps is None:  # a cable of 1 Gbit/s shaped at 1000 Mbit/s: every cable at its planned rate
+        config = EmulationConfig(link_mbps=PLAN_RATE_MBPS_PER_GBPS, reference_gbps=1.0)
+        rates = "the plan's own rates"
+    else:
+        config = EmulationConfig(link_mbps=ctx.link_mbps, mtu=ctx.scenario.emulation.mtu)
+        rates = f"the emulator's rates ({ctx.link_mbps:g} Mbit/s a {plan.link_gbps:g} Gbit/s cable)"
+    result = Exported("hosts")
+    for name, text in host_scripts(plan.network, config, plan_name=ctx.scenario.name).items():
+        ctx.write(f"hosts/{name}", text)
+        result.files.append(Written(f"hosts/{name}", f"server {name[:-3]}'s configuration, at {rates}"))
+    result.lines += [
+        "`hosts/<server>.sh` configures one server for the plan, as root, idempotently (`ip -batch` and "
+        "`tc -batch` text): addresses of each port, forwarding on, the routes (multi-hop next hops; per-plane "
+        "rules and tables for multipath plans), static neighbours, and the HTB classes of the cables. The "
+        "interface names are variables at the top: `ETH0=enp1s0f0 ETH1=enp1s0f1 ... sh hosts/h0.sh` maps "
+        "port p to your NIC (`cabling.csv` says which port goes where); `STATIC_NEIGHBOURS=no` keeps the "
+        "NICs' own MAC addresses and lets ARP find the peers.",
+        f"The shaping is at {rates}. A script does not undo what an earlier, different plan added.",
+    ]
+    return result
+
+
 WRITERS: dict[str, Callable[[Context], Exported]] = {
     "cabling": write_cabling,
+    "hosts": write_hosts,
     "plan": write_plan,
     "msccl": write_msccl,
     "nccl": write_nccl,

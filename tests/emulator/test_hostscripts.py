@@ -39,16 +39,31 @@ SCRIPT_TIMEOUT_S = 30
 _ROUTE = re.compile(r"^route replace (198\.18\.\d+\.\d+)/32 via (\S+) dev \$\{ETH(\d+)\} proto static", re.M)
 
 
-def _plan_network(tmp_path: Path, planned: bool = False) -> Network:
-    from planner.build import build_plan
-    from planner.scenario import load_scenario
-
+def _scenario(tmp_path: Path, planned: bool = False) -> Path:
     path = REPO / "scenarios" / "topoopt-12.toml"
     if planned:
         text = path.read_text().replace("[topology]", '[topology]\nrouting = "planned"', 1)
         path = tmp_path / "topoopt-12-planned.toml"
         path.write_text(text)
-    return build_plan(load_scenario(path)).network
+    return path
+
+
+def _plan_network(tmp_path: Path, planned: bool = False) -> Network:
+    from planner.build import build_plan
+    from planner.scenario import load_scenario
+
+    return build_plan(load_scenario(_scenario(tmp_path, planned))).network
+
+
+def _exported(tmp_path: Path, planned: bool = False) -> dict[str, str]:
+    """The scripts `topolab export --formats hosts` writes, at the emulator's rates (`CONFIG`):
+    what a user applies to real servers is what these tests apply to namespaces."""
+    from topolab.cli import main
+
+    out = tmp_path / "export"
+    argv = ["export", str(_scenario(tmp_path, planned)), "--to", str(out), "--formats", "hosts"]
+    assert main([*argv, "--link-mbps", f"{CONFIG.link_mbps:g}"]) == 0
+    return {path.name: path.read_text() for path in sorted((out / "hosts").glob("*.sh"))}
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +310,8 @@ def _assert_paths(results) -> None:
 @pytest.mark.root
 def test_topoopt_scripts_on_bare_namespaces_verify(topoopt, namespaces, tmp_path):
     bench = namespaces(topoopt, "t")
-    scripts = host_scripts(topoopt, CONFIG)
+    scripts = _exported(tmp_path)
+    assert len(scripts) == 12
     bench.apply(scripts, tmp_path)
     first = bench.state()
     bench.apply(scripts, tmp_path)  # idempotent: the same state again
@@ -320,7 +336,7 @@ def test_topoopt_scripts_on_bare_namespaces_verify(topoopt, namespaces, tmp_path
 @pytest.mark.root
 def test_planned_scripts_carry_every_plane(planned, namespaces, tmp_path):
     bench = namespaces(planned, "p")
-    scripts = host_scripts(planned, CONFIG)
+    scripts = _exported(tmp_path, planned=True)
     bench.apply(scripts, tmp_path)
     first = bench.state()
     bench.apply(scripts, tmp_path)
