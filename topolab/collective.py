@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from contract.emulation import emulated_rates
+from contract.errors import RunError
 from contract.files import write_file
 from planner.collectives.forest import per_direction
 from planner.collectives.from_plan import ALGORITHMS, allreduce_schedule, choose_allreduce
@@ -59,6 +60,16 @@ from .collective_results import (
     format_size,
     format_table,
     parse_size,
+)
+from .junit import (
+    add_junit_argument,
+    junit_path,
+    measurement_cases,
+    nothing_left_case,
+    of_collective,
+    of_phase,
+    run_cases,
+    write_command_suite,
 )
 from .network import NetworkFlags, add_network_arguments, network_config, network_flags, open_network
 from .options import (
@@ -184,12 +195,15 @@ def measure(
     log: Callable[[str], None] | None = None,
     traces: dict[str, dict[str, Any]] | None = None,
     cores: int | None = None,
+    predictions: dict[tuple[str, int], float] | None = None,
 ) -> list[SizeResult]:
     """Run every (size, algorithm) on the emulated network ``net``; sizes outer, so the
     algorithms of one size are measured side by side in time (the machine is noisy).
     ``traces``: a dict that gets, per (size, algorithm), its trace file's name and document
     (`trace_of`); ``cores``: the processors the workers share, as the prediction beside the
-    measured timeline takes them (`topolab.prediction.shared_cores`)."""
+    measured timeline takes them (`topolab.prediction.shared_cores`); ``predictions``: a dict
+    that gets, per (algorithm, size), the flow-level model's time of its schedule on the
+    cables as built (`predicted_on`, emulated seconds: what ``--junit`` holds the median to)."""
     from contract.physics import tcp_goodput_fraction
 
     from .schedule_run import run_schedule_on
@@ -208,6 +222,8 @@ def measure(
             segment = segment_bytes or (None if alg == "forest" else auto_segment(size))
             choice = choose_allreduce(plan, size, algorithm=alg)
             sched = allreduce_schedule(plan, choice, size, segment)
+            if predictions is not None:
+                predictions[(alg, size)] = predicted_on(net, plan, sched, cores)
             shape = {"shape": choice.shape, "why": choice.reason} if alg == "forest" else {}
             if shape:  # the forest chose trees or rings: say which and why
                 log(f"  {alg} {format_size(size)}: {choice.shape} ({choice.reason})")
@@ -243,18 +259,33 @@ def measure(
     return results
 
 
+def built_network(net: Any, plan: Any, cores: int | None) -> Any:
+    """The flow-level model's network of ``net``'s cables as built (`planner.cost.predict.plan_network`),
+    without the workers' cost per op, which `topolab collective` does not calibrate."""
+    from planner.cost.predict import plan_network
+
+    from .prediction import network_args
+
+    return plan_network(plan, **network_args(plan, net.rates, net.netem, 0.0, cores))
+
+
+def predicted_on(net: Any, plan: Any, sched: Any, cores: int | None) -> float:
+    """The flow-level model's time of ``sched`` on ``net``'s cables as built, emulated seconds."""
+    from planner.cost.predict import predict
+
+    return predict(sched, built_network(net, plan, cores)).seconds
+
+
 def trace_of(net: Any, plan: Any, sched: Any, run: Any, cores: int | None, what: str) -> dict[str, Any]:
     """The trace of ``run``'s traced iteration (`topolab.schedule_run.Measured`: its first
     `topolab.trace_events.trace_ranks` ranks report every op) beside the flow-level model's
     replay of ``sched`` on ``net``'s cables as built, without the workers' cost per op (which
     `topolab collective` does not calibrate)."""
-    from planner.cost.predict import plan_network, predict_timeline
+    from planner.cost.predict import predict_timeline
 
-    from .prediction import network_args
     from .trace_events import measured_trace, trace_ranks
 
-    network = plan_network(plan, **network_args(plan, net.rates, net.netem, 0.0, cores))
-    pred, timeline = predict_timeline(sched, network, ranks=trace_ranks(sched))
+    pred, timeline = predict_timeline(sched, built_network(net, plan, cores), ranks=trace_ranks(sched))
     meta = {
         "timeline": f"the last timed iteration of topolab collective's {what}, measured by the workers, beside the "
         "flow-level model's prediction of the same schedule on the cables as built (the workers' cost per op "
@@ -344,12 +375,15 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
         "Perfetto or chrome://tracing): the last timed iteration as the workers measured it beside its prediction",
     )
     add_network_arguments(parser)
+    add_junit_argument(parser)
 
 
 def run_collective(args: argparse.Namespace) -> int:
     """Entry point of `topolab collective`; returns 0 when every iteration verified."""
     from planner import build_plan, load_scenario
 
+    started = time.monotonic()
+    junit = junit_path(args)
     algorithms = parse_algorithms(args.algorithm)
     if algorithms == [ALLTOALL]:
         return run_alltoall(args)
@@ -365,19 +399,38 @@ def run_collective(args: argparse.Namespace) -> int:
     flags = network_flags(args, "collective")
     plan = build_plan(scenario)
     traces: dict[str, dict[str, Any]] | None = {} if args.trace else None
-    doc, results = run_on_emulator(
-        scenario,
-        plan,
-        algorithms,
-        sizes,
-        repeat=args.repeat,
-        chunk_bytes=chunk,
-        segment_bytes=segment,
-        timeout_s=args.timeout,
-        link_mbps=args.link_mbps,
-        flags=flags,
-        traces=traces,
-    )
+    predictions: dict[tuple[str, int], float] | None = {} if junit is not None else None
+    classname, run_dir = f"topolab.collective.{scenario.name}", network_config(scenario.emulation, flags).run_dir
+    try:
+        doc, results = run_on_emulator(
+            scenario,
+            plan,
+            algorithms,
+            sizes,
+            repeat=args.repeat,
+            chunk_bytes=chunk,
+            segment_bytes=segment,
+            timeout_s=args.timeout,
+            link_mbps=args.link_mbps,
+            flags=flags,
+            traces=traces,
+            predictions=predictions,
+        )
+    except RunError as err:
+        cases = run_cases(classname, None, run_dir, err)
+        write_command_suite(junit, "collective", scenario.name, cases, started, {"scenario": args.scenario})
+        raise
+    if junit is not None:
+        cases = [
+            case
+            for r in results
+            for case in measurement_cases(
+                of_collective(r, (predictions or {}).get((r.algorithm, r.bytes)), scenario.run.tolerance, classname)
+            )
+        ]
+        cases.append(nothing_left_case(classname, run_dir))
+        properties = {"scenario": args.scenario, "results": str(out_dir)}
+        write_command_suite(junit, "collective", scenario.name, cases, started, properties)
     nccl = doc.header + "\n" + format_nccl_tests(results)
     text = json.dumps(doc.to_dict(), indent=2)
     make_output_dir(out_dir)
@@ -400,6 +453,8 @@ def run_alltoall(args: argparse.Namespace) -> int:
     from .network import refuse_machines
     from .routing_phase import VARIANTS, format_results, measure_phase, phase_bytes, phase_traffic, scale_factor
 
+    started = time.monotonic()
+    junit = junit_path(args)
     routings = parse_routings(args.routing)
     if args.trace:
         raise CollectiveInputError(f"--trace: draws AllReduce algorithms' iterations, not {ALLTOALL}")
@@ -429,9 +484,15 @@ def run_alltoall(args: argparse.Namespace) -> int:
         f"(x{factor:.3g} the workload's phase), routings {', '.join(routings)}",
         file=sys.stderr,
     )
-    results = measure_phase(
-        plan, traffic, routings, emulation, factor=factor, repeat=args.repeat, timeout_s=args.timeout
-    )
+    classname = f"topolab.collective.{scenario.name}"
+    try:
+        results = measure_phase(
+            plan, traffic, routings, emulation, factor=factor, repeat=args.repeat, timeout_s=args.timeout
+        )
+    except RunError as err:
+        cases = run_cases(classname, None, emulation.run_dir, err)
+        write_command_suite(junit, "collective", scenario.name, cases, started, {"scenario": args.scenario})
+        raise
     doc = AlltoallResults(
         scenario=scenario.name,
         pairs=len(traffic),
@@ -441,6 +502,12 @@ def run_alltoall(args: argparse.Namespace) -> int:
         time_scale=rates.time_scale,
         results=results,
     )
+    if junit is not None:
+        tolerance = scenario.run.tolerance
+        cases = [c for r in results for c in measurement_cases(of_phase(r, rates.time_scale, tolerance, classname))]
+        cases.append(nothing_left_case(classname, emulation.run_dir))
+        properties = {"scenario": args.scenario, "results": str(out_dir)}
+        write_command_suite(junit, "collective", scenario.name, cases, started, properties)
     table = format_results(results, f"{scenario.name}: all-to-all phase, emulated seconds")
     text = json.dumps(doc.to_dict(), indent=2)
     make_output_dir(out_dir)
@@ -465,11 +532,12 @@ def run_on_emulator(
     flags: NetworkFlags | None = None,
     log: Callable[[str], None] | None = None,
     traces: dict[str, dict[str, Any]] | None = None,
+    predictions: dict[tuple[str, int], float] | None = None,
 ) -> tuple[CollectiveResults, list[SizeResult]]:
     """Build the plan's emulated network once (as the scenario's ``[emulation]`` and the
     command's ``flags`` say: over ``--machines`` when given) and `measure` on it; returns
-    (the results document, its results). ``traces``: `measure`'s. Used by the command and by
-    benchmarks/collective_compare.py."""
+    (the results document, its results). ``traces``, ``predictions``: `measure`'s. Used by
+    the command and by benchmarks/collective_compare.py."""
     from contract.physics import tcp_goodput_fraction
 
     from .prediction import shared_cores
@@ -495,6 +563,7 @@ def run_on_emulator(
             log=log,
             traces=traces,
             cores=shared_cores(config.machines),
+            predictions=predictions,
         )
         frac = tcp_goodput_fraction(net.mtu)
         egress = slowest_egress_bps(plan, net.link_rate_bps)

@@ -10,17 +10,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
-from contract.errors import UsageError
+from contract.errors import RunError, UsageError
 from contract.files import write_file
 from planner import ScenarioError, build_plan, load_scenario
 from planner.scenario import TOPOLOGIES
 
 from .comparison import scenario_for, time_axis, traffic_facts, write_compare
+from .junit import Case, add_junit_argument, junit_path, recorded, run_cases, write_command_suite
 from .measured_run import EXIT_OVER_TOLERANCE, ensure_network_free, execute
-from .network import add_network_arguments, network_flags
+from .network import add_network_arguments, network_config, network_flags
 from .options import add_job_arguments, check_output_dir
 from .plan_text import bandwidth_of
 
@@ -35,9 +37,12 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", help="output folder (default: results/compare-<scenario name>)")
     add_job_arguments(parser)
     add_network_arguments(parser)
+    add_junit_argument(parser)
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    started, started_at = time.monotonic(), time.time()
+    junit = junit_path(args)
     kinds = [k.strip() for k in args.topologies.split(",") if k.strip()]
     bad = [k for k in kinds if k not in TOPOLOGIES]
     if bad or not kinds:
@@ -59,17 +64,30 @@ def run_compare(args: argparse.Namespace) -> int:
     axis = time_axis({k: (build_plan(s).link_gbps, s.emulation.link_mbps) for k, s in scenarios.items()})
     print(axis.line(), flush=True)
     rows = []
+    cases: list[Case] = []  # --junit: every arm's checks, one test suite (topolab.junit)
+
+    def junit_report() -> None:
+        properties = {"scenario": args.scenario, "results": str(out)}
+        write_command_suite(junit, "compare", base.name, cases, started, properties)
+
     for k, s in scenarios.items():
         print(f"== {k}", flush=True)
-        res = execute(
-            s,
-            out / k,
-            args.iterations,
-            args.payload_scale,
-            lock_wait_s=args.wait,
-            run_dir=args.run_dir,
-            reference_gbps=axis.reference_gbps[k],
-        )
+        classname, run_dir = f"topolab.compare.{base.name}.{k}", network_config(s.emulation, flags).run_dir
+        try:
+            res = execute(
+                s,
+                out / k,
+                args.iterations,
+                args.payload_scale,
+                lock_wait_s=args.wait,
+                run_dir=args.run_dir,
+                reference_gbps=axis.reference_gbps[k],
+            )
+        except RunError as err:
+            cases.extend(run_cases(classname, recorded(out / k, started_at), run_dir, err))
+            junit_report()
+            raise
+        cases.extend(run_cases(classname, res, run_dir))
         summary = res.summarize()
         rows.append(
             {
@@ -92,6 +110,7 @@ def run_compare(args: argparse.Namespace) -> int:
     write_file(out / "compare.json", json.dumps(doc, indent=1))
     print(write_compare(out, doc))
     print(f"report: {out / 'compare.md'}")
+    junit_report()
     if not all(r["verified"] for r in rows):
         return 1
     missed = [r["topology"] for r in rows if r["over_tolerance"]]

@@ -14,12 +14,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from contract.errors import RunError
 from contract.files import FileInputError, read_capped_text
 from planner import Scenario, load_scenario
 from planner.scenario import with_overrides
 
 from .faults import add_fault_arguments, faults_of
 from .journal import RESULTS_FILE
+from .junit import add_junit_argument, junit_path, recorded, run_cases, write_command_suite
 from .measured_run import EXIT_OVER_TOLERANCE, FAULTS_OVER_MACHINES, ensure_network_free, execute
 from .network import add_network_arguments, network_config, network_flags, refuse_machines
 from .options import add_job_arguments, add_link_mbps_argument, check_output_dir
@@ -47,6 +49,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_link_mbps_argument(parser, auto=True)
     add_fault_arguments(parser)
     add_network_arguments(parser)
+    add_junit_argument(parser)
 
 
 def result_line(name: str, results: RunResults) -> str:
@@ -85,6 +88,8 @@ def keep_previous(out: Path) -> Path | None:
 
 
 def run_run(args: argparse.Namespace) -> int:
+    started, started_at = time.monotonic(), time.time()
+    junit = junit_path(args)
     s = load_scenario(args.scenario)
     if args.link_mbps is not None:
         s = with_overrides(s, emulation={"link_mbps": args.link_mbps})
@@ -100,17 +105,28 @@ def run_run(args: argparse.Namespace) -> int:
         kept = keep_previous(out)
         if kept is not None:
             print(f"topolab: the previous results in {out} are now in {kept}", file=sys.stderr)
-    results = execute(
-        s,
-        out,
-        args.iterations,
-        args.payload_scale,
-        lock_wait_s=args.wait,
-        run_dir=args.run_dir,
-        faults=faults,
-        on_result=lambda res: print(result_line(s.name, res), flush=True),
-        trace=args.trace,
-    )
+    run_dir = network_config(s.emulation, flags).run_dir
+
+    def junit_report(results: RunResults | None, err: RunError | None = None) -> None:
+        cases = run_cases(f"topolab.run.{s.name}", results, run_dir, err)
+        write_command_suite(junit, "run", s.name, cases, started, {"scenario": args.scenario, "results": str(out)})
+
+    try:
+        results = execute(
+            s,
+            out,
+            args.iterations,
+            args.payload_scale,
+            lock_wait_s=args.wait,
+            run_dir=args.run_dir,
+            faults=faults,
+            on_result=lambda res: print(result_line(s.name, res), flush=True),
+            trace=args.trace,
+        )
+    except RunError as err:
+        junit_report(recorded(out, started_at), err)
+        raise
+    junit_report(results)
     summ = results.summarize()
     print(f"report: {out / 'report.md'}")
     if not summ.verified:
