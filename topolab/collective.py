@@ -35,9 +35,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from contract.emulation import emulated_rates
@@ -45,6 +46,8 @@ from contract.errors import RunError
 from contract.files import write_file
 from planner.collectives.forest import per_direction
 from planner.collectives.from_plan import ALGORITHMS, allreduce_schedule, choose_allreduce
+from planner.collectives.msccl_xml import MAX_SUBS as MAX_GPUS_PER_SERVER  # the parser's GPUs per XML
+from planner.collectives.msccl_xml import MSCCL_PREFIX
 from planner.collectives.tree_packing import allreduce_bounds
 from planner.collectives.trees import DEFAULT_SEGMENT_BYTES
 
@@ -134,16 +137,31 @@ def sizes_of(args: argparse.Namespace) -> list[int]:
 
 
 def parse_algorithms(text: str) -> list[str]:
+    """The algorithms ``--algorithm`` names: topolab's own, ``msccl:FILE`` (an MSCCL XML
+    algorithm, docs/msccl.md), or all-to-all alone."""
     algs = [a.strip() for a in text.split(",") if a.strip()]
-    bad = [a for a in algs if a not in (*ALGORITHMS, ALLTOALL)]
+    bad = [a for a in algs if a not in (*ALGORITHMS, ALLTOALL) and not (a.startswith(MSCCL_PREFIX) and a[6:].strip())]
     if bad or not algs:
         raise CollectiveInputError(
-            f"--algorithm {text!r}: expected one or more of {', '.join(ALGORITHMS)} (comma separated), "
-            f"or {ALLTOALL} alone"
+            f"--algorithm {text!r}: expected one or more of {', '.join(ALGORITHMS)} or {MSCCL_PREFIX}FILE.xml "
+            f"(comma separated), or {ALLTOALL} alone"
         )
     if ALLTOALL in algs and len(algs) > 1:
         raise CollectiveInputError(f"--algorithm {text!r}: {ALLTOALL} is measured alone")
     return algs
+
+
+def msccl_choices(plan: Any, algorithms: Sequence[str], gpus_per_server: int) -> dict[str, Any]:
+    """The AllReduce choice of every ``msccl:FILE`` of ``algorithms``: the XML read and
+    checked, its GPUs on the plan's first servers (``gpus_per_server`` a server); a bad file
+    is one line naming it (exit 2)."""
+    from planner.collectives.from_plan import msccl_choice
+
+    return {
+        alg: msccl_choice(plan, alg.removeprefix(MSCCL_PREFIX), gpus_per_server)
+        for alg in algorithms
+        if alg.startswith(MSCCL_PREFIX)
+    }
 
 
 def parse_routings(text: str) -> list[str]:
@@ -196,6 +214,7 @@ def measure(
     traces: dict[str, dict[str, Any]] | None = None,
     cores: int | None = None,
     predictions: dict[tuple[str, int], float] | None = None,
+    choices: Mapping[str, Any] | None = None,
 ) -> list[SizeResult]:
     """Run every (size, algorithm) on the emulated network ``net``; sizes outer, so the
     algorithms of one size are measured side by side in time (the machine is noisy).
@@ -220,7 +239,8 @@ def measure(
         for alg in algorithms:
             # the forest picks its own segments (planner.collectives.forest) unless --segment
             segment = segment_bytes or (None if alg == "forest" else auto_segment(size))
-            choice = choose_allreduce(plan, size, algorithm=alg)
+            # an MSCCL XML's choice is made once, with its GPUs per server (`msccl_choices`)
+            choice = (choices or {}).get(alg) or choose_allreduce(plan, size, algorithm=alg)
             sched = allreduce_schedule(plan, choice, size, segment)
             if predictions is not None:
                 predictions[(alg, size)] = predicted_on(net, plan, sched, cores)
@@ -253,7 +273,7 @@ def measure(
                 SizeResult(alg, size, n, times, ideal, ok, net.time_scale, mismatches[:5], cpu, packing_s, shape)
             )
             if traces is not None and run.traced is not None:
-                name = f"trace-{alg}-{format_size(size)}.json"
+                name = f"trace-{re.sub(r'[^A-Za-z0-9._-]', '_', alg)}-{format_size(size)}.json"
                 traces[name] = trace_of(net, plan, sched, run, cores, f"{alg} AllReduce of {format_size(size)}")
                 results[-1].trace = name
     return results
@@ -305,7 +325,16 @@ def add_collective_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"AllReduce algorithm(s): {', '.join(ALGORITHMS)}; ring = the "
         "plan's first ring, topoopt = all the plan's rings in both directions "
         "at once, tree = binary tree, dbtree = NCCL double binary tree; "
+        f"msccl:FILE.xml: an MSCCL XML algorithm (docs/msccl.md), on the plan's first ngpus/G servers; "
         f"or {ALLTOALL}: one all-to-all phase under each --routing (default: topoopt)",
+    )
+    parser.add_argument(
+        "--gpus-per-server",
+        type=bounded_int(1, MAX_GPUS_PER_SERVER),
+        default=1,
+        metavar="G",
+        help="with msccl:FILE: G of the XML's GPUs on one server, their steps between each other memory "
+        "copies (default 1: a GPU is a server)",
     )
     parser.add_argument(
         "--bytes",
@@ -398,6 +427,7 @@ def run_collective(args: argparse.Namespace) -> int:
     out_dir = results_folder(args.out, getattr(scenario, "name", "scenario"), args.force)
     flags = network_flags(args, "collective")
     plan = build_plan(scenario)
+    choices = msccl_choices(plan, algorithms, args.gpus_per_server)  # XMLs read and checked before any network
     traces: dict[str, dict[str, Any]] | None = {} if args.trace else None
     predictions: dict[tuple[str, int], float] | None = {} if junit is not None else None
     classname, run_dir = f"topolab.collective.{scenario.name}", network_config(scenario.emulation, flags).run_dir
@@ -415,6 +445,7 @@ def run_collective(args: argparse.Namespace) -> int:
             flags=flags,
             traces=traces,
             predictions=predictions,
+            choices=choices,
         )
     except RunError as err:
         cases = run_cases(classname, None, run_dir, err)
@@ -533,6 +564,7 @@ def run_on_emulator(
     log: Callable[[str], None] | None = None,
     traces: dict[str, dict[str, Any]] | None = None,
     predictions: dict[tuple[str, int], float] | None = None,
+    choices: Mapping[str, Any] | None = None,
 ) -> tuple[CollectiveResults, list[SizeResult]]:
     """Build the plan's emulated network once (as the scenario's ``[emulation]`` and the
     command's ``flags`` say: over ``--machines`` when given) and `measure` on it; returns
@@ -564,6 +596,7 @@ def run_on_emulator(
             traces=traces,
             cores=shared_cores(config.machines),
             predictions=predictions,
+            choices=choices,
         )
         frac = tcp_goodput_fraction(net.mtu)
         egress = slowest_egress_bps(plan, net.link_rate_bps)

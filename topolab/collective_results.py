@@ -317,15 +317,16 @@ def format_nccl_tests(results: Sequence[SizeResult]) -> str:
 
 
 def format_table(results: Sequence[SizeResult]) -> str:
+    width = max([9, *(len(r.algorithm) for r in results)])  # msccl:FILE names are long
     head = (
-        f"{'algorithm':<9} {'size':>6} {'time(ms)':>10} {'algbw(MB/s)':>12} "
+        f"{'algorithm':<{width}} {'size':>6} {'time(ms)':>10} {'algbw(MB/s)':>12} "
         f"{'busbw(MB/s)':>12} {'ideal(ms)':>10} {'meas/ideal':>10} {'real(ms)':>9} "
         f"{'verified':>8} {'cpu':>5}"
     )
     lines = [head]
     for r in results:
         lines.append(
-            f"{r.algorithm:<9} {format_size(r.bytes):>6} {r.time_s * 1e3:>10.1f} "
+            f"{r.algorithm:<{width}} {format_size(r.bytes):>6} {r.time_s * 1e3:>10.1f} "
             f"{r.algbw / 1e6:>12.2f} {r.busbw / 1e6:>12.2f} {r.ideal_s * 1e3:>10.1f} "
             f"{r.ratio:>10.3f} {r.time_s / r.time_scale * 1e3:>9.3f} "
             f"{'yes' if r.verified else 'NO':>8} "

@@ -72,8 +72,45 @@ def test_bad_sizes_name_the_option(bad):
 
 def test_algorithms_parse():
     assert parse_algorithms("ring,dbtree") == ["ring", "dbtree"]
-    with pytest.raises(CollectiveInputError, match="--algorithm 'butterfly'"):
-        parse_algorithms("butterfly")
+    assert parse_algorithms("msccl:a/ring.xml,topoopt") == ["msccl:a/ring.xml", "topoopt"]
+    for bad in ("butterfly", "msccl:", "msccl: "):
+        with pytest.raises(CollectiveInputError, match="--algorithm"):
+            parse_algorithms(bad)
+
+
+MSCCL8 = "scenarios/msccl/ring_allreduce_8.xml"
+
+
+def test_a_bad_msccl_file_is_one_line_before_any_network(capsys, tmp_path):
+    """The XML is read and checked when the command starts (as root too: nothing is built)."""
+    from topolab.cli import main
+
+    broken = tmp_path / "broken.xml"
+    broken.write_text(open(MSCCL8).read().replace('type="rrs"', 'type="zz"', 1))
+    for xml, fragment in ((tmp_path / "missing.xml", "no such"), (broken, "zz")):
+        argv = ["collective", "scenarios/msccl-ring-8.toml", "--algorithm", f"msccl:{xml}", "--run-dir", str(tmp_path)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(xml) in err and fragment in err, err
+    # 8 GPUs at 2 a server need 4 servers: fine on 8; 16 servers' worth is refused, naming the file
+    argv = ["collective", "scenarios/msccl-ring-8.toml", "--algorithm", f"msccl:{MSCCL8}", "--gpus-per-server", "3"]
+    assert main(argv) == 2
+    assert "multiple of 3" in capsys.readouterr().err
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_an_msccl_ring_runs_beside_topolabs_own(capsys, tmp_path):
+    """`--algorithm msccl:FILE,ring`: the hand-written 8-GPU ring XML (docs/msccl.md) is run,
+    verified and reported beside topolab's ring, moving the same bytes."""
+    parser = argparse.ArgumentParser()
+    add_collective_arguments(parser)
+    argv = ["scenarios/msccl-ring-8.toml", "--algorithm", f"msccl:{MSCCL8},ring", "--bytes", "1M", "--repeat", "1"]
+    args = parser.parse_args([*argv, "--json", "--run-dir", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert run_collective(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["algorithm"] for r in doc["results"]] == [f"msccl:{MSCCL8}", "ring"]
+    assert all(r["verified"] for r in doc["results"])
 
 
 def test_ideal_is_the_reference_bound():
