@@ -34,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "collective": ("topolab.collective", "nccl-tests style AllReduce benchmark on the emulated network"),
     "verify": ("topolab.verify", "build the emulated network and check reachability, paths and link goodput"),
     "shell": ("topolab.shell", "open Mininet's CLI on the emulated network of a scenario (h0 ping h6, ...)"),
+    "trace-route": (
+        "topolab.trace_route",
+        "follow probes with the workers' 5-tuple hop by hop with scapy (TTL, interfaces) beside the planned route",
+    ),
     "clean": ("topolab.clean", "remove what a killed topolab run left behind (only topolab's own)"),
     "sweep": ("topolab.sweep", "iteration time per model and topology at scale, with the flow-level model"),
     "lab": ("topolab.lab", "course exercises: list them, check a student's solution (PASS or what is wrong)"),
@@ -50,6 +54,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "place": (
         "topolab.place",
         "place fused operator groups on servers jointly with bandwidth allocation; --run measures it",
+    ),
+    "export": (
+        "topolab.export",
+        "the plan as files for real servers and other tools: cabling, MSCCL and NCCL XML, ASTRA-sim; no root",
     ),
 }
 
@@ -100,8 +108,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=description, epilog=epilog)
         if name == chosen:
             module = importlib.import_module(module_name)
-            getattr(module, f"add_{name}_arguments")(p)
-            p.set_defaults(_run=getattr(module, f"run_{name}"))
+            function = name.replace("-", "_")  # trace-route: add_trace_route_arguments
+            getattr(module, f"add_{function}_arguments")(p)
+            p.set_defaults(_run=getattr(module, f"run_{function}"))
     return parser
 
 
