@@ -48,9 +48,18 @@ def module(number: int, part: str):
 # ---------------------------------------------------------------- exercise 1: the formula
 
 
-def readme_formula() -> str:
-    """The code block of exercise 1's README: the formula a student writes."""
-    return re.search(r"```python\n(.*?)```", readme(1), re.S).group(1)
+def readme_formula(number: int = 1) -> str:
+    """The code block of exercise ``number``'s README: the formulas a student writes."""
+    return re.search(r"```python\n(.*?)```", readme(number), re.S).group(1)
+
+
+def formula_lines(number: int) -> list[str]:
+    """The code lines of the README's block, comment lines left out."""
+    return [line for line in readme_formula(number).strip().splitlines() if not line.lstrip().startswith("#")]
+
+
+def indented(lines: list[str], spaces: int) -> str:
+    return "\n".join(" " * spaces + line for line in lines)
 
 
 def setup_parameters(setup: str) -> dict[str, float]:
@@ -176,6 +185,96 @@ def test_exercise_2_diameters():
     geometric = checker.diameter(1024, module(2, "solution").select_strides(1024, 8))
     observe = section(readme(2), "What to observe")
     assert f"the smallest strides give diameter {smallest}; the geometric choice gives {geometric}" in observe
+
+
+def strides_module(tmp_path: Path, lines: list[str]) -> Path:
+    """A student's strides.py: the rule of exercise 2's README (ratio, target, pick) as
+    written, in the loop its text describes."""
+    ratio, target, pick = lines
+    path = tmp_path / "strides.py"
+    path.write_text(
+        "from math import gcd\n\n\n"
+        "def select_strides(n, d):\n"
+        "    candidates = [p for p in range(1, n) if gcd(p, n) == 1]\n"
+        "    lo, hi, m = candidates[0], candidates[-1], d // 2\n"
+        f"    {ratio}\n"
+        "    chosen, taken = [], set()\n"
+        "    for i in range(m):\n"
+        f"        {target}\n"
+        "        free = [p for p in candidates if p not in taken]\n"
+        f"        {pick}\n"
+        "        chosen.append(pick)\n"
+        "        taken.update({pick, n - pick})\n"
+        "    return chosen\n"
+    )
+    return path
+
+
+def test_exercise_2_rule_as_the_readme_writes_it_is_the_planners(tmp_path):
+    """The literal reading of the README's rule passes and is select_permutations exactly,
+    wherever there are rings enough to choose from."""
+    from planner.topology.totient import select_permutations, totient_strides
+    from topolab.lab import run_check
+
+    lines = formula_lines(2)
+    assert len(lines) == 3
+    path = strides_module(tmp_path, lines)
+    assert run_check(2, path).passed
+    select_strides = load_module(path, "lab2_readme").select_strides
+    compared = 0
+    for n in range(5, 200):
+        for d in (2, 4, 6, 8):
+            if d // 2 <= len(totient_strides(n)) // 2:
+                assert select_strides(n, d) == select_permutations(totient_strides(n), d // 2, n), (n, d)
+                compared += 1
+    assert compared > 500
+
+
+def test_exercise_2_a_sequence_ending_at_the_largest_candidate_fails(tmp_path):
+    """The reading that led a student astray: the geometric sequence including hi."""
+    from topolab.lab import run_check
+
+    right, wrong = "(1 / m)", "(1 / (m - 1))"
+    lines = formula_lines(2)
+    assert right in lines[0]
+    path = strides_module(tmp_path, [lines[0].replace(right, wrong)] + lines[1:])
+    assert not run_check(2, path).passed
+
+
+def test_exercise_2_worked_examples():
+    checker = load_checker(2)
+    text = flat(readme(2))
+    assert f"ratio = 11^(1/2) = {11**0.5:.4g}, targets 1 and {11**0.5:.4g}, strides 1 and 5" in text
+    assert module(2, "solution").select_strides(12, 4) == [1, 5]
+    ratio = 1023 ** (1 / 4)
+    targets = [f"{ratio**i:.4g}" for i in range(4)]
+    strides = module(2, "solution").select_strides(1024, 8)
+    assert (
+        f"ratio = 1023^(1/4) = {ratio:.4g}, targets {', '.join(targets[:3])} and {targets[3]}, "
+        f"strides {', '.join(map(str, strides[:3]))} and {strides[3]}" in text
+    )
+    inclusive = strides_module_inclusive(1024, 8)
+    assert inclusive == [1, 11, 103, 3] and 1023 in module(2, "starter").candidates(1024)
+    assert (
+        f"takes {inclusive[0]}, {inclusive[1]}, {inclusive[2]} and then, n - 1 being taken, the smallest "
+        f"free candidate, {inclusive[3]}: diameter {checker.diameter(1024, inclusive)} instead of "
+        f"{checker.diameter(1024, strides)}" in text
+    )
+
+
+def strides_module_inclusive(n: int, d: int) -> list[int]:
+    """The README's own example of the wrong reading: ratio (hi/lo)^(1/(m-1))."""
+    candidates = module(2, "starter").candidates(n)
+    lo, hi, m = candidates[0], candidates[-1], d // 2
+    ratio = (hi / lo) ** (1 / (m - 1))
+    chosen: list[int] = []
+    taken: set[int] = set()
+    for i in range(m):
+        free = [p for p in candidates if p not in taken]
+        pick = next((p for p in free if p >= lo * ratio**i - 1e-9), free[0])
+        chosen.append(pick)
+        taken.update({pick, n - pick})
+    return chosen
 
 
 def test_exercise_3_bytes_per_rank_and_peers():

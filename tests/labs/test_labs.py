@@ -13,11 +13,11 @@ from topolab.cli import main
 from topolab.lab import LABS_DIR, exercises, load_checker, run_check
 
 EXERCISES = sorted(exercises())
-MIN_EXERCISES = 6
+COURSE = list(range(1, 11))  # TopoOpt's ideas (1-7), forest packing, LIBRA, placement (8-10)
 
 
 def test_the_course_has_its_exercises_each_complete():
-    assert len(EXERCISES) >= MIN_EXERCISES
+    assert EXERCISES == COURSE
     for number, folder in exercises().items():
         for part in ("README.md", "Makefile", "check.py", "starter", "solution"):
             assert (folder / part).exists(), f"exercise {number}: {part} missing"
@@ -103,9 +103,48 @@ def test_student_module_hook_and_bad_inputs(tmp_path, capsys):
     assert err.count("\n") == 2 and "N 99" in err and "--module" in err
 
 
+def test_lab_list_names_every_exercise_with_its_title(capsys):
+    assert main(["lab", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [int(line.split()[0]) for line in lines] == COURSE
+    for line, (number, folder) in zip(lines, exercises().items()):
+        assert folder.name in line and line.endswith(load_checker(number).TITLE)
+
+
+OTHER_SYSTEMS = {number: load_checker(number).FUNCTIONS for number in (8, 9, 10)}
+
+
+@pytest.mark.parametrize(
+    ("number", "function"), [(n, sig.split("(")[0]) for n, sigs in OTHER_SYSTEMS.items() for sig in sigs]
+)
+def test_each_starter_function_of_the_other_systems_fails_on_its_own(number, function, tmp_path):
+    """Exercises 8-10: the solution with only ``function`` taken from the starter fails, so
+    every TODO is one the checker sees (not only the first one a student meets)."""
+    folder = exercises()[number]
+    name = load_checker(number).STUDENT_FILE
+    solution = (folder / "solution" / name).read_text()
+    starter = (folder / "starter" / name).read_text()
+    todo = next(node for node in ast.parse(starter).body if isinstance(node, ast.FunctionDef) and node.name == function)
+    mixed = tmp_path / name
+    mixed.write_text(f"{solution}\n\n{ast.get_source_segment(starter, todo)}\n")
+    assert not run_check(number, mixed).passed
+
+
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("TOPOLAB_LAB_EMULATE") != "1", reason="emulated checks: set TOPOLAB_LAB_EMULATE=1")
 def test_ring_allreduce_solution_runs_on_the_emulator():
     assert LABS_DIR.is_dir()
     assert run_check(3, solution=True, emulate=True).passed
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TOPOLAB_LAB_EMULATE") != "1", reason="emulated checks: set TOPOLAB_LAB_EMULATE=1")
+@pytest.mark.parametrize("number", [8, 9])
+def test_the_other_systems_solutions_measure_on_the_emulator(number, capsys):
+    """Exercise 8 measures the rings and the forest, 9 LIBRA's split and equal shares: both
+    verified by the workers, each printed beside its prediction."""
+    assert run_check(number, solution=True, emulate=True).passed
+    measured = [line for line in capsys.readouterr().out.splitlines() if "measured" in line]
+    assert len(measured) == 2 and all(line.endswith("verified") for line in measured)
