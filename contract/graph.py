@@ -15,6 +15,12 @@ micro-batch of ``batch`` samples:
 - ``forward_us`` and ``backward_us`` (optional): measured durations, which override the FLOP
   model when present (a Chakra trace's compute nodes).
 
+A parameter that several operators read (tied weights: a GPT's token embedding and its output
+projection, one tensor) is one parameter: the first operator that reads it counts it in its
+``params`` and ``param_bytes``, and the graph's optional ``shared`` list (`SharedParameter`)
+names every operator that reads it, so a strategy reduces its one gradient over the servers
+that hold any of its readers (planner.strategy.strategies).
+
 `OperatorGraph.to_dict` and `OperatorGraph.from_dict` are the file format (docs/models.md);
 `from_dict` validates every field and raises `GraphFormatError` naming the first bad one.
 Every number has an upper bound (`MAX_GRAPH_BATCH` and the others below), set far beyond
@@ -69,14 +75,28 @@ class GraphOperator:
 
 
 @dataclass(frozen=True)
+class SharedParameter:
+    """One parameter read by several operators (tied weights; module docstring): ``ops[0]``
+    counts its ``params`` and ``param_bytes`` among its own, ``ops[1:]`` read it too. ``name``
+    is the parameter's name in the model (``tokens.weight``)."""
+
+    name: str
+    params: int
+    param_bytes: int
+    ops: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class OperatorGraph:
     """A model as operators (module docstring). ``source`` says where it came from (a
-    factory, a trace); ``batch`` is the micro-batch its figures are counted for."""
+    factory, a trace); ``batch`` is the micro-batch its figures are counted for; ``shared``
+    the parameters several operators read (empty: none)."""
 
     name: str
     source: str
     batch: int
     ops: tuple[GraphOperator, ...]
+    shared: tuple[SharedParameter, ...] = ()
 
     @property
     def params(self) -> int:
@@ -113,14 +133,21 @@ class OperatorGraph:
             if op.backward_us is not None:
                 d["backward_us"] = op.backward_us
             ops.append(d)
-        return {"format": GRAPH_FORMAT, "name": self.name, "source": self.source, "batch": self.batch, "ops": ops}
+        doc: dict[str, Any] = {"format": GRAPH_FORMAT, "name": self.name, "source": self.source, "batch": self.batch}
+        if self.shared:
+            doc["shared"] = [
+                {"name": p.name, "params": p.params, "param_bytes": p.param_bytes, "ops": list(p.ops)}
+                for p in self.shared
+            ]
+        doc["ops"] = ops
+        return doc
 
     @classmethod
     def from_dict(cls, d: Any) -> OperatorGraph:
         """Validate a parsed document; `GraphFormatError` names the first field that is wrong."""
         if not isinstance(d, dict):
             raise GraphFormatError("(document)", f"expected a JSON object, got {type(d).__name__}")
-        known = {"format", "name", "source", "batch", "ops"}
+        known = {"format", "name", "source", "batch", "shared", "ops"}
         for key in d:
             if key not in known:
                 raise GraphFormatError(str(key), f"unknown field (known: {', '.join(sorted(known))})")
@@ -150,7 +177,8 @@ class OperatorGraph:
                     )
             seen.add(op.name)
             ops.append(op)
-        return cls(name, source, batch, tuple(ops))
+        shared = _shared(d, {op.name: op for op in ops})
+        return cls(name, source, batch, tuple(ops), shared)
 
 
 _OP_FIELDS = (
@@ -209,6 +237,48 @@ def _field(
         if want is float:
             value = float(value)
     return value
+
+
+_SHARED_FIELDS = ("name", "params", "param_bytes", "ops")
+
+
+def _shared(d: dict[str, Any], ops: dict[str, GraphOperator]) -> tuple[SharedParameter, ...]:
+    """The optional ``shared`` list: each entry a parameter of >= 2 distinct operators of
+    the graph, its figures within what its first operator counts (with the graph's other
+    shared parameters that operator counts)."""
+    raw_list = _field(d, "shared", list, "shared", required=False) or []
+    if len(raw_list) > MAX_GRAPH_OPERATORS:
+        raise GraphFormatError("shared", f"more than {MAX_GRAPH_OPERATORS:,} parameters ({len(raw_list):,})")
+    out: list[SharedParameter] = []
+    counted: dict[str, tuple[int, int]] = {}  # operator -> (params, bytes) of its shared parameters so far
+    for i, raw in enumerate(raw_list):
+        where = f"shared[{i}]"
+        if not isinstance(raw, dict):
+            raise GraphFormatError(where, f"expected an object, got {type(raw).__name__}")
+        for key in raw:
+            if key not in _SHARED_FIELDS:
+                raise GraphFormatError(f"{where}.{key}", f"unknown field (known: {', '.join(_SHARED_FIELDS)})")
+        name = _field(raw, "name", str, f"{where}.name")
+        params = _field(raw, "params", int, f"{where}.params", limit=MAX_OP_PARAMS)
+        param_bytes = _field(raw, "param_bytes", int, f"{where}.param_bytes", limit=MAX_OP_BYTES)
+        readers = _field(raw, "ops", list, f"{where}.ops")
+        for j, op in enumerate(readers):
+            if not isinstance(op, str) or op not in ops:
+                raise GraphFormatError(f"{where}.ops[{j}]", f"{_shown(op)} is not an operator of the graph")
+        if len(set(readers)) != len(readers) or len(readers) < 2:
+            raise GraphFormatError(f"{where}.ops", "expected two or more distinct operators (the first counts it)")
+        first = ops[readers[0]]
+        before = counted.get(first.name, (0, 0))
+        total = (before[0] + params, before[1] + param_bytes)
+        if total[0] > first.params or total[1] > first.param_bytes:
+            raise GraphFormatError(
+                f"{where}.ops[0]",
+                f"{_shown(first.name)} counts {first.params:,} parameters ({first.param_bytes:,} bytes), "
+                f"fewer than its shared ones ({total[0]:,}, {total[1]:,} bytes)",
+            )
+        counted[first.name] = total
+        out.append(SharedParameter(name, params, param_bytes, tuple(readers)))
+    return tuple(out)
 
 
 def _operator(raw: Any, where: str) -> GraphOperator:

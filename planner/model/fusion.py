@@ -22,7 +22,8 @@ its state space smaller and every cost evaluation cheaper, so the graph is shrun
 Operator cost = forward + backward compute (forward + backward FLOPs x batch at the device
 rate; backward = 2x forward for the zoo) + the ring AllReduce time of its gradients at the
 server's total bandwidth. Merged operators add parameters, gradient bytes and FLOPs; their
-output is the output of the group's sink.
+output is the output of the group's sink. A shared parameter (tied weights) is read by the
+groups of its readers; one that all its readers' group holds is that group's own.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from contract.graph import SharedParameter
 from contract.physics import compute_seconds
 
 from .opgraph import Operator, OpGraph
@@ -259,9 +261,21 @@ def _rebuild(graph: OpGraph, groups: _Groups) -> OpGraph:
                 heapq.heappush(ready, s)
     if len(order) != len(roots):  # pragma: no cover - merges are cycle-checked
         raise ValueError("fusion produced a cycle")
-    fused = OpGraph(graph.model, tuple(ops[r] for r in order))
+    fused = OpGraph(graph.model, tuple(ops[r] for r in order), _shared_by_groups(graph, groups, name))
     fused.validate()
     return fused
+
+
+def _shared_by_groups(graph: OpGraph, groups: _Groups, name: dict[int, str]) -> tuple[SharedParameter, ...]:
+    """``graph``'s shared parameters as its groups read them: each reader replaced by its
+    group (the counting operator's group first, as its gradient bytes are there); a parameter
+    whose readers all fell into one group is that group's own."""
+    out: list[SharedParameter] = []
+    for p in graph.shared:
+        readers = list(dict.fromkeys(name[groups.find(graph.index[op])] for op in p.ops))
+        if len(readers) > 1:
+            out.append(replace(p, ops=tuple(readers)))
+    return tuple(out)
 
 
 def regroup(graph: OpGraph, groups: list[tuple[str, ...]]) -> OpGraph:

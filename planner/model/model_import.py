@@ -12,7 +12,9 @@ dimension of the first input tensor. `import_model` turns it into an `OperatorGr
 2. Every ATen node that depends on the model's inputs is one operator; nodes computed from
    parameters and constants alone (a weight's transpose, position ids) are folded into the
    first operator that reads them. An operator's parameters are the parameters it (or what
-   was folded into it) reads, each counted once, at the first reader.
+   was folded into it) reads, each counted once, at the first reader. A parameter that
+   several operators read (tied weights: one tensor, whatever its names) is recorded in the
+   graph's ``shared`` list with all its readers (contract.graph.SharedParameter).
 3. FLOPs: each node is re-run on ``meta`` tensors of its traced shapes under
    ``torch.utils.flop_counter.FlopCounterMode`` (forward), and its backward is
    ``torch.autograd.grad`` of its outputs with respect to the inputs that need a gradient
@@ -40,6 +42,7 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import importlib.util
+import io
 import logging
 import operator
 import os
@@ -47,13 +50,13 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
 from contract.files import FileInputError, read_capped
-from contract.graph import GraphOperator, OperatorGraph
+from contract.graph import GraphOperator, OperatorGraph, SharedParameter
 
 from .paths import resolve_path
 
@@ -233,25 +236,48 @@ def trace_module(module: Any, inputs: Any, name: str, source: str, where: str = 
             exported = torch.export.export(module, args, kwargs, strict=False).run_decompositions()
         except Exception as err:
             raise UsageError(f"{where}: {_trace_failure(err)}") from None
-        ops = _operators(torch, exported)
+        ops, shared = _operators(torch, exported)
     if not ops:
         raise UsageError(f"{where}: the traced model computes nothing from its inputs")
-    return OperatorGraph(name, source, max(batch, 1), tuple(ops))
+    return OperatorGraph(name, source, max(batch, 1), tuple(ops), shared)
 
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    """Tracing without torch's warnings and log lines (its report on a failure is the
-    one-line error instead)."""
+    """Tracing without torch's warnings, log lines and prints (its report on a failure is the
+    one-line error instead): ``torch.export`` prints a failed trace's partial graph to
+    ``sys.stderr`` (26 lines for a data-dependent branch), so the standard error is a
+    discarded buffer inside the block, both Python's ``sys.stderr`` and file descriptor 2
+    (what torch's C++ code writes to), and is restored afterwards."""
     log = logging.getLogger("torch")
     level = log.level
     log.setLevel(logging.CRITICAL)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _fd_to_devnull(2), redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             yield
     finally:
         log.setLevel(level)
+
+
+@contextmanager
+def _fd_to_devnull(fd: int) -> Iterator[None]:
+    """File descriptor ``fd`` writes to /dev/null inside the block and to where it did
+    afterwards (nothing is changed when ``fd`` is not open)."""
+    try:
+        saved = os.dup(fd)
+    except OSError:
+        yield
+        return
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+        yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _split_inputs(torch: Any, inputs: Any, where: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -286,29 +312,38 @@ def _relative(path: str) -> str:
         return path
 
 
-def _operators(torch: Any, exported: Any) -> list[GraphOperator]:
-    """Steps 2-4 of the module docstring on the exported program."""
+def _operators(torch: Any, exported: Any) -> tuple[list[GraphOperator], tuple[SharedParameter, ...]]:
+    """Steps 2-4 of the module docstring on the exported program, and the parameters that
+    several operators read (step 2)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     sig = exported.graph_signature
     param_of = dict(sig.inputs_to_parameters)
     state = exported.state_dict
     user = set(sig.user_inputs)
+    # A parameter is its tensor: tied weights are one tensor under several names (torch.export
+    # lifts them once; the tensor's identity holds even where it would not).
+    tensor_names: dict[int, list[str]] = {}
+    for fqn, t in state.items():
+        tensor_names.setdefault(id(t), []).append(fqn)
     live: dict[Any, bool] = {}  # depends on the model's inputs
     needs_grad: dict[Any, bool] = {}
     owner: dict[Any, Any] = {}  # node -> the operator node it belongs to (getitem -> its producer)
     pending: dict[Any, dict[str, Any]] = {}  # folded constant nodes -> what they carry
+    reads: dict[Any, frozenset[int]] = {}  # a parameter or folded node -> the parameters it reads
     ops: dict[Any, dict[str, Any]] = {}
-    claimed: set[str] = set()
+    claimed: set[int] = set()
     names: dict[Any, str] = {}
 
     def carry() -> dict[str, Any]:
-        return {"params": 0, "param_bytes": 0, "fwd": 0.0, "bwd": 0.0, "kind": "other"}
+        return {"params": 0, "param_bytes": 0, "fwd": 0.0, "bwd": 0.0, "kind": "other", "counts": set()}
 
     for node in exported.graph.nodes:
         if node.op == "placeholder":
             live[node] = node.name in user
             needs_grad[node] = node.name in param_of
+            if node.name in param_of:
+                reads[node] = frozenset({id(state[param_of[node.name]])})
             continue
         if node.op != "call_function":
             continue
@@ -322,12 +357,15 @@ def _operators(torch: Any, exported: Any) -> list[GraphOperator]:
         here["kind"] = KIND_OF.get(_op_name(node), "other")
         for n in inputs:  # parameters read here (counted once)
             fqn = param_of.get(n.name)
-            if fqn is not None and fqn not in claimed:
-                claimed.add(fqn)
+            if fqn is not None and id(state[fqn]) not in claimed:
+                claimed.add(id(state[fqn]))
+                here["counts"].add(id(state[fqn]))
                 t = state[fqn]
                 here["params"] += t.numel()
                 here["param_bytes"] += t.numel() * t.element_size()
         here["fwd"], here["bwd"], needs_grad[node] = _flops(torch, FlopCounterMode, node, needs_grad)
+        # The parameters it reads, itself or through folded nodes (not through an operator's output).
+        read = frozenset().union(*(reads.get(owner.get(n, n), frozenset()) for n in inputs))
         for n in inputs:  # what folded constant producers carry comes here
             src = owner.get(n, n)
             if src in pending:
@@ -335,12 +373,15 @@ def _operators(torch: Any, exported: Any) -> list[GraphOperator]:
         if not live[node]:
             pending[node] = here
             owner[node] = node
+            reads[node] = read
             continue
         owner[node] = node
         ops[node] = here
         names[node] = _op_label(node)
+        here["reads"] = read
         here["inputs"] = sorted({owner.get(n, n) for n in inputs if owner.get(n, n) in ops}, key=list(ops).index)
         here["out_bytes"] = _out_bytes(torch, node)
+    shared = _shared_parameters(state, tensor_names, ops, names)
     out: list[GraphOperator] = []
     for node, d in ops.items():
         out.append(
@@ -355,12 +396,38 @@ def _operators(torch: Any, exported: Any) -> list[GraphOperator]:
                 tuple(names[p] for p in d["inputs"]),
             )
         )
-    return out
+    return out, shared
+
+
+def _shared_parameters(
+    state: dict[str, Any], tensor_names: dict[int, list[str]], ops: dict[Any, dict[str, Any]], names: dict[Any, str]
+) -> tuple[SharedParameter, ...]:
+    """Every parameter that two or more operators read (tied weights), with the operator
+    that counts it first and the others in graph order (contract.graph.SharedParameter)."""
+    readers: dict[int, list[Any]] = {}
+    for node, d in ops.items():
+        for key in d["reads"]:
+            readers.setdefault(key, []).append(node)
+    counter = {key: node for node, d in ops.items() for key in d["counts"]}
+    shared: list[SharedParameter] = []
+    for key, nodes in readers.items():
+        if len(nodes) < 2 or key not in counter:  # one reader; or counted nowhere (read by no operator)
+            continue
+        t = state[tensor_names[key][0]]
+        first = counter[key]
+        order = [first, *(n for n in nodes if n is not first)]
+        shared.append(
+            SharedParameter(
+                tensor_names[key][0], t.numel(), t.numel() * t.element_size(), tuple(names[n] for n in order)
+            )
+        )
+    return tuple(shared)
 
 
 def _absorb(here: dict[str, Any], folded: dict[str, Any]) -> None:
     for key in ("params", "param_bytes", "fwd", "bwd"):
         here[key] += folded[key]
+    here["counts"] |= folded["counts"]
     if here["kind"] == "other":
         here["kind"] = folded["kind"]
 

@@ -16,13 +16,17 @@ activation bytes; backward = `BACKWARD_FLOPS_RATIO` x forward unless the layer g
 own). Fused operators
 (planner.model.fusion) are `Operator`s too, with ``members`` naming the zoo layers they contain.
 An imported model's graph (planner.model.workload_graph) is built of the same `Operator`s, with
-its own backward FLOPs and gradient bytes.
+its own backward FLOPs and gradient bytes, and its shared parameters (`OpGraph.shared`: tied
+weights, each counted by its first reader, its one gradient reduced as
+planner.strategy.strategies says).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+
+from contract.graph import SharedParameter
 
 from .zoo import FLOAT_BYTES, Model, get_model
 
@@ -68,10 +72,13 @@ class Operator:
 
 @dataclass(frozen=True)
 class OpGraph:
-    """A DAG of operators in a topological order (``ops[i]`` only reads from ``ops[:i]``)."""
+    """A DAG of operators in a topological order (``ops[i]`` only reads from ``ops[:i]``).
+    ``shared``: the parameters several of its operators read (contract.graph.SharedParameter:
+    ``ops[0]`` counts one in its ``params`` and ``param_bytes``, the others read it too)."""
 
     model: str
     ops: tuple[Operator, ...]
+    shared: tuple[SharedParameter, ...] = ()
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -89,6 +96,40 @@ class OpGraph:
                 out[p].append(i)
         return tuple(tuple(s) for s in out)
 
+    @cached_property
+    def readers(self) -> tuple[tuple[int, ...], ...]:
+        """``readers[k]``: the operators reading ``shared[k]``, in graph order."""
+        return tuple(tuple(sorted(self.index[name] for name in p.ops)) for p in self.shared)
+
+    @cached_property
+    def sharing(self) -> tuple[tuple[int, ...], ...]:
+        """``sharing[i]``: the shared parameters operator ``i`` reads (indices into ``shared``)."""
+        out: list[list[int]] = [[] for _ in self.ops]
+        for k, readers in enumerate(self.readers):
+            for i in readers:
+                out[i].append(k)
+        return tuple(tuple(ks) for ks in out)
+
+    @cached_property
+    def shared_counted(self) -> tuple[int, ...]:
+        """Bytes of shared parameters each operator counts in its ``param_bytes``."""
+        out = [0] * len(self.ops)
+        for p in self.shared:
+            out[self.index[p.ops[0]]] += p.param_bytes
+        return tuple(out)
+
+    @cached_property
+    def tables(self) -> tuple[int, ...]:
+        """The embedding tables a strategy may place on servers: every embedding operator but
+        one that shares a parameter with an operator that is not a table (a GPT's token
+        embedding tied to its output projection: the projection needs the weight on every
+        server, so the table is there too)."""
+        return tuple(
+            i
+            for i, op in enumerate(self.ops)
+            if op.is_embedding and all(self.ops[j].is_embedding for k in self.sharing[i] for j in self.readers[k])
+        )
+
     @property
     def params(self) -> int:
         return sum(op.params for op in self.ops)
@@ -105,7 +146,8 @@ class OpGraph:
         return len(self.ops)
 
     def validate(self) -> None:
-        """Raise ValueError unless names are unique and every input precedes its reader."""
+        """Raise ValueError unless names are unique, every input precedes its reader and
+        every shared parameter is read by two or more of the operators, counted by the first."""
         seen: set[str] = set()
         for op in self.ops:
             if op.name in seen:
@@ -114,6 +156,12 @@ class OpGraph:
                 if p not in seen:
                     raise ValueError(f"{op.name!r} reads {p!r}, which does not precede it")
             seen.add(op.name)
+        for p in self.shared:
+            if len(set(p.ops)) != len(p.ops) or len(p.ops) < 2 or not seen.issuperset(p.ops):
+                raise ValueError(f"shared parameter {p.name!r}: readers {p.ops!r} are not two or more operators")
+        for i, counted in enumerate(self.shared_counted):
+            if counted > self.ops[i].param_bytes:
+                raise ValueError(f"{self.ops[i].name!r} counts fewer bytes than its shared parameters")
 
 
 def _edges(model: Model) -> dict[str, tuple[str, ...]]:

@@ -66,7 +66,7 @@ def imported_graph(g: OperatorGraph, device_tflops: float) -> OpGraph:
                 op.param_bytes,
             )
         )
-    graph = OpGraph(g.name, tuple(ops))
+    graph = OpGraph(g.name, tuple(ops), g.shared)
     graph.validate()
     return graph
 
@@ -90,10 +90,11 @@ def _si(x: float, unit: str) -> str:
 
 
 def has_tables(w: Workload) -> bool:
-    """Does the job have embedding tables (the `hybrid` strategy places them)?"""
+    """Does the job have embedding tables the `hybrid` strategy places (`OpGraph.tables`:
+    not one tied to a dense operator)?"""
     if w.graph is None:
         return bool(get_model(w.model).embeddings)
-    return any(op.kind == "embedding" for op in w.graph.ops)
+    return bool(imported_graph(w.graph, w.device_tflops).tables)
 
 
 def workload_from_table(

@@ -25,6 +25,16 @@ The state of the MCMC search (docs/algorithms.md section 5). Every server proces
 - a trace's all-to-all (kind ``alltoall``, planner.model.chakra): every server sends
   out_bytes x batch / n to every other in the forward pass and the gradients back, whatever
   the choice.
+- a shared parameter (tied weights, `OpGraph.shared`: a GPT's token embedding and its output
+  projection) is one parameter with one gradient, reduced once over the servers that hold any
+  of its readers (`shared_syncs`): in the layout of its least-sharded copy (the smallest m
+  among its dense readers, 1 for a replicated table), its bytes / m per coset group; nothing
+  when every reader is a table placed on the same servers (one copy of each row); over all n
+  servers when they are tables placed apart. The reduction is issued with the first reader in
+  graph order that holds it in that layout (the last whose backward adds to the gradient; a
+  placed table, which reduces nothing of its own, may issue it). The `hybrid` strategy places
+  only tables that share no parameter with a dense operator (`OpGraph.tables`): a table tied to
+  the output projection is on every server anyway.
 """
 
 from __future__ import annotations
@@ -76,11 +86,11 @@ def data_parallel(graph: OpGraph) -> Strategy:
 
 def table_placement_start(graph: OpGraph, n: int) -> Strategy:
     """The usual DLRM-style hybrid: tables placed largest first on the least-loaded server,
-    dense layers data parallel (the `hybrid` strategy)."""
+    dense layers data parallel (the `hybrid` strategy). A table that shares a parameter with
+    a dense operator (`OpGraph.tables`) stays replicated, as that operator needs it everywhere."""
     load = [0] * n
     owners: dict[int, int] = {}
-    emb = [i for i, op in enumerate(graph.ops) if op.is_embedding]
-    for i in sorted(emb, key=lambda i: (-graph.ops[i].params, graph.ops[i].name)):
+    for i in sorted(graph.tables, key=lambda i: (-graph.ops[i].params, graph.ops[i].name)):
         s = min(range(n), key=lambda s: (load[s], s))
         owners[i] = s
         load[s] += graph.ops[i].params
@@ -105,12 +115,12 @@ FIXED_STRATEGIES = ("data", "hybrid")
 
 def fixed_strategy(graph: OpGraph, n: int, name: str, mp_degree: int = 2) -> Strategy:
     """``data``: every operator replicated. ``hybrid``: models with embedding tables place
-    each table on one server (`table_placement_start`); dense models shard their largest
-    operators (`sharded_start`)."""
+    each table on one server (`table_placement_start`); dense models, and models whose only
+    tables are tied to dense operators, shard their largest operators (`sharded_start`)."""
     if name == "data":
         return data_parallel(graph)
     if name == "hybrid":
-        if any(op.is_embedding for op in graph.ops):
+        if graph.tables:
             return table_placement_start(graph, n)
         return sharded_start(graph, mp_degree)
     raise ValueError(f"strategy {name!r} is not one of {', '.join(FIXED_STRATEGIES)} (search builds its own)")
@@ -211,24 +221,89 @@ class OpTraffic:
     backward: np.ndarray  # backward seconds per server (2x forward for a zoo operator)
 
 
+def _copies(op: Operator, choice: OpChoice) -> int | None:
+    """m of the coset layout an operator's parameters are held in (1: whole on every server;
+    m: 1/m on each), or None when they are not replicated (a placed table, an all-to-all)."""
+    if op.is_exchange or (op.is_embedding and choice.owner >= 0):
+        return None
+    return 1 if op.is_embedding else choice.mp
+
+
+def shared_syncs(graph: OpGraph, strategy: Strategy) -> tuple[tuple[int, int], ...]:
+    """Per shared parameter of ``graph`` (`OpGraph.shared`): (the operator that issues its
+    gradient's reduction, m of the reduction's coset layout, 0 for none), as the module
+    docstring says. A placed table issues the reductions of one layout at most."""
+    out: list[tuple[int, int]] = []
+    issued: dict[int, int] = {}  # a placed table -> the layout it issues
+    for readers in graph.readers:
+        held = [m for i in readers if (m := _copies(graph.ops[i], strategy[i])) is not None]
+        if held:
+            m = min(held)
+        elif len({(strategy[i].owner, strategy[i].shards) for i in readers}) == 1:
+            out.append((readers[0], 0))  # every reader is a table placed on the same servers
+            continue
+        else:
+            m = 1  # tables placed apart: every server may hold a copy
+        issuer = next(
+            (
+                i
+                for i in readers
+                if _copies(graph.ops[i], strategy[i]) == m
+                or (graph.ops[i].is_embedding and strategy[i].owner >= 0 and issued.get(i, m) == m)
+            ),
+            readers[0],
+        )
+        if _copies(graph.ops[issuer], strategy[issuer]) is None:
+            issued[issuer] = m
+        out.append((issuer, m))
+    return tuple(out)
+
+
+def _shared_sync(graph: OpGraph, strategy: Strategy, i: int) -> tuple[int, float]:
+    """(layout, bytes per group) of the shared parameters whose reduction operator ``i``
+    issues: (0, 0.0) for none."""
+    if not graph.sharing[i]:
+        return 0, 0.0
+    syncs = shared_syncs(graph, strategy)
+    layout, nbytes = 0, 0.0
+    for k in graph.sharing[i]:
+        issuer, m = syncs[k]
+        if issuer == i and m:
+            layout, nbytes = m, nbytes + graph.shared[k].param_bytes / m
+    return layout, nbytes
+
+
 def op_traffic(graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int, device_tflops: float) -> OpTraffic:
-    """The traffic and compute of operator ``i`` under ``strategy`` (module docstring)."""
+    """The traffic and compute of operator ``i`` under ``strategy`` (module docstring): its
+    gradients are its own parameters' (``param_bytes`` less the shared ones it counts) and
+    those of the shared parameters whose reduction it issues."""
     op, choice = graph.ops[i], strategy[i]
     forward, backward = (compute_seconds(f, batch, device_tflops) for f in (op.flops, op.backward_flops))
+    own = op.param_bytes - graph.shared_counted[i]
+    shared_layout, shared_bytes = _shared_sync(graph, strategy, i)
+    if shared_layout and n // shared_layout <= 1:  # a group of one server reduces nothing
+        shared_layout, shared_bytes = 0, 0.0
     if op.is_exchange:  # a trace's all-to-all, whatever the choice
         everyone = np.arange(n)
         return OpTraffic(
-            Flows.empty(), owner_fanout(n, everyone, op.out_bytes * batch / n), np.zeros(n), 0, 0.0, np.zeros(n)
+            Flows.empty(),
+            owner_fanout(n, everyone, op.out_bytes * batch / n),
+            np.zeros(n),
+            shared_layout,
+            shared_bytes,
+            np.zeros(n),
         )
     if op.is_embedding:
         if choice.owner < 0:
             share = np.ones(n)
-            return OpTraffic(Flows.empty(), Flows.empty(), forward * share, 1, float(op.param_bytes), backward * share)
+            return OpTraffic(
+                Flows.empty(), Flows.empty(), forward * share, 1, float(own) + shared_bytes, backward * share
+            )
         owners = shard_servers(n, choice)
         share = np.zeros(n)
         share[owners] = n / choice.shards
         lookups = owner_fanout(n, owners, op.out_bytes * batch / choice.shards)
-        return OpTraffic(Flows.empty(), lookups, forward * share, 0, 0.0, backward * share)
+        return OpTraffic(Flows.empty(), lookups, forward * share, shared_layout, shared_bytes, backward * share)
     m = choice.mp
     compute = np.full(n, forward)
     fwd_in = Flows.empty()
@@ -239,7 +314,7 @@ def op_traffic(graph: OpGraph, strategy: Strategy, i: int, n: int, batch: int, d
         fwd_in = block_allgather(n, m, in_bytes * batch)
     fwd_out = block_allgather(n, m, op.out_bytes * batch) if m > 1 and graph.succs[i] else Flows.empty()
     groups = n // m
-    return OpTraffic(fwd_in, fwd_out, compute, m if groups > 1 else 0, op.param_bytes / m, np.full(n, backward))
+    return OpTraffic(fwd_in, fwd_out, compute, m if groups > 1 else 0, own / m + shared_bytes, np.full(n, backward))
 
 
 def coset(n: int, m: int, s: int) -> tuple[int, ...]:
@@ -293,12 +368,14 @@ def _op_pairs(
 def traffic_arrays(graph: OpGraph, strategy: Strategy, n: int, batch: int, cache: dict | None = None) -> TrafficArrays:
     """The AllReduce bytes per coset layout and the MP pair matrix of ``strategy``.
     ``cache`` (any dict kept between calls for one graph, n and batch) memoizes the
-    per-operator pieces, which only depend on the operator's and its producers' choices."""
+    per-operator pieces, which only depend on the operator's and its producers' choices (and,
+    for a reader of a shared parameter, on its readers' choices)."""
     groups: dict[int, float] = {}
     idx: list[np.ndarray] = []
     val: list[np.ndarray] = []
+    tied = tuple(strategy[r] for readers in graph.readers for r in readers)  # what shared reductions depend on
     for i in range(len(graph)):
-        key = (i, strategy[i], tuple(strategy[p] for p in graph.preds[i]))
+        key = (i, strategy[i], tuple(strategy[p] for p in graph.preds[i]), tied if graph.sharing[i] else ())
         piece = cache.get(key) if cache is not None else None
         if piece is None:
             piece = _op_pairs(graph, strategy, i, n, batch)

@@ -3,6 +3,8 @@ bad input is one line, exit 2, and leaves no file."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from planner.model.graph_file import read_graph
@@ -38,3 +40,22 @@ def test_a_bad_graph_file_is_one_line_naming_the_field(tmp_path, capsys):
     assert main(["plan", str(tmp_path / "s.toml")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"topolab: {tmp_path / 's.toml'}: workload.graph: {tmp_path / 'g.json'}: ops[0].kind: missing"
+
+
+def test_an_untraceable_model_is_one_line_on_stderr_not_torchs_graph_dump(tmp_path):
+    """torch.export prints a failed trace's partial graph to stderr (26 lines for a branch on
+    a tensor's value); the command says only why, on one line (a process, so torch's own
+    writes to the real stderr are seen too)."""
+    out = tmp_path / "g.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "topolab", "import", f"{TINY}:build_branchy", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "cannot be traced: data-dependent control flow" in lines[0] and "tiny.py:63" in lines[0]
+    assert done.stdout == "" and not out.exists()
