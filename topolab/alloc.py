@@ -14,8 +14,10 @@ AllReduce, at equal shares, at LIBRA's split of the other schedule (run as that 
 and at a range of dimension-0 shares (the other dimensions keep LIBRA's proportions). For
 each: the model (max or sum over d of a_d / B_d at TCP goodput), the flow model's prediction
 and, with ``--measure`` (root), the time on the emulated network, every AllReduce verified
-by the workers. Times are emulated seconds. Writes alloc.json and alloc.png (time against
-dimension 0's share, LIBRA's choice marked) into ``--out``.
+by the workers. Times are the real cluster's milliseconds, as ``alloc`` without ``--sweep``
+gives them: the emulated seconds over the time scale (``budget_gbps`` x 1000 /
+``budget_mbps``); alloc.json keeps both (``*_s`` emulated, ``*_ms`` real). Writes alloc.json
+and alloc.png (time against dimension 0's share, LIBRA's choice marked) into ``--out``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from contract.emulation import EmulatedRates, EmulationConfig, emulated_rates
 from contract.errors import UsageError
 from contract.files import write_file
-from contract.physics import DEFAULT_MTU, tcp_goodput_fraction
+from contract.physics import DEFAULT_MTU, tcp_goodput_fraction, time_scale
 from planner.bandwidth.libra import allocate, allreduce_workload, model_seconds
 from planner.collectives.hierarchical import PIPELINE_CHUNKS, hierarchical_allreduce_for_plan
 from planner.cost.predict import plan_network, predict
@@ -42,6 +44,7 @@ from planner.topology.hierarchical import hierarchical_plan
 from .collective_results import parse_size
 from .network import add_network_arguments, network_config, network_flags, open_network
 from .options import bounded_int, check_output_dir, make_output_dir
+from .plan_text import REAL_TIMES, iteration_text
 
 if TYPE_CHECKING:
     from emulator import EmulationConfig
@@ -74,6 +77,11 @@ class SweepCase:
     def emulation(self) -> EmulationConfig:
         """How a row's network is emulated: the budget per server at ``budget_mbps``."""
         return EmulationConfig(link_mbps=self.budget_mbps, mtu=self.mtu)
+
+    @property
+    def time_scale(self) -> float:
+        """Emulated seconds per real second: the budget emulated at ``budget_mbps``."""
+        return time_scale(self.budget_gbps, self.budget_mbps)
 
 
 def _row(name: str, shares, mode: str) -> dict:
@@ -162,14 +170,14 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     same = sorted((r for r in rows if r["mode"] == libra["mode"]), key=lambda r: r["shares"][0])
     xs = [r["shares"][0] for r in same]
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    ax.plot(xs, [r["model_s"] for r in same], "k:", label="allocator model")
-    ax.plot(xs, [r["predicted_s"] for r in same], "o-", label="predicted (flow model)")
-    if all("measured_s" in r for r in same):
-        ax.plot(xs, [r["measured_s"] for r in same], "s-", label="measured (emulated)")
+    ax.plot(xs, [r["model_ms"] for r in same], "k:", label="allocator model")
+    ax.plot(xs, [r["predicted_ms"] for r in same], "o-", label="predicted (flow model)")
+    if all("measured_ms" in r for r in same):
+        ax.plot(xs, [r["measured_ms"] for r in same], "s-", label="measured on the emulator")
     ax.axvline(libra["shares"][0], color="grey", linestyle="--", linewidth=1)
-    ax.annotate("LIBRA", (libra["shares"][0], libra["predicted_s"]), textcoords="offset points", xytext=(6, 30))
+    ax.annotate("LIBRA", (libra["shares"][0], libra["predicted_ms"]), textcoords="offset points", xytext=(6, 30))
     ax.set_xlabel("share of the budget in dimension 0")
-    ax.set_ylabel("AllReduce time (emulated s)")
+    ax.set_ylabel("AllReduce time (ms, real cluster)")
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend()
@@ -185,20 +193,30 @@ def sweep(case: SweepCase, measure: bool, repeat: int, config: EmulationConfig |
         r["predicted_s"] = predict_row(case, r)
         if measure:
             r.update(measure_row(case, r, repeat, config, log))
+        for key in ("model", "predicted", "measured"):  # the real cluster's ms beside the emulated s
+            if f"{key}_s" in r:
+                r[f"{key}_ms"] = r[f"{key}_s"] / case.time_scale * 1e3
     return rows
 
 
 def format_sweep(rows: list[dict], case: SweepCase) -> str:
+    measured = any("measured_ms" in r for r in rows)
     lines = [
-        f"# {case.nbytes >> 20} MiB AllReduce, {case.budget_mbps:g} Mbit/s per server emulated (emulated seconds)",
-        f"{'split':<20} {'shares':>13} {'chunks':>6} {'model':>7} {'predicted':>9} {'measured':>9}",
+        f"# one {case.nbytes >> 20} MiB AllReduce (not a training iteration) on {' x '.join(map(str, case.dims))} "
+        f"servers, {case.budget_gbps:g} Gbit/s per server; {REAL_TIMES}"
+        + (
+            f" (measured on the emulator at {case.budget_mbps:g} Mbit/s per server, x{case.time_scale:g})"
+            if measured
+            else ""
+        ),
+        f"{'split':<20} {'shares':>13} {'chunks':>6} {'model ms':>9} {'predicted ms':>12} {'measured ms':>11}",
     ]
     for r in rows:
-        measured = f"{r['measured_s']:9.3f}" if "measured_s" in r else f"{'-':>9}"
+        shown = f"{r['measured_ms']:11.3f}" if "measured_ms" in r else f"{'-':>11}"
         shares = "/".join(f"{x:.3f}" for x in r["shares"])
         mark = " <- LIBRA" if r["libra"] else ""
         lines.append(
-            f"{r['name']:<20} {shares:>13} {r['chunks']:>6} {r['model_s']:7.3f} {r['predicted_s']:9.3f} {measured}{mark}"
+            f"{r['name']:<20} {shares:>13} {r['chunks']:>6} {r['model_ms']:9.3f} {r['predicted_ms']:12.3f} {shown}{mark}"
         )
     return "\n".join(lines)
 
@@ -234,6 +252,7 @@ def format_splits(s: Any, splits: dict) -> str:
         f"# {s.name}: {s.cluster.servers} servers as {' x '.join(map(str, t.dims))} ({' x '.join(t.blocks)}), "
         f"budget {t.budget_gbps:g} Gbit/s per server, {t.schedule}, objective {t.objective}, "
         f"allocation {t.allocation if isinstance(t.allocation, str) else list(t.allocation)}",
+        f"# iteration: {iteration_text(s.cluster.servers, s.workload.batch_per_server)}",
         f"{'dim':<4}{'size':>5} {'block':<7}{'MB/iter':>9}" + "".join(f"{n + ' Gbit/s':>17}" for n in names),
     ]
     for d, (p, block) in enumerate(zip(t.dims, t.blocks)):
@@ -289,7 +308,15 @@ def run_alloc(args: argparse.Namespace) -> int:
     case = SweepCase.of(s, nbytes)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     rows = sweep(case, args.measure, args.repeat, config, log)
-    doc = {"scenario": s.name, "case": asdict(case), "rows": rows, "measured": args.measure, "cpus": os.cpu_count()}
+    doc = {
+        "scenario": s.name,
+        "case": asdict(case),
+        "time_scale": case.time_scale,
+        "times": "*_s: emulated seconds; *_ms: the real cluster's milliseconds (emulated / time_scale)",
+        "rows": rows,
+        "measured": args.measure,
+        "cpus": os.cpu_count(),
+    }
     make_output_dir(out)
     write_file(out / "alloc.json", json.dumps(doc, indent=2))
     title = (

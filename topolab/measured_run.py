@@ -87,6 +87,7 @@ from .results import (
 from .time_dilation import (
     Dilation,
     choose,
+    closing_warning,
     payload_for_memory,
     schedule_buffer_bytes,
     transfer_ops,
@@ -414,7 +415,15 @@ def record(run: RunState, on_result: Callable[[RunResults], None] | None) -> Non
     if results.status == "complete" and on_result:
         on_result(results)  # the result first; the plots take a few seconds
     report = write_results(results, run.out_dir)
-    run.log(f"[4/4] results in {run.out_dir}/{RESULTS_FILE}, report in {report}")
+    run.log(with_closing_warning(f"[4/4] results in {run.out_dir}/{RESULTS_FILE}, report in {report}", results))
+
+
+def with_closing_warning(line: str, results: RunResults) -> str:
+    """``line``, a run's closing line, with the overload warning of its start appended when its
+    fixed rate overloaded the cores (`topolab.time_dilation.closing_warning`): a reader of the
+    figures at the end sees it there, not only at the top of a long log."""
+    warning = closing_warning(results.emulation.dilation)
+    return f"{line}; {warning}" if warning else line
 
 
 def execute(

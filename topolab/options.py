@@ -87,6 +87,13 @@ def _check_owned(target: Path, flag: str, shown: str) -> None:
         raise UsageError(f"{flag} {shown}: {where}{problem}")
 
 
+def not_a_folder(path: Path) -> str:
+    """What a path that should be a folder is instead: "afile is a file, not a folder"."""
+    if path.is_file():
+        return f"{path} is a file, not a folder"
+    return f"{path} is not a folder" if os.path.lexists(path) else f"folder {path} does not exist"
+
+
 def check_output_file(path: str | None, flag: str, inputs: tuple[str, ...] = ()) -> Path | None:
     """``path`` can be written as a regular file, and is none of ``inputs``: its folder is one
     root may write into (`folder_problem`) and the file, if it exists, is no symbolic link."""
@@ -108,6 +115,9 @@ def check_output_file(path: str | None, flag: str, inputs: tuple[str, ...] = ())
             raise UsageError(f"{flag} {shown}: not writable")
     parent = target.parent
     if not parent.is_dir():
+        ancestor = nearest_existing(parent)
+        if ancestor.exists() and not ancestor.is_dir():
+            raise UsageError(f"{flag} {shown}: {not_a_folder(ancestor)}")
         raise UsageError(f"{flag} {shown}: folder {parent} does not exist")
     _check_owned(parent, flag, shown)
     _probe_directory(parent, flag, shown)
@@ -129,7 +139,7 @@ def check_output_dir(path: str | Path, flag: str) -> Path:
         return target
     ancestor = nearest_existing(target)
     if ancestor != target and not ancestor.is_dir():
-        raise UsageError(f"{flag} {shown}: {ancestor} is not a folder")
+        raise UsageError(f"{flag} {shown}: {not_a_folder(ancestor)}")
     _check_owned(target, flag, shown)
     _probe_directory(ancestor, flag, shown)
     return target

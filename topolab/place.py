@@ -12,11 +12,23 @@ activations. Each pair's allocated rate is capped at its route's bottleneck, as 
 static routes carry a pair over one path (``--multipath`` lifts the cap: a server's whole
 egress may then go to one destination, over several paths).
 
-Printed: group -> server, per-server memory and compute, the predicted makespan, the search
+One iteration here is one batch of ``[workload] batch_per_server`` samples through one copy of
+the model whose groups are spread over the servers: every group's forward, the loss, every
+group's backward, with the activations and their gradients sent between the servers that
+hold producer and consumer (no pipelining of several batches, no optimizer step). Its
+makespan is the cost model's time from the first forward's start to the last backward's end
+(`planner.placement.makespan`, transfers as delays). Without pipelining the groups of a chain
+run one after another, so the search often keeps them on a few servers (or one) and leaves
+the others idle: spreading them would only add transfers. The output says so.
+
+Printed: group -> server, per-server memory and compute, the makespan, the search
 time, the operators before and after fusion, and beside it the makespans of the same search
 without allocation ("placement only"), round robin and the memory-balanced contiguous
 partition (every placement scored by the placement cost model at the allocation of its own
-traffic), and of data parallelism (ring AllReduce at the plan's pair rates).
+traffic), all of the same batch. Data parallelism is another iteration: the same batch on
+every server (the scenario's global batch, `topolab predict`'s iteration); its time is
+`topolab predict --strategies data`'s, the same call (`data_parallel`), and it is compared
+in samples per second.
 
 ``--run`` builds the plan's emulated network and runs the placement (and, for comparison,
 "placement only" and the best baseline placer's, each unless it places the groups as a run
@@ -148,7 +160,6 @@ def search(
     from planner.placement import (
         allocate_rates,
         contiguous_partition,
-        data_parallel_seconds,
         makespan,
         place_heuristic,
         place_jointly,
@@ -231,11 +242,35 @@ def search(
         "baselines_ms": {
             "placement_only": at_own_allocation(plain) * 1e3,
             **{name: at_own_allocation(b) * 1e3 for name, b in baselines.items()},
-            "data_parallel": data_parallel_seconds(tasks, rates) * 1e3,
         },
     }
     best_baseline = min(baselines.values(), key=at_own_allocation, default=None)
     return doc, (plan, tasks, p, plain, best_baseline)
+
+
+def data_parallel(s: Any, makespan_ms: float) -> dict[str, Any]:
+    """Data parallelism on the same scenario as `topolab predict --strategies data` predicts it
+    (`topolab.prediction.prepare`, the same call and netem assumption): its iteration is the
+    scenario's global batch (``batch_per_server`` on every server), so it is compared with the
+    placement (one batch through one copy of the model) in samples per second."""
+    from planner import ScenarioError
+    from planner.scenario import with_overrides
+
+    from .prediction import netem_assumed, prepare
+
+    batch, servers = s.workload.batch_per_server, s.cluster.servers
+    try:
+        variant = s if s.parallelism.strategy == "data" else with_overrides(s, parallelism={"strategy": "data"})
+    except ScenarioError as err:
+        return {"note": f"not predicted: {err.key}: {err.problem}"}
+    iteration_ms = prepare(variant, netem=netem_assumed()[0])[4]["real_ms"]
+    return {
+        "iteration_ms": iteration_ms,
+        "samples": batch * servers,
+        "samples_per_s": batch * servers / iteration_ms * 1e3,
+        "placement_samples_per_s": batch / makespan_ms * 1e3,
+        "as": "topolab predict --strategies data",
+    }
 
 
 def _scaled_tasks(tasks: Any, payload_scale: float) -> Any:
@@ -394,16 +429,47 @@ def run_placements(
     return out
 
 
+def idle_text(doc: dict[str, Any]) -> str:
+    """Why servers hold no group, when some do not (module docstring)."""
+    used = sum(1 for r in doc["per_server"] if r["groups"])
+    if used == doc["servers"]:
+        return f"servers used     all {used}"
+    return (
+        f"servers used     {used} of {doc['servers']}: without pipelining the groups of one batch run one after "
+        "another, so spreading them further would only add transfers (data parallelism uses every server)"
+    )
+
+
+def data_parallel_text(dp: dict[str, Any] | None) -> list[str]:
+    if not dp:
+        return []
+    if "iteration_ms" not in dp:
+        return [f"data parallel    {dp['note']}"]
+    return [
+        f"data parallel    {dp['iteration_ms']:.4f} ms per iteration of {dp['samples']:,} samples (the batch on every "
+        f"server, as `{dp['as']}`): {dp['samples_per_s']:,.0f} samples/s against the placement's "
+        f"{dp['placement_samples_per_s']:,.0f}"
+    ]
+
+
 def format_text(doc: dict[str, Any]) -> str:
+    from .plan_text import REAL_TIMES
+
     size = f"{doc['operators']} operators" + (f" fused into {doc['groups']} groups" if doc["fusion"] else ", no fusion")
     lines = [
-        f"{doc['scenario']}: {doc['model']} (batch {doc['batch']}) on {doc['servers']} servers ({doc['topology']}), "
+        f"{doc['scenario']}: {doc['model']} on {doc['servers']} servers ({doc['topology']}), "
         f"memory limit {doc['memory_limit_gb']:g} GB per server",
+        f"iteration        one batch of {doc['batch']:,} samples through one copy of the model, its groups placed on "
+        f"the servers: forward, then backward (no pipelining, no optimizer step); {REAL_TIMES}",
         f"graph searched   {size}" + (f" in {doc['fusion_s']:.3f} s" if doc["fusion"] else ""),
         f"search           {doc['method']}: {doc['search_s']:.3f} s, {doc['allocation_rounds']} allocation round(s)",
-        f"predicted        {doc['predicted_makespan_ms']:.4f} ms per iteration",
+        f"makespan         {doc['predicted_makespan_ms']:.4f} ms predicted by the placement cost model: from the first "
+        "forward's start to the last backward's end, transfers between servers as delays",
         "baselines        "
-        + ", ".join(f"{name.replace('_', ' ')} {ms:.4f} ms" for name, ms in doc["baselines_ms"].items()),
+        + ", ".join(f"{name.replace('_', ' ')} {ms:.4f} ms" for name, ms in doc["baselines_ms"].items())
+        + " (the same batch, placed by each)",
+        *data_parallel_text(doc.get("data_parallel")),
+        idle_text(doc),
         "",
         "server  groups  memory GB  compute ms",
     ]
@@ -459,6 +525,7 @@ def run_place(args: argparse.Namespace) -> int:
         doc, found = search(s, not args.no_fusion, args.time_limit, args.memory_gb * GB, not args.multipath)
     except PlacementError as err:
         raise UsageError(f"--memory-gb {args.memory_gb:g}: {err}") from None
+    doc["data_parallel"] = data_parallel(s, doc["predicted_makespan_ms"])
     if args.run:
         payload = s.run.payload_scale if args.payload_scale is None else args.payload_scale
         doc["run"] = run_placements(s, found, args.iterations, payload, config, multipath=args.multipath)

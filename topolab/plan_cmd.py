@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from contract.files import write_file
 
 from .options import check_output_file
-from .plan_text import rate_text
+from .plan_text import iteration_text, rate_text
 
 if TYPE_CHECKING:
     from planner import Plan
@@ -61,6 +61,7 @@ def describe(plan: Plan) -> str:
         from planner.model.workload_graph import describe_workload
 
         lines.append(f"model           {describe_workload(plan.workload)}")
+        lines.append(f"iteration       {iteration_text(plan.servers, plan.workload.batch_per_server)}")
     if plan.strides:
         lines.append(f"strides         {', '.join(f'±{p}' for p in plan.strides)}  (full-ring AllReduce, TotientPerms)")
     cls = plan.extra.get("class_strides")
@@ -69,9 +70,7 @@ def describe(plan: Plan) -> str:
             "group strides   " + "; ".join(f"groups of {k}: {', '.join(f'±{p}' for p in v)}" for k, v in cls.items())
         )
     if "d_allreduce" in plan.extra:
-        lines.append(
-            f"degree split    {plan.extra['d_allreduce']} AllReduce + {plan.extra['d_mp']} model-parallel interfaces"
-        )
+        lines.append(f"degree split    {degree_split(plan)}")
     lines += [
         f"diameter        {s.diameter} hops",
         f"mean hops       {s.mean_hops:.3f}",
@@ -92,6 +91,17 @@ def describe(plan: Plan) -> str:
         )
     lines += [f"note            {n}" for n in plan.notes]
     return "\n".join(lines)
+
+
+def degree_split(plan: Plan) -> str:
+    """How TopologyFinder split each server's interfaces, said in interfaces (cables), not
+    traffic: a plan with no model-parallel interface still sends its model-parallel bytes,
+    relayed over the AllReduce rings."""
+    d_ar, d_mp = plan.extra["d_allreduce"], plan.extra["d_mp"]
+    text = f"{d_ar} of {plan.degree} interfaces per server for AllReduce rings, {d_mp} for model-parallel matchings"
+    if not d_mp and plan.demand.mp_bytes:
+        text += " (the model-parallel traffic below crosses the ring cables)"
+    return text
 
 
 def mp_cables(plan: Plan) -> list[tuple[int, int, int]]:
@@ -186,11 +196,20 @@ def bandwidth_phases(plan: Plan) -> list[dict[str, Any]]:
     return out
 
 
+def check_partition(machines: int | None, servers: int) -> None:
+    """``--partition M`` before any planning: M machines for the scenario's servers."""
+    from contract.errors import UsageError
+
+    if machines is not None and not 1 <= machines <= servers:
+        raise UsageError(f"--partition must be between 1 and {servers} (the scenario's servers), not {machines}")
+
+
 def run_plan(args: argparse.Namespace) -> int:
     from planner import build_plan, load_scenario
 
     out = check_output_file(args.out, "--out", inputs=(args.scenario,))
     scenario = load_scenario(args.scenario)
+    check_partition(args.partition, scenario.cluster.servers)
     plan = build_plan(scenario)
     phases = bandwidth_phases(plan)
     if phases:

@@ -20,3 +20,27 @@ def bandwidth_of(plan: dict[str, Any]) -> str:
         dims = plan.get("extra", {}).get("dims", [])
         return f"{plan['link_gbps']:g} Gbps over dims {' x '.join(map(str, dims))}"
     return f"{plan['degree']} x {plan['link_gbps']:g} Gbps"
+
+
+REAL_TIMES = "times are the real cluster's, in ms"
+"""What every planning output's times are (plan, predict, place, alloc, sweep): the real
+cluster's milliseconds, never the emulation's dilated seconds."""
+
+
+def iteration_facts(servers: int, batch_per_server: int) -> dict[str, Any]:
+    """What one training iteration of a plan covers, for a JSON output."""
+    return {
+        "servers": servers,
+        "batch_per_server": batch_per_server,
+        "global_batch": servers * batch_per_server,
+        "times": "real cluster, ms",
+    }
+
+
+def iteration_text(servers: int, batch_per_server: int) -> str:
+    """What every planning output states once: what one iteration is (the global batch,
+    samples per server: ``[workload] batch_per_server``) and what its times are."""
+    return (
+        f"one training step on a global batch of {servers * batch_per_server:,} samples "
+        f"({batch_per_server:,} per server on {servers} servers); {REAL_TIMES}"
+    )

@@ -12,7 +12,18 @@ Fat-tree of similar cost that TopoOpt's paper compares against (`fattree`:
 `planner.cost.costmodel.price`, whose prices are printed) beside the ideal switch (`switch`: every
 server gets d x B through one non-blocking switch, a bound no network of that cost reaches).
 Link latency is charged per hop as the emulator would apply it: dilated by netem where the
-kernel has it (probed when root; assumed absent otherwise, and said).
+kernel has it (probed when root; assumed absent otherwise: `topolab.prediction.netem_assumed`).
+
+``--strategies data,hybrid,search`` predicts the same job planned with each strategy, side by
+side (default: the scenario's, and data parallelism when the scenario's is another), each
+planned and predicted as the scenario's own is (`topolab.prediction.prepare`); a one-line
+remark says when the scenario's strategy is more than `STRATEGY_MARGIN` slower than another
+(or faster than every other by that much).
+
+Every output states once what one iteration is (the global batch: samples per server x
+servers, `topolab.plan_text.iteration_text`) and that its times are the real cluster's
+milliseconds. Whether netem would emulate the link latency changes the prediction a little
+(`netem_assumed`); the JSON records it, the text leaves it out: no network is built here.
 
 ``--trace FILE`` also writes the predicted timeline of the scenario's own iteration in the
 Chrome trace event format (Perfetto, chrome://tracing: `topolab.trace_events`): the same
@@ -25,14 +36,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from contract.errors import UsageError
+from planner.scenario import STRATEGIES
+
+from .prediction import netem_assumed
 
 NETWORK_KINDS = ("topoopt", "switch", "fattree", "expander", "torus", "ring", "hierarchical")
+STRATEGY_MARGIN = 0.05  # a strategy this much slower than another is worth a remark
 
 
 def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +56,12 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help=f"also predict the job on these networks, side by side: comma-separated among {', '.join(NETWORK_KINDS)} "
         "(fattree = the Fat-tree of similar cost, switch = the ideal switch of d x B per server)",
+    )
+    parser.add_argument(
+        "--strategies",
+        metavar="LIST",
+        help=f"predict the job planned with each of these strategies, side by side: comma-separated among "
+        f"{', '.join(STRATEGIES)} (default: the scenario's, and data when the scenario's is another)",
     )
     parser.add_argument("--json", action="store_true", help="print the predictions as JSON")
     parser.add_argument(
@@ -66,21 +86,6 @@ class JobPrediction:
     time_scale: float = 1.0  # the emulation's, at which `topolab run` would run it
     cost_usd: float | None = None
     note: str = ""
-
-
-def netem_assumed() -> tuple[bool, str]:
-    """Whether the run's emulator would apply link latency with netem, and how that is known."""
-    if os.geteuid() != 0:
-        return False, "netem assumed absent (probing it needs root): latency charged as the software hop cost"
-    from emulator import netem_present
-
-    present = netem_present()
-    return (
-        present,
-        "netem present: link latency dilated"
-        if present
-        else "no netem in this kernel: latency charged as the software hop cost",
-    )
 
 
 def predict_job(s: Any, netem: bool, network: str = "", cost_usd: float | None = None, note: str = "") -> JobPrediction:
@@ -172,18 +177,85 @@ def network_scenarios(base: Any, kinds: list[str]) -> list[tuple[str, Any, float
     return out
 
 
-def format_one(name: str, p: JobPrediction, netem_note: str) -> str:
+def format_one(name: str, p: JobPrediction) -> str:
     phases = ", ".join(f"{phase} {t:.3f} ms" for phase, t in p.phase_end_ms.items())
     return "\n".join(
         [
             f"{name}: {p.network}, {p.bandwidth} per server, strategy {p.strategy}",
-            f"predicted iteration  {p.iteration_ms:.3f} ms (real cluster; the schedule `topolab run` emulates at x{p.time_scale:g})",
+            f"predicted iteration  {p.iteration_ms:.3f} ms",
             f"  compute            {p.compute_ms:.3f} ms (the busiest server)",
             f"  exposed comm.      {p.exposed_ms:.3f} ms (not hidden behind compute)",
             f"  phases end at      {phases}",
-            f"  {netem_note}",
         ]
     )
+
+
+def strategy_scenarios(base: Any, names: list[str], explicit: bool) -> tuple[list[tuple[str, Any]], list[str]]:
+    """(strategy, scenario) per name, the base scenario for its own strategy; and a note per
+    strategy the scenario cannot be planned with. A strategy the user asked for
+    (``explicit``) that cannot be planned is a `UsageError` naming it instead."""
+    from planner import ScenarioError
+    from planner.scenario import with_overrides
+
+    out, notes = [], []
+    for name in names:
+        if name == base.parallelism.strategy:
+            out.append((name, base))
+            continue
+        try:
+            out.append((name, with_overrides(base, parallelism={"strategy": name})))
+        except ScenarioError as err:
+            if explicit:
+                raise UsageError(f"--strategies {name}: {err.key}: {err.problem}") from None
+            notes.append(f"strategy {name} not predicted: {err.key}: {err.problem}")
+    return out, notes
+
+
+def strategy_remark(rows: list[JobPrediction], own: str) -> str:
+    """One line when the scenario's strategy ``own`` (else the first row's) is more than
+    `STRATEGY_MARGIN` slower than another strategy, or faster than every other by more than
+    that; empty when they are within it (or there is nothing to compare)."""
+    if len(rows) < 2:
+        return ""
+    ref = next((r for r in rows if r.strategy == own), rows[0])
+    whose = "the scenario's strategy" if ref.strategy == own else "strategy"
+    others = [r for r in rows if r is not ref]
+    best = min(others, key=lambda r: r.iteration_ms)
+    if ref.iteration_ms > best.iteration_ms * (1 + STRATEGY_MARGIN):
+        return (
+            f"remark: {whose} {ref.strategy} is {ratio_text(ref.iteration_ms / best.iteration_ms)} slower than "
+            f"{best.strategy} ({ref.iteration_ms:.3f} vs {best.iteration_ms:.3f} ms per iteration): "
+            f'[parallelism] strategy = "{best.strategy}" plans the faster one'
+        )
+    if best.iteration_ms > ref.iteration_ms * (1 + STRATEGY_MARGIN):
+        return (
+            f"remark: {whose} {ref.strategy} is the fastest predicted: {best.strategy}, the next, is "
+            f"{ratio_text(best.iteration_ms / ref.iteration_ms)} slower ({best.iteration_ms:.3f} vs "
+            f"{ref.iteration_ms:.3f} ms per iteration)"
+        )
+    return ""
+
+
+def ratio_text(x: float) -> str:
+    """A time ratio as a table shows it: 0.95x, 2.36x, 2,361x, 0.00042x."""
+    if x >= 100:
+        return f"{x:,.0f}x"
+    return f"{x:.2f}x" if x >= 0.01 else f"{x:.2g}x"
+
+
+def format_strategies(rows: list[JobPrediction], own: str) -> str:
+    """The strategies side by side, times relative to the scenario's (else the first row's)."""
+    ref = next((r for r in rows if r.strategy == own), rows[0])
+    w = max(len("strategy"), *(len(r.strategy) for r in rows))
+    head = f"{'strategy':{w}} {'iteration ms':>12} {'compute ms':>10} {'exposed ms':>10} {'vs ' + ref.strategy:>12}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        mark = "  (the scenario's)" if r.strategy == own else ""
+        lines.append(
+            f"{r.strategy:{w}} {r.iteration_ms:>12.3f} {r.compute_ms:>10.3f} {r.exposed_ms:>10.3f} "
+            f"{ratio_text(r.iteration_ms / ref.iteration_ms):>12}{mark}"
+        )
+    return "\n".join(lines)
 
 
 def format_table(rows: list[JobPrediction]) -> str:
@@ -201,25 +273,44 @@ def format_table(rows: list[JobPrediction]) -> str:
     return "\n".join(lines + notes)
 
 
+def parse_list(text: str, flag: str, known: tuple[str, ...]) -> list[str]:
+    """A comma-separated ``flag`` value, every item among ``known``, each once."""
+    items = list(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
+    bad = [k for k in items if k not in known]
+    if bad or not items:
+        raise UsageError(f"{flag}: {','.join(bad) or '(empty)'} is not among {', '.join(known)}")
+    return items
+
+
 def run_predict(args: argparse.Namespace) -> int:
     from planner import load_scenario
 
     from .options import check_output_file
+    from .plan_text import iteration_facts, iteration_text
     from .prediction import prepare
 
     base = load_scenario(args.scenario)
-    kinds = None
-    if args.topologies is not None:
-        kinds = [k.strip() for k in args.topologies.split(",") if k.strip()]
-        bad = [k for k in kinds if k not in NETWORK_KINDS]
-        if bad or not kinds:
-            raise UsageError(f"--topologies: {','.join(bad) or '(empty)'} is not among {', '.join(NETWORK_KINDS)}")
+    kinds = None if args.topologies is None else parse_list(args.topologies, "--topologies", NETWORK_KINDS)
+    own_strategy = base.parallelism.strategy
+    if args.strategies is None:
+        names = list(dict.fromkeys([own_strategy, "data"]))
+    else:
+        names = parse_list(args.strategies, "--strategies", STRATEGIES)
+    variants, skipped = strategy_scenarios(base, names, explicit=args.strategies is not None)
     trace = check_output_file(args.trace, "--trace", inputs=(args.scenario,))
     netem, netem_note = netem_assumed()
     prepared = prepare(base, netem=netem)
     own = job_prediction(prepared)
-    doc: dict[str, Any] = {"scenario": base.source, "netem": netem, "prediction": asdict(own)}
-    text = format_one(base.name, own, netem_note)
+    servers, batch = prepared[0].servers, base.workload.batch_per_server
+    doc: dict[str, Any] = {
+        "scenario": base.source,
+        "iteration": iteration_facts(servers, batch),
+        "netem": netem,
+        "netem_note": netem_note,
+        "prediction": asdict(own),
+    }
+    header, rest = format_one(base.name, own).split("\n", 1)
+    text = "\n".join([header, f"{'iteration':<20} {iteration_text(servers, batch)}", rest])
     if trace is not None:
         written = write_trace(str(trace), base, prepared, netem)
         doc["trace"] = written
@@ -228,6 +319,16 @@ def run_predict(args: argparse.Namespace) -> int:
             f"\npredicted timeline written to {written['file']} ({ranks} of {written['ranks']} servers; Chrome trace "
             "event format: open it in Perfetto or chrome://tracing)"
         )
+    rows = [own if s is base else predict_job(s, netem, own.network) for _name, s in variants]
+    if len(rows) > 1 or args.strategies is not None:
+        remark = strategy_remark(rows, own_strategy)
+        doc["strategies"] = [asdict(r) for r in rows]
+        doc["strategy_remark"] = remark
+        text += (
+            "\n\n" + format_strategies(rows, own_strategy) + "".join(f"\n{line}" for line in [remark, *skipped] if line)
+        )
+    if skipped:
+        doc["strategies_skipped"] = skipped
     if kinds:
         from planner.cost.costmodel.price import PriceModel
 

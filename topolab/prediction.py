@@ -38,6 +38,22 @@ SOFTWARE_HOP_S = 6.5e-6
 EXPOSED_REDUCE_BYTES = 256 << 10
 
 
+def netem_assumed() -> tuple[bool, str]:
+    """Whether a run's emulator would apply link latency with netem, and how that is known
+    (`topolab predict` and `topolab place` predict as a run would, without building anything)."""
+    if os.geteuid() != 0:
+        return False, "netem assumed absent (probing it needs root): latency charged as the software hop cost"
+    from emulator import netem_present
+
+    present = netem_present()
+    return (
+        present,
+        "netem present: link latency dilated"
+        if present
+        else "no netem in this kernel: latency charged as the software hop cost",
+    )
+
+
 def plan_dict(plan: Plan) -> dict[str, Any]:
     """What the report needs of the plan (links, summary), without the routes table."""
     d = plan.to_dict()

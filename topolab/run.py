@@ -22,7 +22,13 @@ from planner.scenario import with_overrides
 from .faults import add_fault_arguments, faults_of
 from .journal import RESULTS_FILE
 from .junit import add_junit_argument, junit_path, recorded, run_cases, write_command_suite
-from .measured_run import EXIT_OVER_TOLERANCE, FAULTS_OVER_MACHINES, ensure_network_free, execute
+from .measured_run import (
+    EXIT_OVER_TOLERANCE,
+    FAULTS_OVER_MACHINES,
+    ensure_network_free,
+    execute,
+    with_closing_warning,
+)
 from .network import add_network_arguments, network_config, network_flags, refuse_machines
 from .options import add_job_arguments, add_link_mbps_argument, check_output_dir
 from .results import MAX_RESULTS_BYTES, RunResults
@@ -128,17 +134,17 @@ def run_run(args: argparse.Namespace) -> int:
         raise
     junit_report(results)
     summ = results.summarize()
-    print(f"report: {out / 'report.md'}")
+    print(with_closing_warning(f"report: {out / 'report.md'}", results))
     if not summ.verified:
         return 1
     cpu_note = results.cpu_bound_note()
     if cpu_note:
         print(f"topolab: {cpu_note}", file=sys.stderr)
     if summ.error_over_tolerance and summ.error is not None:
-        print(
+        message = (
             f"topolab: prediction error {100 * summ.error:.1f}% is above the scenario's tolerance "
-            f"{100 * results.tolerance:.0f}% (run.tolerance): see the report",
-            file=sys.stderr,
+            f"{100 * results.tolerance:.0f}% (run.tolerance): see the report"
         )
+        print(with_closing_warning(message, results), file=sys.stderr)
         return EXIT_OVER_TOLERANCE
     return 0

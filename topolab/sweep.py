@@ -39,7 +39,7 @@ from planner.scenario import (
 )
 
 from .options import bounded_float, bounded_int, check_output_dir, make_output_dir
-from .sweep_inputs import cell_scenarios, load_prices, split_list
+from .sweep_inputs import cell_scenarios, load_prices, model_list, split_list
 from .sweep_report import write_sweep
 
 DEFAULT_NETWORKS = ("topoopt", "switch", "fattree", "expander")
@@ -51,7 +51,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "--models",
         default=None,
         metavar="LIST",
-        help=f"comma-separated models, or 'all' ({', '.join(MODELS)}); default: the scenario's",
+        help=f"comma-separated models: zoo names ({', '.join(MODELS)}; 'all' for every one), operator-graph files "
+        "(topolab import --out), Chakra traces or file.py:factory; default: the scenario's",
     )
     parser.add_argument(
         "--topologies",
@@ -98,9 +99,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     from planner.search import SearchConfig, search  # heavy imports only when sweeping
 
     base = load_scenario(args.scenario)
-    models = (
-        MODELS if args.models == "all" else (split_list(args.models, "--models", str, MODELS) or [base.workload.model])
-    )
+    model_scenarios = model_list(args.models, base)
+    models = list(model_scenarios)
     networks = split_list(args.topologies, "--topologies", str, NETWORKS)
     degrees = split_list(args.degrees, "--degrees", int, bounds=(1, MAX_DEGREE)) or [base.cluster.degree]
     rates = split_list(args.link_gbps, "--link-gbps", float, bounds=(MIN_LINK_GBPS, MAX_LINK_GBPS))
@@ -113,7 +113,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     out_dir = check_output_dir(Path("results") / f"sweep-{base.name}" if args.out is None else args.out, "--out")
 
     all_cells = [(m, d, b, net) for d in degrees for b in rates for m in models for net in networks]
-    possible, skipped = cell_scenarios(base, all_cells, prices)
+    possible, skipped = cell_scenarios(base, all_cells, prices, model_scenarios)
     for note in skipped:
         print(note, file=sys.stderr)
     rows: list[dict] = []

@@ -1,12 +1,14 @@
 """The inputs of `topolab sweep`, each checked before the first search: comma-separated
-lists with their bounds, a JSON price table (every price finite and > 0), and every cell's
-scenario; a bad one is a `UsageError` naming the flag.
+lists with their bounds, the models (zoo names, operator-graph files, Chakra traces and
+PyTorch factories, each read once), a JSON price table (every price finite and > 0), and
+every cell's scenario; a bad one is a `UsageError` naming the flag.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from contract.errors import UsageError
@@ -14,10 +16,19 @@ from contract.files import FileInputError, read_capped_text
 from planner import ScenarioError
 from planner.cost.costmodel.baselines import network_scenario
 from planner.cost.costmodel.price import PriceModel
+from planner.model.zoo import MODELS
 from planner.scenario import Scenario, with_overrides
 
 # A cell's scenario key -> the flag that set it, so a bad cell names the flag.
-_FLAG_OF_KEY = {"cluster.degree": "--degrees", "cluster.link_gbps": "--link-gbps", "workload.model": "--models"}
+_FLAG_OF_KEY = {
+    "cluster.degree": "--degrees",
+    "cluster.link_gbps": "--link-gbps",
+    "workload.model": "--models",
+    "workload.graph": "--models",
+    "workload.chakra": "--models",
+}
+GRAPH_SUFFIXES = (".json", ".json.gz")  # `topolab import --out` writes these; another file is a Chakra trace
+TYPE_WORDS = {int: "an integer", float: "a number", str: "a string"}
 
 
 def split_list(text: str | None, option: str, cast, choices=None, bounds=None) -> list | None:
@@ -33,12 +44,53 @@ def split_list(text: str | None, option: str, cast, choices=None, bounds=None) -
         try:
             value = cast(item)
         except ValueError:
-            raise UsageError(f"{option}: {item!r} is not a {cast.__name__}") from None
+            raise UsageError(f"{option}: {item!r} is not {TYPE_WORDS.get(cast, cast.__name__)}") from None
         if bounds is not None:
             low, high = bounds
             if not (math.isfinite(value) and low <= value <= high):
                 raise UsageError(f"{option}: {item!r} must be between {low:g} and {high:g}")
         out.append(value)
+    return out
+
+
+def model_source(item: str) -> dict[str, str]:
+    """The ``[workload]`` key naming the model ``item`` of ``--models``: a zoo name, an
+    operator-graph file (``.json``, ``.json.gz``), a Chakra trace (another file, or a folder)
+    or a PyTorch factory (``file.py:factory``, ``package.module:factory``). A path is relative
+    to the current folder, as every command-line path is (made absolute here, since the
+    scenario's own paths are relative to its folder)."""
+    if item in MODELS:
+        return {"model": item}
+    path = Path(item)
+    if not path.exists() and ":" in item:
+        target, _, factory = item.rpartition(":")
+        return {"model": f"{Path(target).resolve()}:{factory}" if target.endswith(".py") else item}
+    if not path.exists():
+        raise UsageError(
+            f"--models: {item!r} is not one of {', '.join(MODELS)}, nor an existing graph file or Chakra trace, "
+            "nor 'file.py:factory'"
+        )
+    key = "graph" if path.is_file() and item.endswith(GRAPH_SUFFIXES) else "chakra"
+    return {key: str(path.resolve())}
+
+
+def model_list(text: str | None, base: Scenario) -> dict[str, Scenario | None]:
+    """``--models``: label -> the base scenario with that model, read once (None: a zoo
+    model, set per cell). Default: the scenario's own; ``all``: the zoo."""
+    if text is None:
+        return {base.workload.model: None}
+    if text.strip() == "all":
+        return dict.fromkeys(MODELS)
+    out: dict[str, Scenario | None] = {}
+    for item in split_list(text, "--models", str) or []:
+        source = model_source(item)
+        if "model" in source and source["model"] in MODELS:
+            out[item] = None
+            continue
+        try:
+            out[item] = with_overrides(base, drop=(("workload", "model"),), workload=source)
+        except ScenarioError as err:
+            raise UsageError(f"--models {item}: {err.problem}") from None
     return out
 
 
@@ -80,15 +132,20 @@ def load_prices(path: str) -> PriceModel:
         raise UsageError(f"{where}: {err}") from None
 
 
-def cell_scenarios(base: Scenario, cells, prices: PriceModel) -> tuple[list, list[str]]:
+def cell_scenarios(
+    base: Scenario, cells, prices: PriceModel, models: dict[str, Scenario | None] | None = None
+) -> tuple[list, list[str]]:
     """Every possible cell's network scenario, all validated before the first search starts,
     and a note for each impossible cell (a torus whose degree does not fit the server count,
-    say), which the sweep skips. `UsageError` naming the flag when no cell is possible."""
+    say), which the sweep skips. `UsageError` naming the flag when no cell is possible.
+    ``models``: `model_list`'s scenarios of the models read from files."""
     kept, skipped, first_error = [], [], None
     for model, d, b, net in cells:
         try:
-            job = {} if model == base.workload.model else {"model": model}  # the scenario's own: kept as loaded
-            scenario = with_overrides(base, workload=job, cluster={"degree": d, "link_gbps": b})
+            own = (models or {}).get(model)
+            # the scenario's own model and a model read from a file: kept as loaded
+            job = {} if own is not None or model == base.workload.model else {"model": model}
+            scenario = with_overrides(own or base, workload=job, cluster={"degree": d, "link_gbps": b})
             kept.append(((model, d, b, net), network_scenario(scenario, net, prices)))
         except ScenarioError as err:
             flag = _FLAG_OF_KEY.get(err.key, err.key)

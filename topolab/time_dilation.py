@@ -37,12 +37,14 @@ workers must fit in `MEMORY_SHARE` of the memory available once the emulated hos
 taken theirs (``[emulation] host_memory_mib`` each; `topolab.measured_run.dilate`). When they would not, the
 payload scale (every transfer and buffer multiplied by it) is the highest step that fits;
 never an out-of-memory kill. An explicit payload scale or rate is kept; the choice only says
-when it would overload the machine (`Dilation.warning`).
+when it would overload the machine (`Dilation.warning`, at the top of the run), and the run's
+closing line says it again (`closing_warning`), where a reader of its figures looks.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -134,12 +136,35 @@ class Dilation:
     memory_available_gib: float
     why: str
     warning: str = ""
+    auto_mbps: float | None = None  # with a warning on a fixed rate: what link_mbps = "auto" picks
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if not self.warning:
             del d["warning"]
+        if self.auto_mbps is None:
+            del d["auto_mbps"]
         return d
+
+
+def closing_warning(dilation: Mapping[str, Any] | None) -> str:
+    """The overload warning of a run's start (`Dilation.warning`), said again at its end, in
+    the past tense (``dilation``: `Dilation.to_dict`, as results.json keeps it); empty when the
+    rate did not overload the cores."""
+    if not dilation or not dilation.get("warning"):
+        return ""
+    rate, load, cores = dilation["link_mbps"], dilation["cpu_load"], dilation["cores"]
+    if dilation.get("auto"):
+        return (
+            f"warning: even the lowest rate, {rate:g} Mbit/s, kept the workers at ~{load:.0%} of the {cores} cores "
+            "(estimated): this run measured the CPU as much as the cables"
+        )
+    pick = dilation.get("auto_mbps")
+    return (
+        f"warning: the fixed rate emulation.link_mbps = {rate:g} kept the workers at ~{load:.0%} of the {cores} cores "
+        "(estimated): this run measured the CPU, not the cables; "
+        + (f'link_mbps = "auto" (or --link-mbps auto) picks {pick:g}' if pick else 'try link_mbps = "auto"')
+    )
 
 
 def payload_for_memory(ranks: int, buffer_bytes: float, payload_scale: float, available: float) -> float:
@@ -218,16 +243,13 @@ def choose(
         )
     else:
         why = f"{work}: {load:.0%} of {cost.cores} cores at the highest rate, {link_mbps:g} Mbit/s"
-    warning = ""
+    warning, auto_mbps = "", None
     if load > CPU_BOUND_LOAD:
+        auto_mbps = None if auto else auto_rate(demand, predicted_s, link_mbps, cost.cores)[0]
         warning = (
             f"emulation.link_mbps = {rate:g}: the workers would keep {load:.0%} of this machine's "
             f"{cost.cores} cores busy, so the run will measure the CPU, not the cables"
-            + (
-                f' (link_mbps = "auto" picks {auto_rate(demand, predicted_s, link_mbps, cost.cores)[0]:g})'
-                if not auto
-                else " (the lowest rate there is)"
-            )
+            + (f' (link_mbps = "auto" picks {auto_mbps:g})' if auto_mbps is not None else " (the lowest rate there is)")
         )
     return Dilation(
         auto=auto,
@@ -246,4 +268,5 @@ def choose(
         memory_available_gib=available / 2**30 if math.isfinite(available) else -1.0,
         why=why,
         warning=warning,
+        auto_mbps=auto_mbps,
     )

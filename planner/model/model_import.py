@@ -145,7 +145,7 @@ def load_factory(spec: str, base: Path | None = None) -> tuple[Callable[[], Any]
     if factory is None:
         raise UsageError(f"{where}: has no function {func!r}")
     if not callable(factory):
-        raise UsageError(f"{where}: {func!r} is not a function (a {type(factory).__name__})")
+        raise UsageError(f"{where}: {func!r} is not a function (it is of type {type(factory).__name__})")
     return factory, where
 
 

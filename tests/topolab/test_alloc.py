@@ -70,3 +70,19 @@ def test_one_split_measured_on_the_emulator_verifies(tmp_path):
     out = measure_row(case, row, repeat=1, config=config, log=lambda _msg: None)
     assert out["verified"]
     assert out["measured_s"] >= 0.95 * row["model_s"]  # shaped links cap it at the model
+
+
+def test_sweep_reports_the_real_clusters_ms_as_alloc_does(tmp_path, capsys):
+    """`alloc --sweep` gives its times in the real cluster's ms, as `alloc` does, not emulated
+    seconds; alloc.json keeps both, the emulated ones over the time scale."""
+    assert main(["alloc", SCENARIO, "--sweep", "--bytes", "2M", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads((tmp_path / "alloc.json").read_text())
+    case = SweepCase.of(load_scenario(SCENARIO), 2 << 20)
+    assert doc["time_scale"] == case.time_scale == 250.0  # 100 Gbit/s per server emulated at 400 Mbit/s
+    libra = next(r for r in doc["rows"] if r["libra"])
+    assert libra["predicted_ms"] == pytest.approx(libra["predicted_s"] / 250.0 * 1e3)
+    assert libra["model_ms"] == pytest.approx(libra["model_s"] / 250.0 * 1e3)
+    assert "times are the real cluster's, in ms" in out and "emulated seconds" not in out
+    line = next(line for line in out.splitlines() if line.startswith("libra "))
+    assert f"{libra['predicted_ms']:.3f}" in line

@@ -171,6 +171,32 @@ def test_plan_summary_remarks_on_a_large_diameter_and_a_low_bisection(scenario: 
         assert plan.summary.diameter >= plan_cmd.LARGE_DIAMETER
 
 
+@pytest.mark.parametrize("machines", ["0", "13", "-1"])
+def test_plan_partition_out_of_range_is_refused_before_any_planning(capsys, machines: str) -> None:
+    assert main(["plan", "scenarios/topoopt-12.toml", "--partition", machines]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # nothing planned, nothing printed
+    assert err == f"topolab: --partition must be between 1 and 12 (the scenario's servers), not {machines}\n"
+
+
+def test_plan_summary_says_the_degree_split_in_interfaces_and_the_iteration() -> None:
+    from planner import build_plan, load_scenario
+
+    plan = build_plan(load_scenario(REPO / "scenarios" / "topoopt-12.toml"))
+    text = plan_cmd.describe(plan)
+    assert plan.extra["d_mp"] == 0 and plan.demand.mp_bytes > 0  # DLRM's tables send, over the ring cables
+    assert (
+        "degree split    4 of 4 interfaces per server for AllReduce rings, 0 for model-parallel matchings "
+        "(the model-parallel traffic below crosses the ring cables)"
+    ) in text
+    assert "model-parallel interfaces" not in text
+    iteration = [line for line in text.splitlines() if line.startswith("iteration")]
+    assert iteration == [
+        "iteration       one training step on a global batch of 1,536 samples (128 per server on 12 servers); "
+        "times are the real cluster's, in ms"
+    ]
+
+
 def test_the_subcommands_independence_contract_names_every_subcommand():
     """pyproject.toml's import-linter contract keeps the subcommands apart; it must list
     every module `topolab.cli.COMMANDS` dispatches to, or a new one escapes it."""

@@ -59,11 +59,31 @@ def test_placement_fused_and_unfused_with_its_figures(candle, capsys):
     busy = len([r for r in fused["per_server"] if r["groups"]])
     assert fused["predicted_makespan_ms"] >= compute / busy * (1 - 1e-9)  # sums in another order: an ulp apart
     baselines = fused["baselines_ms"]
-    assert {"round-robin", "contiguous", "data_parallel", "placement_only"} <= set(baselines)
+    assert {"round-robin", "contiguous", "placement_only"} <= set(baselines)
     # the joint search starts from the baselines, so it is never worse than they are
     assert fused["predicted_makespan_ms"] <= baselines["round-robin"] * 1.001
     assert fused["allocation_single_path"]  # the plan routes each pair over one path
     assert fused["search_s"] > 0 and fused["fusion_s"] > 0 and unfused["fusion_s"] == 0
+
+
+def test_data_parallel_is_predicts_own_and_the_iterations_are_stated(candle, capsys):
+    """`place` and `predict` give data parallelism the same time (the same call), and `place`
+    says why its own makespan covers another iteration: one batch through one copy of the model
+    against the batch on every server, compared in samples per second."""
+    doc = _place(capsys, candle)
+    assert main(["predict", candle, "--strategies", "data", "--json"]) == 0
+    predicted = json.loads(capsys.readouterr().out)
+    dp = doc["data_parallel"]
+    assert dp["iteration_ms"] == pytest.approx(predicted["strategies"][0]["iteration_ms"], rel=1e-12)
+    assert dp["samples"] == predicted["iteration"]["global_batch"] == 12 * 128
+    assert dp["placement_samples_per_s"] == pytest.approx(128 / doc["predicted_makespan_ms"] * 1e3)
+    assert main(["place", candle, "--time-limit", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "one batch of 128 samples through one copy of the model" in out
+    assert f"{dp['iteration_ms']:.4f} ms per iteration of 1,536 samples" in out
+    assert "from the first forward's start to the last backward's end" in out  # what the makespan covers
+    used = sum(1 for r in doc["per_server"] if r["groups"])
+    assert used == 12 or f"servers used     {used} of 12: without pipelining" in out
 
 
 def test_binding_memory_limit_is_respected(candle, capsys):

@@ -97,3 +97,37 @@ def test_sweep_results_go_under_results_and_the_table_explains_its_strategy_colu
     assert (tmp_path / "results" / "sweep-topoopt-12" / "sweep.json").is_file()
     assert sweep_report.STRATEGY_LEGEND in out and sweep_report.NETWORK_LEGEND in out
     assert sweep_report.STRATEGY_LEGEND in (tmp_path / "results" / "sweep-topoopt-12" / "sweep.txt").read_text()
+
+
+def test_sweep_takes_graph_files_and_factories_beside_zoo_names(tmp_path, scenario_dir, capsys, monkeypatch):
+    """``--models`` as a scenario's [workload] takes them: a zoo name, an operator-graph file
+    and a PyTorch factory, each path relative to the current folder."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(repo)
+    models = "candle,examples/models/resnet50.json,tests/fixtures/models/tiny.py:build_meta"
+    args = _args(tmp_path, scenario_dir / "topoopt-12.toml", models=models, topologies="topoopt", steps=2)
+    args.no_plot = True
+    assert sweep.run_sweep(args) == 0
+    out = capsys.readouterr().out
+    rows = json.loads((tmp_path / "out" / "sweep.json").read_text())["rows"]
+    assert [r["model"] for r in rows] == models.split(",")
+    assert all(r["iteration_s"] > 0 for r in rows)
+    assert len({r["iteration_s"] for r in rows}) == 3  # three models, not the scenario's three times
+    assert out.count("global batch of 1,536 samples (128 per server on 12 servers)") == 1
+
+
+@pytest.mark.parametrize(
+    "value, label",
+    [(16.5, "16.5"), (100.0, "100"), (0.2, "0.2"), (1000.0, "1,000"), (0.0123, "0.0123"), (1.65, "1.65")],
+)
+def test_the_time_axis_labels_are_plain_numbers(value, label):
+    assert sweep_report.plain_tick(value) == label  # never matplotlib's log-axis 1.65x10^1
+
+
+def test_a_time_axis_over_a_small_range_starts_at_zero():
+    scale, low, high = sweep_report.time_axis([16.5, 18.8])  # 14% apart: the gap looks like 14%
+    assert scale == "linear" and low == 0.0 and 18.8 < high < 18.8 * 1.3
+    scale, low, high = sweep_report.time_axis([0.5, 16.5, 800.0])  # three orders of magnitude
+    assert scale == "log" and 0 < low < 0.5 and high > 800.0

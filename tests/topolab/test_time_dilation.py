@@ -18,6 +18,7 @@ from topolab.time_dilation import (
     WORKER_CPU_SHARE,
     WORKER_CPU_SHARE_LIMIT,
     choose,
+    closing_warning,
     payload_for_memory,
     step_ceil,
     step_floor,
@@ -107,6 +108,24 @@ def test_explicit_rate_kept_with_a_warning_when_cpu_bound():
     assert d.link_mbps == 100.0 and d.cpu_load == pytest.approx(6.0) and d.cpu_load > CPU_BOUND_LOAD
     assert "emulation.link_mbps = 100" in d.warning and '"auto" picks 8' in d.warning
     assert not _choose(ops=100, bytes_sent=1, auto=False).warning
+
+
+def test_a_fixed_rate_that_overloads_the_cores_is_said_again_in_the_last_line():
+    from types import SimpleNamespace
+
+    from topolab.measured_run import with_closing_warning
+
+    d = _choose(ops=100_000, auto=False)  # 600% of 2 cores at the scenario's 100 Mbit/s
+    results = SimpleNamespace(emulation=SimpleNamespace(dilation=d.to_dict()))
+    line = with_closing_warning("[4/4] results in out/results.json, report in out/report.md", results)
+    assert line.startswith("[4/4] results in out/results.json") and "\n" not in line
+    assert "emulation.link_mbps = 100 kept the workers at ~600% of the 2 cores" in line
+    assert "measured the CPU, not the cables" in line and 'link_mbps = "auto" (or --link-mbps auto) picks 8' in line
+    fine = SimpleNamespace(emulation=SimpleNamespace(dilation=_choose(ops=100, bytes_sent=1, auto=False).to_dict()))
+    assert with_closing_warning("[4/4] done", fine) == "[4/4] done"  # nothing to repeat
+    assert closing_warning(None) == ""  # a run over several machines chooses no rate
+    lowest = closing_warning(_choose(ops=10**9, predicted_s=1e-3).to_dict())
+    assert lowest.startswith("warning: even the lowest rate")
 
 
 def test_rate_never_below_the_emulator_minimum():

@@ -82,7 +82,7 @@ def test_plan_partition_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixt
 
     assert main(["plan", "scenarios/topoopt-12.toml", "--partition", "13"]) == 2
     err = capsys.readouterr().err
-    assert "--partition must be between 1 and 12, not 13" in err and "Traceback" not in err
+    assert "--partition must be between 1 and 12 (the scenario's servers), not 13" in err and "Traceback" not in err
 
 
 def test_plan_takes_no_machines(capsys: pytest.CaptureFixture[str]) -> None:
