@@ -8,6 +8,12 @@ qemu's TCG runs Python about 17x slower) every such step is that much slower, an
 would end healthy runs. ``TOPOLAB_SLOWDOWN`` (a number from 1 to 100, default 1) multiplies
 them all; the Vagrant VM sets it when it runs without KVM (README, "Validate in a VM"). It does not touch
 what a scenario or a flag sets (``[run] timeout_s``, ``--timeout``, ``--wait``).
+
+A step whose work grows with the network (one host's ``tc -batch``, a netlink batch, the
+read-back of every class) gets `work_limit_s`: its measured cost per unit of work times the
+units, times the steps that share the cores with it, times `WORK_MARGIN`; never below the
+fixed limit it had (its floor), and on this machine (`limit_s`). It stays a bound: a step
+that hangs fails after that limit, which its error states.
 """
 
 from __future__ import annotations
@@ -46,3 +52,17 @@ SLOWDOWN = machine_slowdown()
 def limit_s(native_s: float) -> float:
     """A time limit set for a native machine, on this one."""
     return native_s * SLOWDOWN
+
+
+WORK_MARGIN = 10.0
+"""How many times its measured cost a step of the build may take before it counts as hung:
+the costs were measured alone on a quiet 2-core machine, and a busy one (other runs, the
+kernel's locks held by others) is several times slower."""
+
+
+def work_limit_s(floor_s: float, work_s: float, sharing: int = 1) -> float:
+    """The time limit of a step whose work takes ``work_s`` alone (its units times their cost
+    measured on a native machine), while ``sharing`` such steps run beside it and take turns
+    with it (for the cores or a kernel lock): `WORK_MARGIN` times ``work_s * sharing``, at
+    least ``floor_s``, on this machine (`limit_s`)."""
+    return limit_s(max(floor_s, work_s * max(1, sharing) * WORK_MARGIN))

@@ -22,9 +22,12 @@ For each host, inside its namespace (the calling thread enters it with ``setns``
   ``lo``) and its plane rules with the addresses; with the routes, a /28 route per sourcing
   node's plane addresses (like its identity) and the plane routes in their tables.
 
-Then per host one ``tc -batch`` (all hosts in parallel, each bounded by `TC_TIMEOUT_S`)
-shapes every cable end, and `check_qdiscs` reads every qdisc back from the kernel (bounded
-by `READBACK_TIMEOUT_S`): Mininet never raises on tc errors, so nothing is trusted unread.
+Then per host one ``tc -batch`` shapes every cable end (`apply_qdiscs`: as many hosts at a
+time as this process has cores, `tc_parallelism`; each batch bounded by `tc_limit_s` of its
+lines), and `check_qdiscs` reads every qdisc back from the kernel (bounded by
+`readback_limit_s` of the classes): Mininet never raises on tc errors, so nothing is trusted
+unread. Every limit grows with the work it waits for, never below the fixed limit it had
+(`contract.limits.work_limit_s`), and stays a bound its error states.
 
 `host_sysctls`, `loopback_addresses` and `host_routes` decide what a host gets, apart from how
 it is sent: `emulator.hostscripts` writes the same decisions as shell scripts for real servers.
@@ -35,18 +38,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import ipaddress
+import itertools
 import multiprocessing
 import os
 import signal
 import socket
 import subprocess
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
 
-from contract.limits import limit_s
+from contract.limits import limit_s, work_limit_s
 
 from . import nlbatch, nsutil, shaping
 from .addressing import PLANE_BLOCK_LEN, Port, identity, plane_address, plane_block
@@ -59,11 +63,27 @@ CUBIC = "cubic"
 10-27% of a shaped link unused, and a child namespace may only pick algorithms the ROOT
 namespace lists in tcp_allowed_congestion_control, which we must not change. A route's
 congctl applies to every connection over it, both ends, whatever the namespace default."""
-TC_TIMEOUT_S = limit_s(5.0)
-"""The longest one host's ``tc -batch`` may take (a host of 64 cables needs ~10 ms)."""
-READBACK_TIMEOUT_S = limit_s(10.0)
-"""The longest the read-back of every host's qdiscs may take (128 hosts with a class per
-destination: 1.8-1.9 s on two cores)."""
+TC_FLOOR_S = 5.0
+"""The least time one host's ``tc -batch`` may take, native (`tc_limit_s`)."""
+TC_TIMEOUT_S = limit_s(TC_FLOOR_S)
+"""... on this machine: the limit of a batch of up to 10,000 lines alone (5,000 two at a time)."""
+TC_LINE_S = 50e-6
+"""What one line of a ``tc -batch`` costs (an HTB class, a u32 filter, a qdisc), alone:
+14-28 us measured with 1,016-10,000 destination classes (and their filters) over 8-80 cable
+ends, 39-41 us with 1,000 on each of 8 ends (u32's filters of one device grow superlinearly; a
+cable end carries at most the servers routed through it), on a 2-core machine by
+``sudo .venv/bin/python -m tests.emulator.test_build_limits`` (one namespace of our own:
+`shaping.tc_batch` of that many classes through ``ip netns exec NS tc -batch -``, timed)."""
+READBACK_FLOOR_S = 10.0
+"""The least time the read-back of every host's qdiscs may take, native (`readback_limit_s`)."""
+READBACK_TIMEOUT_S = limit_s(READBACK_FLOOR_S)
+"""... on this machine."""
+READBACK_CLASS_S = 400e-6
+"""What reading one HTB class back costs a read-back process (the class, its filter, its
+qdiscs, decoded by pyroute2 and checked): 210-360 us measured at 128 hosts and 16,260 destination
+classes (1.7-2.9 s in two processes on two cores, ``build_phases_s["readback"]`` of
+`scenarios/ncf-128.toml`'s build); 124-148 us a class in one process on one host of
+1,016-10,000 classes (``sudo .venv/bin/python -m tests.emulator.test_build_limits``)."""
 READBACK_HOSTS_PER_PROCESS = 16
 """Fewer hosts than this per core are read back in one process (a fork costs ~10 ms)."""
 ROUTE_SEQ_BASE = 100_000
@@ -293,29 +313,90 @@ def send_routes(
         nlbatch.send(bytes(batch.batch), mp_what, timeout_s=timeout_s)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or taskset's
+    share, not the machine's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def tc_parallelism(hosts: int) -> int:
+    """How many hosts' ``tc -batch`` run at a time: one per usable core (`usable_cores`), at
+    most ``hosts``. Every tc change takes the kernel's one routing-netlink lock, so more at
+    once only makes each batch wait for the others: `scenarios/ncf-128.toml`'s 128 batches of
+    up to 282 lines took up to 1.2 s each all at once on a quiet 2-core machine (over 5 s on
+    a busy one), 24-73 ms each two at a time, and the phase 1.9 s either way."""
+    return max(1, min(hosts, usable_cores()))
+
+
+def tc_limit_s(lines: int, parallel: int) -> float:
+    """How long one host's ``tc -batch`` of ``lines`` lines may take while ``parallel``
+    batches run at a time (they take turns for the cores and the kernel's lock):
+    `contract.limits.work_limit_s` of `TC_LINE_S` a line, at least `TC_FLOOR_S`."""
+    return work_limit_s(TC_FLOOR_S, lines * TC_LINE_S, parallel)
+
+
+@dataclass(frozen=True)
+class TcPhase:
+    """What `apply_qdiscs` ran: ``hosts`` batches, ``parallel`` at a time, the longest of
+    ``most_lines`` lines, bounded by ``limit_s`` (the largest limit of any batch)."""
+
+    hosts: int
+    parallel: int
+    most_lines: int
+    limit_s: float
+
+
 def apply_qdiscs(
     work: list[tuple[EmulatedHost, list[shaping.Shaping]]],
     use_netem: bool,
-    timeout_s: float = TC_TIMEOUT_S,
+    timeout_s: float | None = None,
     render: Callable[[list[shaping.Shaping], bool], str] | None = None,
-) -> None:
+    parallel: int | None = None,
+) -> TcPhase:
     """One ``tc -batch`` per host (its text from ``render``: by default the build's `shaping.tc_batch`,
-    or `shaping.tc_rate_change` for a live rate change), all in parallel (one waiting thread
-    each), each bounded by ``timeout_s``; raise `ShapingError` naming the hosts whose tc
-    failed and why (tc's last line, or that it did not finish)."""
-    if not work:
-        return
+    or `shaping.tc_rate_change` for a live rate change), ``parallel`` at a time (default
+    `tc_parallelism`), each bounded by ``timeout_s`` (default: `tc_limit_s` of its lines);
+    raise `ShapingError` naming the hosts whose tc failed and why (tc's last line, or that it
+    did not finish within its limit). After the first failure no further batch starts, so a
+    hung tc ends the phase within its limit (and those of the batches beside it)."""
     render = render or shaping.tc_batch  # looked up now: a test may replace it
-    with ThreadPoolExecutor(max_workers=len(work), thread_name_prefix="tc") as pool:
-        outcomes = list(pool.map(lambda item: _run_tc(item[0], render(item[1], use_netem), timeout_s), work))
-    errors = [e for e in outcomes if e]
+    texts = [render(items, use_netem) for _host, items in work]
+    lines = [text.count("\n") for text in texts]
+    parallel = parallel or tc_parallelism(len(work))
+    limits = [tc_limit_s(n, parallel) if timeout_s is None else timeout_s for n in lines]
+    phase = TcPhase(len(work), parallel, max(lines, default=0), max(limits, default=0.0))
+    if not work:
+        return phase
+    outcomes: dict[int, str] = {}  # by the host's place in ``work``
+    jobs = iter(enumerate(zip(work, texts, lines, limits, strict=True)))
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="tc") as pool:
+
+        def start(count: int) -> dict[Future[str], int]:
+            return {
+                pool.submit(_run_tc, host, text, n, limit): i
+                for i, ((host, _items), text, n, limit) in itertools.islice(jobs, count)
+            }
+
+        running = start(parallel)
+        while running:
+            done, _pending = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                outcomes[running.pop(future)] = future.result()
+            if not any(outcomes.values()):  # no new batch after a failure: only the running ones end
+                running |= start(len(done))
+    errors = [outcomes[i] for i in sorted(outcomes) if outcomes[i]]
     if errors:
         more = f" (and {len(errors) - _TC_ERRORS_SHOWN} more)" if len(errors) > _TC_ERRORS_SHOWN else ""
         raise ShapingError("tc refused the shaping: " + "; ".join(errors[:_TC_ERRORS_SHOWN]) + more)
+    return phase
 
 
-def _run_tc(host: EmulatedHost, text: str, timeout_s: float) -> str:
-    """Run one host's ``tc -batch`` in its namespace; '' if it succeeded, else the error."""
+def _run_tc(host: EmulatedHost, text: str, lines: int, timeout_s: float) -> str:
+    """Run one host's ``tc -batch`` (``lines`` lines) in its namespace; '' if it succeeded,
+    else the error."""
     proc = subprocess.Popen(
         ["mnexec", "-a", str(host.pid), "tc", "-batch", "-"],
         stdin=subprocess.PIPE,
@@ -332,36 +413,52 @@ def _run_tc(host: EmulatedHost, text: str, timeout_s: float) -> str:
             proc.wait(timeout=timeout_s)
         for pipe in (proc.stdout, proc.stderr):
             pipe.close()
-        return f"host {host.name}: tc did not finish within {timeout_s:g} s"
+        return f"host {host.name}: tc did not finish within {timeout_s:.3g} s (its batch of {lines} lines)"
     if proc.returncode == 0:
         return ""
-    lines = err.strip().splitlines()
-    return f"host {host.name}: {lines[-1] if lines else f'tc exited with status {proc.returncode}'}"
+    lines_out = err.strip().splitlines()
+    return f"host {host.name}: {lines_out[-1] if lines_out else f'tc exited with status {proc.returncode}'}"
+
+
+def readback_limit_s(classes: int, processes: int) -> float:
+    """How long reading back ``classes`` HTB classes may take, split among ``processes``
+    processes on as many cores: `contract.limits.work_limit_s` of `READBACK_CLASS_S` a class
+    for the largest share, at least `READBACK_FLOOR_S`."""
+    return work_limit_s(READBACK_FLOOR_S, -(-classes // max(1, processes)) * READBACK_CLASS_S)
 
 
 def check_qdiscs(
-    work: list[tuple[EmulatedHost, list[shaping.Shaping]]], use_netem: bool, timeout_s: float = READBACK_TIMEOUT_S
+    work: list[tuple[EmulatedHost, list[shaping.Shaping]]], use_netem: bool, timeout_s: float | None = None
 ) -> None:
     """Read every host's qdiscs back and raise `ShapingError` on any cable not shaped as
     planned. pyroute2 decodes every class and filter in Python (128 hosts with a class per
     destination: 16,256 of each, 4.6 s in one process), so the hosts are split among up to
     one forked process per core (`READBACK_HOSTS_PER_PROCESS` hosts at least each), which
     enter the hosts' namespaces and return the mismatches; the whole read-back is bounded by
-    ``timeout_s``, after which the processes are ended."""
+    ``timeout_s`` (default: `readback_limit_s` of the classes), after which the processes are
+    ended."""
     jobs = [(host.pid, host.name, items) for host, items in work]
-    processes = max(1, min(os.cpu_count() or 1, len(jobs) // READBACK_HOSTS_PER_PROCESS))
+    processes = max(1, min(usable_cores(), len(jobs) // READBACK_HOSTS_PER_PROCESS))
     chunks = [jobs[i::processes] for i in range(processes)]
+    if timeout_s is None:
+        classes = sum(_classes(items) for _host, items in work)
+        timeout_s = readback_limit_s(classes, processes)
     pool = multiprocessing.get_context("fork").Pool(processes, initializer=_default_signals)
     try:
         outcome = pool.map_async(functools.partial(_read_back, use_netem=use_netem), chunks)
         try:
             found = outcome.get(timeout_s)
         except multiprocessing.TimeoutError:
-            raise ShapingError(f"reading the qdiscs back from the hosts took more than {timeout_s:g} s") from None
+            raise ShapingError(f"reading the qdiscs back from the hosts took more than {timeout_s:.3g} s") from None
     finally:
         pool.terminate()
         pool.join()
     shaping.raise_on([problem for problems in found for problem in problems])
+
+
+def _classes(items: list[shaping.Shaping]) -> int:
+    """The HTB classes of one host's shaping: each cable's, and its default and destination classes."""
+    return sum(1 + (1 + len(s.destinations) if s.destinations else 0) for s in items)
 
 
 def _default_signals() -> None:

@@ -13,7 +13,8 @@ tears down what exists and nothing is created before the input is checked:
    sysctls and one static route per destination from ``network.next_hop``
    (`emulator.hostconfig`); with an allocation, also the plane addresses, rules and tables
    (`emulator.planes`);
-6. per host, one ``tc -batch`` (all hosts in parallel, bounded): HTB at each cable's
+6. per host, one ``tc -batch`` (one host per core at a time, each bounded by a limit that
+   grows with its lines, `emulator.hostconfig.tc_limit_s`): HTB at each cable's
    emulated rate, with a class per destination routed through it (planned rates of an
    allocation, equal shares otherwise, so destinations share the cable), netem with the
    dilated latency where available;
@@ -320,8 +321,9 @@ class EmulatedNetwork(BuiltRates):
         phases["addresses_routes"] = -t + (t := time.perf_counter())
         delay_us = self.delay_us if self.netem else 0.0
         work = [(host, self.shaping_of(u, delay_us)) for u, host in enumerate(self.hosts) if self.ports[u]]
-        apply_qdiscs(work, self.netem)
+        tc = apply_qdiscs(work, self.netem)
         phases["tc"] = -t + (t := time.perf_counter())
+        self.facts["tc_batches"] = {"parallel": tc.parallel, "most_lines": tc.most_lines, "limit_s": tc.limit_s}
         check_qdiscs(work, self.netem)
         self.facts["shaping_checked"] = sum(len(items) for _host, items in work)
         self.facts["destination_classes"] = sum(len(s.destinations) for _host, items in work for s in items)

@@ -4,7 +4,8 @@ pyroute2 0.9 spends about 1.5 ms per synchronous request (its asyncio round trip
 12-host network needs ~450 requests and a 64-host one ~4500. Compiling the same requests
 with `IPBatch` and writing them to a netlink socket 64 KiB at a time, then counting the
 acks, brings that to a few ms per host. Errors are reported per request, not swallowed,
-and every wait for the kernel's acks is bounded (`NETLINK_TIMEOUT_S`).
+and every wait for the kernel's acks is bounded (`batch_limit_s`: at least
+`NETLINK_TIMEOUT_S`, more for a batch of more work).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import socket
 import struct
 import time
 
-from contract.limits import limit_s
+from contract.limits import limit_s, work_limit_s
 
 from .errors import EmulationError
 
@@ -29,8 +30,19 @@ COMPAT_TABLE = 252
 """``RT_TABLE_COMPAT``: the 8-bit table field of a request whose table, in ``RTA_TABLE``, is above 255."""
 FR_ACT_TO_TBL = 1
 """Action of a routing rule that looks up a table."""
-NETLINK_TIMEOUT_S = limit_s(5.0)
-"""The longest one batch may wait for the kernel's acks (a 64-host build needs a few ms)."""
+_RTM_NEWLINK, _NLM_F_CREATE = 16, 0x400  # linux/rtnetlink.h, linux/netlink.h: a link created
+NETLINK_FLOOR_S = 5.0
+"""The least time one batch may wait for the kernel's acks, native (`batch_limit_s`)."""
+NETLINK_TIMEOUT_S = limit_s(NETLINK_FLOOR_S)
+"""... on this machine (a host's batches at 128 hosts need a few ms each)."""
+NEW_LINK_S = 400e-6
+"""What the kernel spends on one link created (a veth pair with its two ends in two
+namespaces): 331-375 us measured on a 2-core machine with 500 and 2,000 pairs in one batch
+(`send` of pyroute2's ``IPBatch`` veth requests between two namespaces of our own, timed by
+``sudo .venv/bin/python -m tests.emulator.test_build_limits``)."""
+REQUEST_S = 25e-6
+"""... on any other request (a route, an address, a neighbour, a link up): 7.4-21 us a route,
+5,000 and 20,000 `RouteEncoder` routes in one batch, measured the same way."""
 
 
 def _messages(data: bytes):
@@ -41,6 +53,21 @@ def _messages(data: bytes):
         off += (length + 3) & ~3
 
 
+def batch_limit_s(data: bytes, floor_s: float = NETLINK_FLOOR_S) -> float:
+    """How long the kernel may take to answer every request of a batch: `work_limit_s` of
+    its links created (`NEW_LINK_S` each) and other requests (`REQUEST_S` each), at least
+    ``floor_s`` (native). A build's batches are sent one after another, so none shares the
+    kernel with another of ours."""
+    created = others = 0
+    for _seq, msg in _messages(bytes(data)):
+        _length, typ, flags, *_rest = _HDR.unpack_from(msg)
+        if typ == _RTM_NEWLINK and flags & _NLM_F_CREATE:
+            created += 1
+        else:
+            others += 1
+    return work_limit_s(floor_s, created * NEW_LINK_S + others * REQUEST_S)
+
+
 def send(
     data: bytes,
     what: list[str] | None = None,
@@ -49,10 +76,12 @@ def send(
 ) -> None:
     """Send the compiled requests in ``data`` on a NETLINK_ROUTE socket of the calling
     thread's namespace; raise `EmulationError` naming the first refused request, or the
-    first unanswered one if the acks take longer than ``timeout_s`` in all."""
+    first unanswered one if the acks take longer in all than ``timeout_s`` or, for a batch
+    of more work, its `batch_limit_s` (the error states the limit)."""
     msgs = list(_messages(bytes(data)))
     if not msgs:
         return
+    timeout_s = max(timeout_s, batch_limit_s(data))
     labels = dict(labels or {})
     if what:  # the IPBatch part of data: its requests in order
         labels.update(zip((seq for seq, _ in msgs[: len(what)]), what))
@@ -80,7 +109,8 @@ def send(
                 except TimeoutError:
                     seq = min(pending)
                     raise EmulationError(
-                        f"netlink did not answer {labels.get(seq, f'request {seq}')} within {timeout_s:g} s"
+                        f"netlink did not answer {labels.get(seq, f'request {seq}')} within {timeout_s:.3g} s "
+                        f"(a batch of {len(msgs)} requests)"
                     ) from None
                 for seq, msg in _messages(reply):
                     if _HDR.unpack_from(msg)[1] != NLMSG_ERROR:
