@@ -5,6 +5,7 @@ of a "What to observe" section and every example output is recomputed here."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,7 +83,8 @@ def setup_parameters(setup: str) -> dict[str, float]:
 
 
 def answer_module(tmp_path: Path, formula: str) -> Path:
-    """A student's compare.py: ``formula`` as written, once per setup."""
+    """A student's compare.py: ``formula`` as written, once per setup (with the reference
+    cabling of part 2 beside it)."""
     params = {setup: setup_parameters(setup) for setup in load_checker(1).SETUPS}
     body = "\n".join(f"        {line}" for line in formula.strip().splitlines())
     path = tmp_path / "compare.py"
@@ -97,6 +99,7 @@ def answer_module(tmp_path: Path, formula: str) -> Path:
         "        times[setup] = T\n"
         "    return times\n"
     )
+    shutil.copy(exercises()[1] / "solution" / load_checker(1).CABLING_FILE, tmp_path)
     return path
 
 
@@ -174,6 +177,50 @@ def test_exercise_1_observations_are_the_planners():
     hops = (setup_parameters("topoopt")["h"], setup_parameters("switch")["h"])
     assert hops == (1, 2) and "its two hops per step" in observe
     assert f"within {checker.TOLERANCE:.0%} of the planner's" in flat(readme(1))
+
+
+def test_exercise_1_part_2_observations_are_the_checkers_and_the_plans(capsys, monkeypatch):
+    """What the checker prints on the reference cabling is the README's block, line for
+    line; the ratios, steps, plan facts and the starter's error the text quotes are recomputed."""
+    from topolab.lab import run_check
+
+    checker = load_checker(1)
+    folder = exercises()[1]
+    assert run_check(1, solution=True).passed
+    printed = capsys.readouterr().out.splitlines()
+    observe = readme(1).split("## What to observe\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```text\n(.*?)```", observe, re.S).group(1).splitlines()
+    assert block == printed and len(block) == 3
+    text = section(readme(1), "What to observe")
+    solution_csv = folder / "solution" / checker.CABLING_FILE
+    rings, seconds = zip(*(checker.cube_predictions(solution_csv, checker.SIZES)[s] for s in checker.CUBE_SETUPS))
+    small, large = (seconds[0][n] / seconds[1][n] for n in checker.SIZES)
+    assert f"TopoOpt is {small:.1f}x faster at 1 MiB and {large:.1f}x at 64 MiB" in text
+    assert f"{rings[0]} rings on 2 of every server's 4 cables, where TopoOpt runs {rings[1]} on all 4" in text
+    plans = [build_plan(s) for s in checker.cube_scenarios(solution_csv).values()]
+    hypercube, topoopt = plans
+    assert f"the latency of the same {2 * (hypercube.servers - 1)} steps of one hop" in text
+    assert hypercube.summary.diameter == topoopt.summary.diameter == 4
+    assert f"{hypercube.summary.mean_hops:.3f}" == f"{topoopt.summary.mean_hops:.3f}" == "2.133"
+    assert "both networks diameter 4 and mean hops 2.133" in text
+    bisections = (f"{hypercube.summary.bisection_gbps:g}", f"{topoopt.summary.bisection_gbps:g}")
+    assert f"{bisections[0]} Gbps on the hypercube, {bisections[1]} Gbps on TopoOpt's strides ±1, ±5" in text
+    assert topoopt.strides == (1, 5)
+    ring_note = next(n for n in hypercube.notes if n.startswith("AllReduce ring:"))
+    assert f"`{ring_note}`" in text
+    # step 5: the starter's error, as `make check` shows it in the exercise's folder
+    monkeypatch.chdir(folder)
+    problems = run_check(1, Path("starter") / checker.STUDENT_FILE).problems
+    starter_error = next(p for p in problems if checker.CABLING_FILE in p)
+    assert f"the starter's: `{starter_error}`" in section(readme(1), "Steps")
+
+
+def test_docs_lab_section_points_at_exercise_1():
+    """docs/topologies.md's lab exercise is told once, in exercise 1's part 2."""
+    docs = (REPO / "docs" / "topologies.md").read_text()
+    lab = docs.split("## Lab exercise: a hypercube against TopoOpt at the same degree\n", 1)[1].split("\n## ", 1)[0]
+    assert "labs/01-ring-vs-topoopt/README.md" in lab and not re.search(r"^\d+\. ", lab, re.M)
+    assert "Part 2: cable your own" in readme(1)
 
 
 # ---------------------------------------------------------------- exercises 2 to 6

@@ -67,7 +67,8 @@ def test_the_hint_is_shown_once_after_the_problems_and_not_counted(capsys):
     lines = capsys.readouterr().out.splitlines()
     counted = int(re.fullmatch(r"FAIL exercise 1: (\d+) problem\(s\)", lines[0]).group(1))
     listed = [line for line in lines[1:] if line.startswith("  - ")]
-    assert counted == len(listed) == len(run_check(1).problems) == 6  # 3 setups x 2 sizes, all wrong
+    # 3 setups x 2 sizes, all wrong, and the starter's cabling (part 2), which lacks dimension 3
+    assert counted == len(listed) == len(run_check(1).problems) == 7
     assert lines[-1] == f"  {checker.HINT}" and sum(checker.HINT in line for line in lines) == 1
     assert run_check(1).hint == checker.HINT and run_check(1, solution=True).hint == ""
 
