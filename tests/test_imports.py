@@ -61,11 +61,11 @@ def test_planning_a_topoopt_scenario_imports_no_scipy_networkx_or_torch() -> Non
     import subprocess
     import sys
 
-    probe = (
-        "import sys\n"
-        "from planner.build import build_plan\n"
-        "from planner.scenario import load_scenario\n"
-        "build_plan(load_scenario(sys.argv[1]))\n"
+    probe = (  # the command a user runs, summary and all (its output goes to /dev/null)
+        "import contextlib, os, sys\n"
+        "from topolab.cli import main\n"
+        "with open(os.devnull, 'w') as out, contextlib.redirect_stdout(out):\n"
+        "    assert main(['plan', sys.argv[1]]) == 0\n"
         "print(' '.join(m for m in ('scipy', 'networkx', 'torch') if m in sys.modules))\n"
     )
     done = subprocess.run(

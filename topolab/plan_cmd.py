@@ -167,10 +167,11 @@ def describe_partition(plan: Plan, machines: int) -> str:
 def bandwidth_phases(plan: Plan) -> list[dict[str, Any]]:
     """The allocation summary of the plan's embedding all-to-all and model-parallel phases,
     when the plan has an allocation (its scenario asks ``routing = "planned"``)."""
-    from planner.bandwidth.multipath import allocate_for_plan, embedding_alltoall_traffic, iteration_mp_traffic
-
     if not plan.allocation or not plan.demand.mp or plan.servers > MAX_ALLOCATED_SERVERS:
         return []
+    # scipy and networkx (half a second) only for plans that have an allocation
+    from planner.bandwidth.multipath import allocate_for_plan, embedding_alltoall_traffic, iteration_mp_traffic
+
     phases = {
         "embedding all-to-all": embedding_alltoall_traffic(plan),
         "model-parallel iteration": iteration_mp_traffic(plan),
