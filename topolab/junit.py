@@ -43,7 +43,7 @@ from contract.files import write_file
 from .collective_results import PhaseResult, SizeResult, format_size
 from .journal import RESULTS_FILE, read_results
 from .options import check_output_file
-from .results import RunResults
+from .results import RunResults, relative_error
 
 VERIFIED = "every iteration verified"
 WITHIN_TOLERANCE = "prediction within tolerance"
@@ -110,11 +110,6 @@ class Measurement:
     error: float | None  # |predicted - measured| / measured
     tolerance: float
     over_tolerance: bool | None  # error > tolerance, None when not measured
-
-
-def relative_error(measured: float, predicted: float) -> float:
-    """|predicted - measured| / measured, as a run's summary defines its error (`topolab.results.Summary`)."""
-    return abs(predicted - measured) / measured
 
 
 def _percent(fraction: float) -> str:

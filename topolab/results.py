@@ -409,6 +409,12 @@ def fault_phases(iterations: Sequence[Iteration]) -> list[FaultPhase]:
     return out
 
 
+def relative_error(measured: float, predicted: float) -> float:
+    """A prediction's error: |predicted - measured| / measured (a run's, an arm's, a
+    collective's)."""
+    return abs(predicted - measured) / measured
+
+
 def default_tolerance() -> float:
     """A run's tolerance when its results predate recording one: the scenario default."""
     from planner.scenario import Run
@@ -450,7 +456,7 @@ class RunResults:
             out.median_measured_s = med
             out.median_real_ms = med / self.emulation.time_scale * 1e3
             if self.predicted is not None:
-                out.error = abs(self.predicted.emulated_s - med) / med
+                out.error = relative_error(med, self.predicted.emulated_s)
                 out.tolerance = self.tolerance
                 out.error_over_tolerance = out.error > self.tolerance
             loads = [it.worker_cpu_s / it.measured_s for it in its if it.worker_cpu_s is not None and it.measured_s > 0]
