@@ -144,10 +144,7 @@ def write_trace(path: str, s: Any, prepared: tuple, netem: bool) -> dict[str, An
         "predicted_iteration_ms": pred.seconds / scale * 1e3,
         "ranks": n,
         "ranks_shown": shown,
-        "ranks_note": "all"
-        if shown == n
-        else f"the first {shown} of {n}: a trace shows at most {trace_events.TRACE_MAX_RANKS} ranks, and no "
-        f"more than fit {trace_events.TRACE_MAX_OPS} ops",
+        "ranks_note": trace_events.ranks_note(shown, n),
         "processes": f"predicted rank r: pid {PREDICTED_PID_BASE} + r",
     }
     doc = trace_document([predicted_group(schedule, timeline, scale)], meta)
