@@ -82,15 +82,21 @@ numpy and pyzmq imports, ~0.3 s of CPU: twelve on two busy cores take ~2-3 s, so
 >2x margin that still names a worker that never connects, and ends every process, within
 10 s (the abort and stop that follow take well under a second)."""
 WORKER_START_CPU_S = limit_s(0.3)  # one worker's start: Python, numpy and pyzmq imports
+FILL_CPU_S_PER_BYTE = limit_s(2.5e-9)
+"""CPU a worker spends per byte of its buffers before it says ``connected``: the first fill
+touches every page (2.25 ns/B measured filling a fresh 1 GiB float32 buffer with
+`workers.patterns.fill_input`, page faults included; 0.03 ns/B once the pages exist)."""
 START_MARGIN = 2.5  # how much slower than the CPU alone a start may be (a loaded machine)
 
 
-def start_timeout_for(workers: int) -> float:
-    """Bound on each start phase for ``workers`` workers: at least `START_TIMEOUT_S`, more
-    when their imports alone need longer on this machine's cores (64 workers on 2 cores:
-    about 10 s of CPU, so 24 s)."""
+def start_timeout_for(workers: int, buffer_bytes: int = 0) -> float:
+    """Bound on each start phase for ``workers`` workers holding ``buffer_bytes`` of buffers
+    together: at least `START_TIMEOUT_S`, more when their imports and first fills need longer
+    on this machine's cores (64 workers on 2 cores: about 10 s of CPU for the imports, so 24 s;
+    12 BERT-large workers filling 15.5 GiB: about 42 s of CPU, so 52 s)."""
     cores = os.cpu_count() or 1
-    return max(START_TIMEOUT_S, START_MARGIN * WORKER_START_CPU_S * workers / cores)
+    work_s = WORKER_START_CPU_S * workers + FILL_CPU_S_PER_BYTE * buffer_bytes
+    return max(START_TIMEOUT_S, START_MARGIN * work_s / cores)
 
 
 ABORT_COLLECT_S = 2.0
@@ -210,7 +216,8 @@ class Coordinator:
         self.hosts = list(hosts)
         self.spawn = spawn or loopback_spawn()
         self.timeout_s = timeout_s
-        self.start_timeout_s = start_timeout_for(self.n) if start_timeout_s is None else start_timeout_s
+        buffer_bytes = self.n * sum(int(b["bytes"]) for b in schedule["buffers"])  # every rank holds them all
+        self.start_timeout_s = start_timeout_for(self.n, buffer_bytes) if start_timeout_s is None else start_timeout_s
         self.python = python
         self.keep_workdir = keep_workdir
         self.relay_failures = relay_failures

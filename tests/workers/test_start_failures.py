@@ -121,3 +121,15 @@ def test_worker_spec_on_stdin_is_checked(stdin: str, cause: str) -> None:
     )
     assert done.returncode == 2
     assert cause in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_the_start_limit_grows_with_the_buffers_the_workers_fill() -> None:
+    """Before ``connected`` every worker fills its buffers (the first fill touches every page):
+    12 BERT-large workers fill 15.5 GiB, far more than the 7 s floor allows on 2 cores."""
+    from workers.coordinator import FILL_CPU_S_PER_BYTE, START_MARGIN, START_TIMEOUT_S
+
+    small, bert = start_timeout_for(12, 12 << 20), start_timeout_for(12, int(15.5 * (1 << 30)))
+    assert small == START_TIMEOUT_S  # small buffers keep the floor
+    cores = os.cpu_count() or 1
+    assert bert >= START_MARGIN * FILL_CPU_S_PER_BYTE * 15.5 * (1 << 30) / cores > START_TIMEOUT_S
+    assert start_timeout_for(12, 2 * int(15.5 * (1 << 30))) > bert  # and keeps growing with them
