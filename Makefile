@@ -3,7 +3,7 @@
 SCENARIO ?= scenarios/topoopt-12.toml
 VENV := .venv/bin
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench docs clean
 
 setup:
 	@bash scripts/setup.sh
@@ -22,6 +22,11 @@ bench: setup
 	$(VENV)/python benchmarks/emulator_build.py
 	$(VENV)/python benchmarks/run_accuracy.py
 	$(VENV)/python benchmarks/collective_compare.py
+
+# The documentation as a site (mkdocs.yml: docs/, the labs and this README), served at
+# http://127.0.0.1:8000 and rebuilt on every change; scripts/test.sh builds it with --strict.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/mkdocs serve
 
 clean:
 	$(VENV)/topolab clean

@@ -68,9 +68,9 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import mininet" 2>/dev/nu
 fi
 stamp=.venv/.topolab-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "setup: installing topolab and its Python dependencies into .venv"
+  echo "setup: installing topolab and its Python dependencies (tests, docs site) into .venv"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test]"
+  .venv/bin/python -m pip install -q -e ".[test,docs]"
   touch "$stamp"
 fi
 # torch only where asked (scripts/test.sh; `topolab train` users): pyproject.toml pins the CPU
