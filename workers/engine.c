@@ -295,7 +295,9 @@ typedef struct {
 typedef struct {
   void *pull;
   void **socks;  /* PUSH sockets, indexed by prog->sock */
-  void **extra;  /* sockets whose events Python handles (monitors, control) */
+  int32_t *extra_fd; /* ZMQ_FD of the sockets Python handles (monitors, control): polled as
+                        plain descriptors, so a turn of the loop asks libzmq about the data
+                        sockets only; readable means "Python, look" (it drains them) */
   int64_t nsocks, nextra, npeers;
   uint8_t **bufs; /* base of every buffer, indexed by prog->buf */
   const int32_t *dtype;
@@ -782,7 +784,7 @@ int run_step(run_t *r, double slice_s) {
     r->items[n++] = (zmq_pollitem_t){io->pull, 0, ZMQ_POLLIN, 0};
     for (int64_t b = 0; b < r->nblocked; b++) r->items[n++] = (zmq_pollitem_t){io->socks[r->blocked_list[b]], 0, ZMQ_POLLOUT, 0};
     int first_extra = n;
-    for (int64_t x = 0; x < io->nextra; x++) r->items[n++] = (zmq_pollitem_t){io->extra[x], 0, ZMQ_POLLIN, 0};
+    for (int64_t x = 0; x < io->nextra; x++) r->items[n++] = (zmq_pollitem_t){NULL, io->extra_fd[x], ZMQ_POLLIN, 0};
     int events = Z.poll(r->items, n, short_wait ? 0 : timeout_ms);
     if (events < 0) {
       int err = Z.errno_();

@@ -208,7 +208,7 @@ class IOStruct(ctypes.Structure):
     _fields_ = [
         ("pull", _P),
         ("socks", _P),
-        ("extra", _P),
+        ("extra_fd", _P),
         ("nsocks", ctypes.c_int64),
         ("nextra", ctypes.c_int64),
         ("npeers", ctypes.c_int64),
@@ -368,7 +368,9 @@ class NativeRun:
             self.sends_to[peer] = count
         self.blocked = np.zeros(max(len(push), 1), dtype=np.uint8)
         self._socks = (ctypes.c_void_p * max(len(push), 1))(*[s.underlying for s in push])
-        self._extra = (ctypes.c_void_p * max(len(extra), 1))(*[s.underlying for s in extra])
+        # their ZMQ_FD, not the sockets: zmq_poll asks every socket item for ZMQ_EVENTS on each turn
+        # (a system call each), and a rank has a monitor per peer
+        self._extra = (ctypes.c_int32 * max(len(extra), 1))(*[s.get(zmq.FD) for s in extra])
         self._bufs = (ctypes.c_void_p * max(len(buffers), 1))(*[a.ctypes.data for a in buffers])
         self._dtype = np.array([dtype_code(np.dtype(d)) for d in dtypes] or [0], dtype=np.int32)
         self.stats = Stats()

@@ -203,6 +203,18 @@ class IterationRun:
             return PeerFailure(f"{me}: libzmq failed {where}{peer}: {zmq.strerror(a)}", src if src >= 0 else None)
         return PeerFailure(f"{me}: the data-plane loop ran out of memory")
 
+    def check_extra(self) -> None:
+        """Take what the monitors and the control socket hold, each until it has nothing.
+
+        The engine polls their ``ZMQ_FD``, which turns readable when libzmq has a command for
+        the socket and stays quiet until someone reads the socket dry; reading each one to
+        ``zmq.Again`` here (before the loop, when the engine says `engine.EXTRA`, and every
+        `HEARTBEAT_S` in case a send on the control socket took the signal) keeps that true."""
+        for mon in self.channels.monitors:
+            self.channels.check_monitor(mon)
+        if self.control is not None:
+            self.check_control()
+
     def check_control(self) -> None:
         while True:
             try:
@@ -218,24 +230,23 @@ class IterationRun:
         return int(self.native.io.iteration)
 
     def execute(self) -> None:
-        channels = self.channels
         total = len(self.program.ops)
         next_beat = now() + HEARTBEAT_S
         try:
+            self.check_extra()
             while True:
                 status = self.native.step(POLL_S)
                 if status == engine.DONE:
                     return
                 if status < 0:
                     raise self.failure(status)
-                if status == engine.EXTRA:  # a monitor or the control socket has something
-                    for mon in channels.monitors:
-                        channels.check_monitor(mon)
-                    if self.control is not None:
-                        self.check_control()
+                beat = now() >= next_beat
+                if status == engine.EXTRA or beat:
+                    self.check_extra()
                 self.check_faults()
-                if self.heartbeat is not None and now() >= next_beat:
-                    self.heartbeat(self.ndone, total)
+                if beat:
+                    if self.heartbeat is not None:
+                        self.heartbeat(self.ndone, total)
                     next_beat = now() + HEARTBEAT_S
         finally:
             self.native.close()
