@@ -31,6 +31,19 @@ workers' load there stays within `WORKER_CPU_SHARE_LIMIT`:
 
     r = step_ceil(r0 x T(r0) / ITERATION_BUDGET_S)    if W / (cores x T(r)) <= WORKER_CPU_SHARE_LIMIT
 
+The estimate is checked against the run itself. The workers' CPU for an iteration is not
+quite independent of the rate: at a lower rate fewer packets arrive per wake-up of a worker
+and of the kernel, so W grows as r falls until every packet pays its own wake-up (DLRM on 64
+servers, d = 4, payload scale 0.6: 3.8 CPU-s an iteration at 30 Mbit/s, 6.5 at 10, 7.0 at 5,
+against W = 1.9 estimated; 28, 4.3 and 2.5% off). A shaped cable at the run's MTU, on this
+machine or in a VM, costs what it costs; so with an automatic rate the warm-up iteration's
+measured load L (the workers' CPU seconds over cores x its seconds) decides: above
+`WORKER_CPU_SHARE` the network is built again at
+
+    r' = step_floor(r x WORKER_CPU_SHARE / L x `LOAD_GROWTH_MARGIN`)
+
+(`rate_for_measured_load`), at most `MEASURED_LOAD_RETRIES` times.
+
 Memory comes first: each worker holds its buffers about twice (the buffers, and what is in
 flight in its socket queues) plus `WORKER_BASE_MIB` of interpreter and libraries, and the n
 workers must fit in `MEMORY_SHARE` of the memory available once the emulated hosts have
@@ -75,6 +88,13 @@ WORKER_BASE_MIB = 48.0
 here, plus its sockets' queues."""
 BUFFER_COPIES = 2.0
 """How many times a worker holds its buffers' bytes at most (module docstring)."""
+LOAD_GROWTH_MARGIN = 0.75
+"""How much further than the warm-up's load says the rate falls (module docstring): the
+workers' CPU an iteration grows as the rate falls, 1.7x from 30 to 10 Mbit/s for DLRM on 64
+servers, so the plain ratio would take several rebuilds to get there."""
+MEASURED_LOAD_RETRIES = 2
+"""How many times a run with an automatic rate is built again at a lower rate after its
+warm-up measured the workers' load above `WORKER_CPU_SHARE` (module docstring)."""
 RATE_STEPS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
 """The mantissas of the rates and scales chosen (x a power of ten), so that a choice reads
 well and does not move with every small change of the probe."""
@@ -201,6 +221,16 @@ def auto_rate(demand_s: float, predicted_s: float, link_mbps: float, cores: int)
     if within > preferred and demand_s / (cores * dilated_s(predicted_s, link_mbps, within)) <= WORKER_CPU_SHARE_LIMIT:
         return within, preferred
     return preferred, preferred
+
+
+def rate_for_measured_load(link_mbps: float, measured_load: float) -> float | None:
+    """The rate to build again at after an iteration at ``link_mbps`` kept the workers
+    ``measured_load`` busy (CPU seconds over cores x seconds), or None where it stayed within
+    `WORKER_CPU_SHARE` or no lower rate exists (module docstring)."""
+    if not measured_load > WORKER_CPU_SHARE:
+        return None
+    lower = max(MIN_LINK_MBPS, step_floor(link_mbps * WORKER_CPU_SHARE / measured_load * LOAD_GROWTH_MARGIN))
+    return lower if lower < link_mbps else None
 
 
 def choose(

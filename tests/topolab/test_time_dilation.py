@@ -20,6 +20,7 @@ from topolab.time_dilation import (
     choose,
     closing_warning,
     payload_for_memory,
+    rate_for_measured_load,
     step_ceil,
     step_floor,
     transfer_ops,
@@ -200,3 +201,22 @@ def test_a_silent_peer_is_awaited_at_least_two_predicted_iterations():
     assert silence_limit_s(run(60.0, 0.5)) == 60.0  # 12 servers: the scenario's limit
     assert silence_limit_s(run(60.0, 50.3)) == SILENCE_ITERATIONS * 50.3  # 128 servers at 50 Mbit/s
     assert silence_limit_s(run(60.0, None)) == 60.0
+
+
+@pytest.mark.parametrize(
+    ("rate", "load", "want"),
+    [
+        (30.0, 0.65, 15.0),  # 30 x 0.5 / 0.65 x 0.75 = 17.3 -> 15 (DLRM on 64 servers' warm-up)
+        (15.0, 0.55, 10.0),  # 10.2 -> 10
+        (100.0, 0.9, 40.0),  # 41.7 -> 40
+        (10.0, 0.5, None),  # within the share: kept
+        (10.0, 0.3, None),
+    ],
+)
+def test_a_warm_up_over_the_share_lowers_the_rate(rate, load, want):
+    assert rate_for_measured_load(rate, load) == want
+
+
+def test_no_rate_below_the_emulator_minimum_after_a_warm_up():
+    assert rate_for_measured_load(MIN_LINK_MBPS, 0.99) is None
+    assert rate_for_measured_load(MIN_LINK_MBPS * 1.2, 5.0) == MIN_LINK_MBPS
