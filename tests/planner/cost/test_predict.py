@@ -148,7 +148,7 @@ def _same(a, b, rel=1e-12):
 def test_rounds_replay_agrees_with_the_event_replay(model, n, d):
     """TopoOpt rings give every connection links of its own: the replay in rounds applies
     and predicts what the event replay predicts."""
-    from planner.cost.predict import _dedicated_replay
+    from planner.cost.replay.dedicated_links import dedicated_replay
 
     s = parse_scenario(
         {
@@ -160,22 +160,22 @@ def test_rounds_replay_agrees_with_the_event_replay(model, n, d):
     plan = build_plan(s)
     sched = iteration_schedule(plan, IterationOptions(payload_scale=0.1))
     net = plan_network(plan)
-    rounds = _dedicated_replay(sched, net)
+    rounds = dedicated_replay(sched, net)
     assert rounds is not None
     _same(rounds, predict(sched, net, events=True))
     _same(predict(sched, net), rounds, rel=0)
 
 
 def test_rounds_replay_declines_what_it_cannot_do():
-    from planner.cost.predict import _dedicated_replay
+    from planner.cost.replay.dedicated_links import dedicated_replay
 
     shared = p2p_transfers(3, [(0, 2, 400_000), (1, 2, 200_000)])  # both on link (1, 2)
-    assert _dedicated_replay(shared, _line_network()) is None
+    assert dedicated_replay(shared, _line_network()) is None
     alone = p2p_transfers(3, [(0, 1, 100_000), (0, 1, 100_000)])
-    assert _dedicated_replay(alone, _line_network()) is not None
+    assert dedicated_replay(alone, _line_network()) is not None
     net = _line_network()
     net.op_overhead_s = 1e-5  # the ranks' processors are shared: events decide the order
-    assert _dedicated_replay(alone, net) is None
+    assert dedicated_replay(alone, net) is None
     assert predict(alone, net).seconds == pytest.approx(0.2 + 2e-5, rel=1e-6)
 
 
@@ -183,10 +183,10 @@ def _from_scratch(replay) -> dict[int, float]:
     """Every flow on the wire's max-min rate solved anew (`max_min_rates` on copies)."""
     from collections import deque
 
-    from planner.cost.predict import _Flow, max_min_rates
+    from planner.cost.replay.max_min import Flow, max_min_rates
 
     flows = [f for f in replay.conns if f.on_wire and f.links]
-    copies = [_Flow(f.index, f.src, f.dst, f.links, f.relayed, f.assured, deque(), seq=f.seq) for f in flows]
+    copies = [Flow(f.index, f.src, f.dst, f.links, f.relayed, f.assured, deque(), seq=f.seq) for f in flows]
     users: list[list] = [[] for _ in replay.capacity]
     for c in copies:
         for link in c.links:
@@ -197,14 +197,14 @@ def _from_scratch(replay) -> dict[int, float]:
 
 @pytest.mark.parametrize("servers, degree", [(16, 4), (24, 8)])
 def test_rates_kept_between_events_are_the_max_min_rates(monkeypatch, servers, degree):
-    """`_Replay.update_rates` solves only the flows at or above its threshold and gives a
+    """`EventReplay.update_rates` solves only the flows at or above its threshold and gives a
     flow that takes the place of one that ended on its path that flow's rate: after every
     update, each flow on the wire has the rate a solve of all of them gives (DLRM's
     all-to-all beside its AllReduce rings, on a TopoOpt network with relayed paths)."""
-    from planner.cost import predict as model
+    from planner.cost.replay import events
 
     checked, held = [], []
-    update, solve = model._Replay.update_rates, model.max_min_rates
+    update, solve = events.EventReplay.update_rates, events.max_min_rates
 
     def update_then_check(self):
         update(self)
@@ -216,8 +216,8 @@ def test_rates_kept_between_events_are_the_max_min_rates(monkeypatch, servers, d
         held.append(held_flows)
         solve(flows, users, capacity, held_flows)
 
-    monkeypatch.setattr(model._Replay, "update_rates", update_then_check)
-    monkeypatch.setattr(model, "max_min_rates", solve_and_count)
+    monkeypatch.setattr(events.EventReplay, "update_rates", update_then_check)
+    monkeypatch.setattr(events, "max_min_rates", solve_and_count)
     s = parse_scenario(
         {
             "cluster": {"servers": servers, "degree": degree, "link_gbps": 100, "latency_us": 1},
