@@ -1,6 +1,6 @@
 """One rank's program, parsed once from the worker spec into flat op records.
 
-The schedule format (contract/schedule.py, docs/schedules.md) gives each rank named streams
+The schedule format (contract/schedule/, docs/schedules.md) gives each rank named streams
 of ops with integer ids; ``after`` names op ids. Here every op gets a dense ``index`` (its
 position in `Program.ops`) and ``after`` becomes indices; `Program.packed` lays it out as
 the arrays the compiled loop runs (`workers.engine`).

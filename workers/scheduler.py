@@ -1,6 +1,6 @@
 """The op scheduler: runs one iteration of a rank's program to completion, or fails naming why.
 
-Semantics are the schedule format's (contract/schedule.py, docs/schedules.md): the ops of a
+Semantics are the schedule format's (contract/schedule/, docs/schedules.md): the ops of a
 stream run in order, an op also waits for its ``after`` ops, sends are eager, and matching is
 FIFO per (src, dst, tag). The per-op work (start every stream head whose dependencies are
 done, move bytes, wake the streams waiting on what completed) runs in compiled code
