@@ -6,7 +6,7 @@ netlink batch, a worker's start) are set for a native machine with a margin of 2
 that a step that hangs is named within seconds. Under software emulation (a VM without KVM:
 qemu's TCG runs Python about 17x slower) every such step is that much slower, and the limits
 would end healthy runs. ``TOPOLAB_SLOWDOWN`` (a number from 1 to 100, default 1) multiplies
-them all; the Vagrant VM sets it when it runs without KVM (README, "Validate in a VM"). It does not touch
+them all; the Vagrant VM sets it when it runs without KVM (docs/vm.md). It does not touch
 what a scenario or a flag sets (``[run] timeout_s``, ``--timeout``, ``--wait``).
 
 A step whose work grows with the network (one host's ``tc -batch``, a netlink batch, the
