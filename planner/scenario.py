@@ -105,7 +105,7 @@ class Collectives:
 
 
 # The largest accepted prediction error of a run: room for a loaded 2-core machine (the
-# README's target is a median under 10% over the six 12-server scenarios); the report reads
+# target in docs/results.md is a median under 10% over the six 12-server scenarios); the report reads
 # it for results that do not record their own.
 DEFAULT_TOLERANCE = 0.25
 
