@@ -15,7 +15,7 @@ docs/scenarios.md) or from ``--cable-down A-B@ITER``; before timed iteration ITE
   prediction is recomputed with the slower cable.
 
 Every timed iteration records the prediction of the routes it ran on, so results.json and
-the report's "Faults" section show the iterations before and after each fault, predicted
+the report's "Faults" section (`topolab.report.report_section`) show the iterations before and after each fault, predicted
 and measured. A fault naming a cable the plan lacks, or an iteration outside the timed
 iterations, is a usage error (exit 2) before anything is built.
 """
@@ -34,7 +34,7 @@ from contract.plan import Plan
 from planner.scenario import Fault
 from planner.topology.reroute import cable_index, ranks_using, rerouted_plan
 
-from .results import AppliedFault, Iteration, RunResults
+from .results import AppliedFault, Iteration
 
 _FLAG = re.compile(r"^h?(\d+)-h?(\d+)@(\d+)$")
 
@@ -170,35 +170,6 @@ class FaultInjector:
                 predicted_emulated_s=self.predicted["emulated_s"],
             )
         )
-
-
-def _fmt_ms(ms: float | None) -> str:
-    return "-" if ms is None else f"{ms:.3f}"
-
-
-def report_section(results: RunResults) -> str:
-    """The report's "Faults" section (markdown), '' without faults."""
-    faults = results.faults or []
-    if not faults:
-        return ""
-    lines = ["", "## Faults", ""]
-    for f in faults:
-        what = "down" if f.action == "down" else f"degraded to {f.factor:g}x"
-        how = ", rerouted" if f.action == "down" and f.reroute else ""
-        lines.append(f"- before iteration {f.iteration}: cable {f.cable} {what}{how}")
-    lines += [
-        "",
-        "| iterations | faults before | measured ms (median) | predicted ms | slowdown measured | predicted |",
-    ]
-    lines.append("|---|---|---|---|---|---|")
-    for ph in results.fault_phases():
-        sm, sp = ph.measured_slowdown, ph.predicted_slowdown
-        lines.append(
-            f"| {ph.iterations[0]}..{ph.iterations[-1]} | {ph.faults_before} | "
-            f"{ph.measured_real_ms:.3f} | {_fmt_ms(ph.predicted_real_ms)} | "
-            f"{f'{sm:.3f}x' if sm else '-'} | {f'{sp:.3f}x' if sp else '-'} |"
-        )
-    return "\n".join(lines) + "\n"
 
 
 def injector_for(

@@ -26,7 +26,7 @@ a results.json of an unknown or newer format is one line naming it (exit 2).
 
 The "AllReduce" section lists the algorithm every group size of buckets ran and why
 (``results.schedule.allreduce``), e.g. the forest on cables of different rates; a run with
-faults gets a "Faults" section (`topolab.faults.report_section`).
+faults gets a "Faults" section (`report_section`).
 
 Over 300 lines: the plots and the markdown read the same results and their summary
 (`RunResults.summarize`), and splitting them would only pass those around.
@@ -386,8 +386,6 @@ def _cpu_line(results: RunResults, summ: Summary) -> str:
 
 
 def render_markdown(results: RunResults) -> str:
-    from .faults import report_section
-
     sc, plan, emu, summ = results.scenario, results.plan, results.emulation, results.summarize()
     cpu_note = results.cpu_bound_note()
     pred, sched = results.predicted, results.schedule
@@ -479,6 +477,35 @@ def render_markdown(results: RunResults) -> str:
     if results.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in results.notes] + [""]
     return "\n".join(lines) + report_section(results)
+
+
+def _fmt_ms(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms:.3f}"
+
+
+def report_section(results: RunResults) -> str:
+    """The report's "Faults" section (markdown), '' without faults."""
+    faults = results.faults or []
+    if not faults:
+        return ""
+    lines = ["", "## Faults", ""]
+    for f in faults:
+        what = "down" if f.action == "down" else f"degraded to {f.factor:g}x"
+        how = ", rerouted" if f.action == "down" and f.reroute else ""
+        lines.append(f"- before iteration {f.iteration}: cable {f.cable} {what}{how}")
+    lines += [
+        "",
+        "| iterations | faults before | measured ms (median) | predicted ms | slowdown measured | predicted |",
+    ]
+    lines.append("|---|---|---|---|---|---|")
+    for ph in results.fault_phases():
+        sm, sp = ph.measured_slowdown, ph.predicted_slowdown
+        lines.append(
+            f"| {ph.iterations[0]}..{ph.iterations[-1]} | {ph.faults_before} | "
+            f"{ph.measured_real_ms:.3f} | {_fmt_ms(ph.predicted_real_ms)} | "
+            f"{f'{sm:.3f}x' if sm else '-'} | {f'{sp:.3f}x' if sp else '-'} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def read_trace(results: RunResults, out_dir: Path) -> tuple[dict[str, Any] | None, str]:

@@ -20,8 +20,8 @@ from topolab.collective_results import (
     PhaseResult,
     SizeResult,
 )
-from topolab.faults import report_section
 from topolab.journal import read_results, write_results_file
+from topolab.report import report_section
 from topolab.results import (
     RESULTS_FORMAT,
     AppliedFault,
