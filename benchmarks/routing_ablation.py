@@ -30,9 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from contract.emulation import emulated_rates
 from planner import build_plan, load_scenario
+from topolab.collective_results import format_phase_table
 from topolab.measured_run import execute
 from topolab.network import network_config
-from topolab.routing_phase import VARIANTS, format_results, measure_phase, phase_traffic, scale_factor
+from topolab.routing_phase import VARIANTS, measure_phase, phase_traffic, scale_factor
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results"
@@ -49,7 +50,9 @@ def phase_rows(repeat: int) -> list[dict]:
         results = measure_phase(
             plan, traffic, list(VARIANTS), network_config(s.emulation), factor=factor, repeat=repeat
         )
-        print(format_results(results, f"{name}: embedding all-to-all phase, emulated seconds (bytes x{factor:.3g})"))
+        print(
+            format_phase_table(results, f"{name}: embedding all-to-all phase, emulated seconds (bytes x{factor:.3g})")
+        )
         rows.append({"scenario": name, "factor": factor, "variants": [r.to_dict() for r in results]})
     return rows
 

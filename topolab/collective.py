@@ -481,8 +481,9 @@ def run_alltoall(args: argparse.Namespace) -> int:
     per routing variant, predicted, bounded by the LP and measured (topolab.routing_phase)."""
     from planner import build_plan, load_scenario
 
+    from .collective_results import format_phase_table
     from .network import refuse_machines
-    from .routing_phase import VARIANTS, format_results, measure_phase, phase_bytes, phase_traffic, scale_factor
+    from .routing_phase import VARIANTS, measure_phase, phase_bytes, phase_traffic, scale_factor
 
     started = time.monotonic()
     junit = junit_path(args)
@@ -539,7 +540,7 @@ def run_alltoall(args: argparse.Namespace) -> int:
         cases.append(nothing_left_case(classname, emulation.run_dir))
         properties = {"scenario": args.scenario, "results": str(out_dir)}
         write_command_suite(junit, "collective", scenario.name, cases, started, properties)
-    table = format_results(results, f"{scenario.name}: all-to-all phase, emulated seconds")
+    table = format_phase_table(results, f"{scenario.name}: all-to-all phase, emulated seconds")
     text = json.dumps(doc.to_dict(), indent=2)
     make_output_dir(out_dir)
     write_file(out_dir / "results.json", text + "\n")

@@ -2,11 +2,12 @@
 and size, gathered in a `CollectiveResults` document (results.json, format
 `COLLECTIVE_FORMAT`); one `PhaseResult` per routing of an all-to-all phase, in an
 `AlltoallResults` document (format `ALLTOALL_FORMAT`); nccl-tests' all_reduce_perf table
-("# Avg bus bandwidth" footer included), our wider table, and the time-left estimate of a
-sweep. Each document's ``from_dict`` checks its format (`topolab.results.check_format`: an
-unknown or newer one is a one-line `UsageError`). Kept apart from the command (parsing, the
-emulated measurement) so each stays readable; just over 300 lines, the two documents and the
-two tables of the same rows.
+("# Avg bus bandwidth" footer included), our wider table, the all-to-all phase's table
+(`format_phase_table`: `topolab collective --routing` prints it, `topolab report` redraws it)
+and the time-left estimate of a sweep. Each document's ``from_dict`` checks its format
+(`topolab.results.check_format`: an unknown or newer one is a one-line `UsageError`). Kept
+apart from the command (parsing, the emulated measurement) so each stays readable; just under
+400 lines, the two documents and the tables of their rows.
 """
 
 from __future__ import annotations
@@ -331,6 +332,24 @@ def format_table(results: Sequence[SizeResult]) -> str:
             f"{r.ratio:>10.3f} {r.time_s / r.time_scale * 1e3:>9.3f} "
             f"{'yes' if r.verified else 'NO':>8} "
             f"{(statistics.median(r.cpu_s) / r.time_s) if r.cpu_s else float('nan'):>5.2f}"
+        )
+    return "\n".join(lines)
+
+
+def format_phase_table(results: Sequence[PhaseResult], title: str) -> str:
+    """The all-to-all phase's table: a row per routing variant, its bound, prediction and
+    measurement, and its speed-up over single-path routing."""
+    base = next((r.median_s for r in results if r.variant == "single"), math.nan)
+    lines = [
+        title,
+        f"{'variant':<10} {'planes':>6} {'split':>5} {'LP s':>7} {'pred s':>7} {'meas s':>7} "
+        f"{'meas/pred':>9} {'meas/LP':>7} {'speed-up':>8}  verified",
+    ]
+    for r in results:
+        lines.append(
+            f"{r.variant:<10} {r.planes:>6} {r.pairs_split:>5} {r.bound_s:>7.3f} {r.predicted_s:>7.3f} "
+            f"{r.median_s:>7.3f} {r.median_s / r.predicted_s:>9.3f} {r.median_s / r.bound_s:>7.3f} "
+            f"{base / r.median_s:>7.2f}x  {'yes' if r.verified else 'NO'}"
         )
     return "\n".join(lines)
 

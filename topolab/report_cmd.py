@@ -88,13 +88,17 @@ def report_collective(folder: Path, label: str, doc: dict[str, Any]) -> str:
 
 
 def _report_collective(folder: Path, doc: dict[str, Any], source: str) -> str:
-    from .collective_results import ALLTOALL_FORMAT, AlltoallResults, CollectiveResults, write_collective_report
+    from .collective_results import (
+        ALLTOALL_FORMAT,
+        AlltoallResults,
+        CollectiveResults,
+        format_phase_table,
+        write_collective_report,
+    )
 
     if str(doc.get("format", "")).startswith(ALLTOALL_FORMAT.split("/")[0] + "/"):
-        from .routing_phase import format_results
-
         phase = AlltoallResults.from_dict(doc, source)
-        table = format_results(phase.results, f"{phase.scenario}: all-to-all phase, emulated seconds")
+        table = format_phase_table(phase.results, f"{phase.scenario}: all-to-all phase, emulated seconds")
         write_file(folder / "table.txt", table + "\n")
         report = folder / "report.md"
         write_file(report, f"# {phase.scenario}: one all-to-all phase per routing\n\n```\n{table}\n```\n")

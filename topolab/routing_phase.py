@@ -23,7 +23,6 @@ the flow model on the same allocation (`planner.cost.predict.plan_network`).
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -162,19 +161,3 @@ def measure_phase(
         result.times_s, result.verified, result.errors = run.times_s, run.verified, run.mismatches
         out.append(result)
     return out
-
-
-def format_results(results: Sequence[PhaseResult], title: str) -> str:
-    base = next((r.median_s for r in results if r.variant == "single"), math.nan)
-    lines = [
-        title,
-        f"{'variant':<10} {'planes':>6} {'split':>5} {'LP s':>7} {'pred s':>7} {'meas s':>7} "
-        f"{'meas/pred':>9} {'meas/LP':>7} {'speed-up':>8}  verified",
-    ]
-    for r in results:
-        lines.append(
-            f"{r.variant:<10} {r.planes:>6} {r.pairs_split:>5} {r.bound_s:>7.3f} {r.predicted_s:>7.3f} "
-            f"{r.median_s:>7.3f} {r.median_s / r.predicted_s:>9.3f} {r.median_s / r.bound_s:>7.3f} "
-            f"{base / r.median_s:>7.2f}x  {'yes' if r.verified else 'NO'}"
-        )
-    return "\n".join(lines)
