@@ -60,9 +60,9 @@ from .faults import FaultInjector, injector_for
 from .journal import ITERATIONS_FILE, RESULTS_FILE, IterationJournal, write_results_file
 from .machine_probe import machine_cost
 from .network import NetworkFlags, network_config, open_network, refuse_machines
+from .phases import measured_phase_ends
 from .prediction import (
     compute_seconds,
-    measured_phase_ends,
     plan_dict,
     predict_run,
     predict_run_timeline,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from contract.emulation import EmulatedRates, emulated_rates
@@ -27,6 +27,8 @@ from planner import Plan, Scenario, build_plan
 from planner.cost.iteration import IterationOptions
 from planner.cost.iteration_prediction import NetworkArgs, predict_iteration
 from planner.cost.predict import Prediction, Timeline, plan_network, predict, predict_timeline
+
+from .phases import phase_ends
 
 # Per-hop latency of an emulated link without netem: a small-message round trip measured
 # 18 us for one hop and 31 us for three on this kernel (docs/emulation.md), i.e. about
@@ -101,40 +103,6 @@ def network_args(
         reduce_cap_bytes=EXPOSED_REDUCE_BYTES,
         cores=cores,
     )
-
-
-def phase_of(stream: str) -> str:
-    """The phase of an iteration schedule's stream (`planner.cost.iteration`): ``compute``,
-    ``model-parallel`` (``mp>peer``, ``mp<peer``), ``AllReduce`` (rings ``ar<i>``, the forest's
-    trees ``ft<i>...``, a hierarchical plan's dimensions ``d<i>...``), else ``other``."""
-    if stream == "compute":
-        return "compute"
-    if stream.startswith("mp"):
-        return "model-parallel"
-    if stream.startswith(("ar", "ft")) or (stream[:1] == "d" and stream[1:2].isdigit()):
-        return "AllReduce"
-    return "other"
-
-
-def phase_ends(stream_ends: Iterable[tuple[str, float]]) -> dict[str, float]:
-    """When each phase ends: the latest end among its streams (``(stream name, end)`` pairs,
-    over all ranks; `phase_of` names a stream's phase)."""
-    ends: dict[str, float] = {}
-    for stream, end in stream_ends:
-        phase = phase_of(stream)
-        ends[phase] = max(ends.get(phase, 0.0), end)
-    return ends
-
-
-def measured_phase_ends(ranks: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """When each phase ended in a measured iteration (emulated seconds from the first rank's
-    start), from the workers' reports: ``t_start`` and ``streams`` (each stream's first op's
-    start and last op's end, `workers.executor.IterationReport`). Empty when the workers
-    reported no streams."""
-    if not ranks:
-        return {}
-    t0 = min(r["t_start"] for r in ranks)
-    return phase_ends((name, span[1] - t0) for r in ranks for name, span in r.get("streams", {}).items())
 
 
 def _predicted(pred: Prediction, rates: EmulatedRates, args: NetworkArgs, seconds: float) -> dict[str, Any]:

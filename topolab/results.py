@@ -96,7 +96,7 @@ class Iteration:
     faults_before: int | None = None
     worker_cpu_s: float | None = None  # the workers' CPU seconds (user + system, all ranks)
     # when each phase ended, emulated seconds from the iteration's start
-    # (topolab.prediction.measured_phase_ends; None: the workers reported no streams)
+    # (topolab.phases.measured_phase_ends; None: the workers reported no streams)
     phase_end_s: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -164,7 +164,7 @@ class Prediction:
     mtu: int | None = None  # its cables' MTU (over several machines: the tunnels')
     link_bytes: list[LinkBytes] = field(default_factory=list)
     relayed_link_bytes: list[LinkBytes] = field(default_factory=list)  # of those, relayed by another server
-    phase_end_s: dict[str, float] = field(default_factory=dict)  # when each phase ends (topolab.prediction.phase_ends)
+    phase_end_s: dict[str, float] = field(default_factory=dict)  # when each phase ends (topolab.phases.phase_ends)
     cores: int | None = None  # the processors the model's ranks share (None: one each)
 
     def to_dict(self) -> dict[str, Any]:

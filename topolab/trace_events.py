@@ -54,7 +54,7 @@ import numpy as np
 from contract.schedule import RECV, SEND, Schedule
 from planner.cost.predict import Timeline
 
-from .prediction import phase_of
+from .phases import phase_of
 
 MEASURED_PID_BASE = 0  # measured rank r: process r
 PREDICTED_PID_BASE = 1000  # predicted rank r: process 1000 + r (ranks shown stay below 1000)

@@ -47,7 +47,7 @@ def test_error_within_tolerance_is_not_called_out(tmp_path, capsys):
 
 
 def test_phase_ends_predicted_and_measured_side_by_side():
-    from topolab.prediction import measured_phase_ends
+    from topolab.phases import measured_phase_ends
     from topolab.report import render_markdown
 
     # two ranks' reports (emulated seconds on the workers' clock): rank 1 starts last and ends
