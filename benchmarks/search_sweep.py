@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from topolab.sweep import main as sweep_main
+from topolab.cli import main as topolab_main
 
 HERE = Path(__file__).resolve().parent
 
@@ -27,8 +27,9 @@ def main() -> int:
     parser.add_argument("--device-tflops", type=float, default=500.0)
     parser.add_argument("--out", default=str(HERE / "results" / "search_sweep"))
     args = parser.parse_args()
-    return sweep_main(
+    return topolab_main(
         [
+            "sweep",
             str(HERE.parent / "scenarios" / "dlrm-128.toml"),
             "--models",
             "all",

@@ -177,11 +177,3 @@ def _relative(rows: list[dict]) -> None:
     for r in rows:
         t = ref.get((r["model"], r["degree"], r["link_gbps"]))
         r["vs_topoopt"] = r["iteration_s"] / t if t else None
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``topolab sweep ARGS`` for callers of the former ``topolab.sweep.main`` (the
-    benchmarks); new code calls ``topolab.cli.main(["sweep", ...])``."""
-    from .cli import main as topolab_main
-
-    return topolab_main(["sweep", *(sys.argv[1:] if argv is None else argv)])
