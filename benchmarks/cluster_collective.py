@@ -32,7 +32,7 @@ from emulator.cluster import ClusterNetwork
 from planner import build_plan, load_scenario
 from planner.topology.partition import partition_network
 from tests.fixtures.standins import StandIns
-from topolab.collective import measure
+from topolab.collective.command import measure
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINES = 3

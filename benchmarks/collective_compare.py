@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner import build_plan, load_scenario
-from topolab.collective import format_size, format_table, parse_algorithms, parse_sizes, run_on_emulator
-from topolab.network import NetworkFlags
+from topolab.collective.command import format_size, format_table, parse_algorithms, parse_sizes, run_on_emulator
+from topolab.common.network import NetworkFlags
 
 OUT = Path(__file__).resolve().parent / "results"
 

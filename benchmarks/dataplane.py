@@ -9,7 +9,7 @@ Cases (one emulated network each, built at the case's per-cable rate):
     a 64-server TopoOpt network (degree 4) multi-ring 16 MiB at 100 Mbit/s
 
 Per case: the median of --repeat verified iterations over ideal = 2 (n-1) S / (n D)
-(`topolab.collective.ideal_allreduce_s`), the workers' CPU seconds per GB sent (their user +
+(`topolab.collective.command.ideal_allreduce_s`), the workers' CPU seconds per GB sent (their user +
 system time during the program, kernel TCP work in their system calls included), and iperf3
 moving the same bytes between the same pairs of hosts at once (one client per pair the
 schedule sends on, the pair's bytes with ``-n``): its CPU seconds per GB (clients and servers,
@@ -203,7 +203,7 @@ def own_bound_s(schedule, cable_bps: float, goodput_fraction: float) -> float:
 def measure_variant(net, plan, case: Case, repeat: int, workers_dir: Path) -> dict:
     """``measure`` with the workers of ``workers_dir`` (a checkout: the worker processes run
     ``python -m workers.worker`` in the current directory)."""
-    from topolab.collective import measure
+    from topolab.collective.command import measure
 
     here = os.getcwd()
     os.chdir(workers_dir)
@@ -223,7 +223,7 @@ def run_case(
     from contract.physics import tcp_goodput_fraction
     from emulator import EmulatedNetwork
     from planner.collectives.from_plan import allreduce_for_plan
-    from topolab.collective import auto_segment
+    from topolab.collective.command import auto_segment
 
     scenario, plan = plan_for(case)
     sched = allreduce_for_plan(plan, case.algorithm, case.nbytes, auto_segment(case.nbytes))

@@ -115,7 +115,7 @@ def expected_wall_s(predicted: dict[str, float], repeats: Repeats) -> float:
 
 def measure(plan, scheds: dict, emulation: EmulationConfig, repeats: Repeats, timeout_s: float) -> dict[str, dict]:
     """Median of the timed runs (`Repeats`) per schedule on the plan's emulated network, every
-    run verified by the workers (the pattern of topolab.collective.measure)."""
+    run verified by the workers (the pattern of topolab.collective.command.measure)."""
     from emulator import EmulatedNetwork
     from workers.coordinator import Coordinator
 

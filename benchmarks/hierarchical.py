@@ -2,7 +2,7 @@
 emulated) hierarchical AllReduce time against how the per-server budget is split.
 
 Case: 12 servers as dims 4 x 3 (fc x ring), a planned budget of 100 Gbit/s per server
-emulated at 400 Mbit/s (time scale x250), one 64 MiB AllReduce. Rows (topolab.alloc, the
+emulated at 400 Mbit/s (time scale x250), one 64 MiB AllReduce. Rows (topolab.alloc.command, the
 same as ``topolab alloc scenarios/hierarchical-12.toml --sweep``):
 
 - libra: the allocator's pipelined split (B_d proportional to a_d), run as the
@@ -40,8 +40,8 @@ from planner.bandwidth.libra import allocate, allreduce_workload, model_seconds
 from planner.collectives.hierarchical import hierarchical_allreduce_for_plan
 from planner.cost.predict import plan_network, predict
 from planner.topology.hierarchical import hierarchical_plan
-from topolab.alloc import SweepCase, format_sweep, plot, sweep
-from topolab.network import NetworkFlags, network_config
+from topolab.alloc.command import SweepCase, format_sweep, plot, sweep
+from topolab.common.network import NetworkFlags, network_config
 
 OUT = Path(__file__).resolve().parent / "results"
 DIMS, BLOCKS = [4, 3], ["fc", "ring"]

@@ -1,7 +1,7 @@
 """Per-destination bandwidth allocation and multipath policy routing: the ablation, measured.
 
 Part 1, the embedding all-to-all phase of the DLRM job on the shipped 12-server scenarios
-(topoopt, expander, switch), each under four routings (topolab.routing_phase: single,
+(topoopt, expander, switch), each under four routings (topolab.collective.routing_phase: single,
 rates only, multipath only, planned = both), on networks built for each: the LP's bound, the
 flow model's prediction and the measured time, emulated seconds (the phase's bytes scaled so
 the single-path phase lasts about 1 s; ratios do not depend on it). The same figures as
@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from contract.emulation import emulated_rates
 from planner import build_plan, load_scenario
-from topolab.collective_results import format_phase_table
-from topolab.measured_run import execute
-from topolab.network import network_config
-from topolab.routing_phase import VARIANTS, measure_phase, phase_traffic, scale_factor
+from topolab.collective.routing_phase import VARIANTS, measure_phase, phase_traffic, scale_factor
+from topolab.common.network import network_config
+from topolab.results.collective_results import format_phase_table
+from topolab.run.measured_run import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results"

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from planner import load_scenario
-from topolab.measured_run import execute
+from topolab.run.measured_run import execute
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = (

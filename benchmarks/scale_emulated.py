@@ -7,7 +7,7 @@ scenarios/resnet50-128.toml, DLRM hybrid from scenarios/dlrm-128.toml, NCF hybri
 scenarios/ncf-128.toml, BERT data parallel from scenarios/bert-128.toml, with ``servers`` and
 ``degree`` replaced; ``--jobs dlrm:data`` takes another strategy than the scenario's), one run
 as `topolab run` makes it with default settings (``link_mbps = "auto"``: the rate and payload
-scale chosen for this machine), through the product's own stages (`topolab.measured_run`);
+scale chosen for this machine), through the product's own stages (`topolab.run.measured_run`);
 right after, on the same network, iperf3 moves the same bytes between the same pairs at once
 (when the schedule has at most ``--iperf-max-pairs`` pairs: DLRM's all-to-all has n (n - 1)).
 Per cell:
@@ -17,7 +17,7 @@ Per cell:
   ways: us per op (all of it over the ops) and s per GB sent (all of it over the bytes; the
   figure to hold against iperf3's s/GB), each charging everything to one cause, so a job
   of few large transfers shows a high per-op figure; beside them the machine probe's split
-  (`topolab.machine_probe`: us per op, s per GB) that chose the rate;
+  (`topolab.run.machine_probe`: us per op, s per GB) that chose the rate;
 - measured and predicted ms, the error |predicted - measured| / measured, verified, the
   workers' load (share of the machine's cores);
 - wall seconds per iteration (the iterations stage over the iterations run, warm-up
@@ -218,8 +218,8 @@ def run_case(
     facts go into ``row`` as they are known, so a cell that fails keeps those it reached."""
     from dataplane import iperf_same_bytes, pair_bytes  # the same iperf3 comparison
 
-    from topolab.measured_run import calibrate, iterate, network_facts, prepare_run, record
-    from topolab.network import NetworkFlags, network_config, open_network
+    from topolab.common.network import NetworkFlags, network_config, open_network
+    from topolab.run.measured_run import calibrate, iterate, network_facts, prepare_run, record
 
     s = scenario_for(cell, iterations)
     out_dir = Path(tempfile.mkdtemp(prefix=f"scale-{cell.job}-{cell.servers}-"))

@@ -1,6 +1,6 @@
 """The evaluation table of issue 6: TopoOpt vs ideal switch, similar-cost Fat-tree, expander.
 
-Runs `topolab sweep` (topolab.sweep) on the 128-server DLRM scenario's cluster for all six
+Runs `topolab sweep` (topolab.sweep.command) on the 128-server DLRM scenario's cluster for all six
 models, d = 4 and 8, B = 100 Gbps (and 25 Gbps with --with-25g, where the network matters
 more), 1000 MCMC steps per cell, and writes the table, JSON and PNG to
 benchmarks/results/search_sweep/. Servers compute at 500 TFLOPS by default: the paper's

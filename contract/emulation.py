@@ -114,7 +114,7 @@ class EmulationConfig:
     auto_rate: bool = False
     """``link_mbps = "auto"`` in the table, or no ``link_mbps`` (nor ``budget_mbps``) at all:
     `topolab run` picks the rate, at most ``link_mbps`` (the default rate), at which this
-    machine's cores keep up with the workers (topolab.time_dilation); the emulator itself
+    machine's cores keep up with the workers (topolab.run.time_dilation); the emulator itself
     always gets a number, and the other commands take ``link_mbps``."""
 
     def __post_init__(self) -> None:

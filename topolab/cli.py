@@ -20,43 +20,52 @@ from . import __version__
 
 # subcommand -> (module, help). Each module has add_<name>_arguments(parser) and run_<name>(args).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("topolab.plan_cmd", "plan a scenario: strategy, topology, routes; print a summary or JSON"),
+    "plan": ("topolab.plan.plan_command", "plan a scenario: strategy, topology, routes; print a summary or JSON"),
     "predict": (
-        "topolab.predict_cmd",
+        "topolab.plan.predict_command",
         "predict a scenario's iteration time (compute, exposed communication, phases); no root",
     ),
-    "run": ("topolab.run", "plan, emulate and run training iterations; write results.json, report.md and plots"),
+    "run": (
+        "topolab.run.command",
+        "plan, emulate and run training iterations; write results.json, report.md and plots",
+    ),
     "report": (
-        "topolab.report_cmd",
+        "topolab.report.command",
         "render the report and plots of a results folder: run (also killed), compare, collective, sweep",
     ),
-    "compare": ("topolab.compare", "run the same job on several topologies and compare them side by side"),
-    "collective": ("topolab.collective", "nccl-tests style AllReduce benchmark on the emulated network"),
-    "verify": ("topolab.verify", "build the emulated network and check reachability, paths and link goodput"),
-    "shell": ("topolab.shell", "open Mininet's CLI on the emulated network of a scenario (h0 ping h6, ...)"),
+    "compare": ("topolab.compare.command", "run the same job on several topologies and compare them side by side"),
+    "collective": ("topolab.collective.command", "nccl-tests style AllReduce benchmark on the emulated network"),
+    "verify": (
+        "topolab.verify.verify_command",
+        "build the emulated network and check reachability, paths and link goodput",
+    ),
+    "shell": ("topolab.shell.command", "open Mininet's CLI on the emulated network of a scenario (h0 ping h6, ...)"),
     "trace-route": (
-        "topolab.trace_route",
+        "topolab.verify.trace_route_command",
         "follow probes with the workers' 5-tuple hop by hop with scapy (TTL, interfaces) beside the planned route",
     ),
-    "clean": ("topolab.clean", "remove what a killed topolab run left behind (only topolab's own)"),
-    "sweep": ("topolab.sweep", "iteration time per model and topology at scale, with the flow-level model"),
-    "lab": ("topolab.lab", "course exercises: list them, check a student's solution (PASS or what is wrong)"),
-    "alloc": ("topolab.alloc", "LIBRA bandwidth split of a hierarchical network vs equal shares; --sweep [--measure]"),
+    "clean": ("topolab.clean.command", "remove what a killed topolab run left behind (only topolab's own)"),
+    "sweep": ("topolab.sweep.command", "iteration time per model and topology at scale, with the flow-level model"),
+    "lab": ("topolab.lab.command", "course exercises: list them, check a student's solution (PASS or what is wrong)"),
+    "alloc": (
+        "topolab.alloc.command",
+        "LIBRA bandwidth split of a hierarchical network vs equal shares; --sweep [--measure]",
+    ),
     "train": (
-        "topolab.train",
+        "topolab.train.command",
         "run a PyTorch training script on the emulated network, one rank per server (--backend topolab|gloo)",
     ),
     "import": (
-        "topolab.import_cmd",
+        "topolab.plan.import_command",
         "a PyTorch model (file.py:factory: runs its code, no root needed) or a Chakra trace as an "
         "operator-graph file for [workload] graph",
     ),
     "place": (
-        "topolab.place",
+        "topolab.place.command",
         "place fused operator groups on servers jointly with bandwidth allocation; --run measures it",
     ),
     "export": (
-        "topolab.export",
+        "topolab.export.command",
         "the plan as files for real servers and other tools: cabling, MSCCL and NCCL XML, ASTRA-sim; no root",
     ),
 }

@@ -6,7 +6,7 @@
 #
 # Each folder of the VM's /vagrant/results is copied to results/ on the host. A host folder of
 # the same name that holds another run (its results.json differs) is first kept the way
-# `topolab run` keeps an earlier run (topolab.run.keep_previous: renamed after its start time),
+# `topolab run` keeps an earlier run (topolab.run.command.keep_previous: renamed after its start time),
 # so nothing on the host is overwritten.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,7 +26,7 @@ keep_previous() {
   [ -x "$repo/.venv/bin/python" ] && py=$repo/.venv/bin/python
   PYTHONPATH=$repo "$py" -c 'import sys
 from pathlib import Path
-from topolab.run import keep_previous
+from topolab.run.command import keep_previous
 print(keep_previous(Path(sys.argv[1])) or "")' "$1"
 }
 

@@ -1,7 +1,7 @@
 """Checker of exercise 1.
 
 Part 1: the student's AllReduce times on the 12-server prototype against the planner's
-flow-level prediction in the real cluster's seconds (topolab.lab.allreduce_real_seconds:
+flow-level prediction in the real cluster's seconds (topolab.lab.command.allreduce_real_seconds:
 planner.cost.predict of planner.collectives.from_plan's schedules on the plans of
 scenarios/topoopt-12.toml and switch-12.toml).
 
@@ -10,7 +10,7 @@ Part 2: the student's hand-written cabling, ``hypercube-16.csv`` beside the chec
 planner.topology.cabling_file.read_cabling (a file it cannot use is the file's own one
 line), checked to be the 4-D hypercube, then planned as hypercube-16.toml beside this file
 says (``[topology] kind = "file"``) and beside it TopoOpt at the same degree
-(topolab.comparison.scenario_for, as `topolab compare` and `topolab predict --topologies`
+(topolab.results.comparison.scenario_for, as `topolab compare` and `topolab predict --topologies`
 give it); the AllReduce of each plan's rings is predicted as in part 1 and printed.
 
 ``--emulate`` also measures the three setups of part 1 and both 16-server networks on the
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from contract.files import FileInputError
 from planner.topology.cabling_file import Cabling, read_cabling
-from topolab.lab import allreduce_real_seconds, predicted_real_seconds
+from topolab.lab.command import allreduce_real_seconds, predicted_real_seconds
 
 TITLE = "Ring vs TopoOpt multi-ring vs switch on 12 servers; a hypercube cabled by hand"
 STUDENT_FILE = "compare.py"
@@ -155,7 +155,7 @@ def cube_scenarios(cabling_path: Path) -> dict:
     """Setup name -> scenario: hypercube-16.toml planned on the cabling file at
     ``cabling_path``, and that job on TopoOpt's network of the same servers and degree."""
     from planner.scenario import parse_scenario
-    from topolab.comparison import scenario_for
+    from topolab.results.comparison import scenario_for
 
     data = tomllib.loads(HYPERCUBE_SCENARIO.read_text())
     data["topology"]["cabling"] = str(Path(cabling_path).resolve())
@@ -165,7 +165,7 @@ def cube_scenarios(cabling_path: Path) -> dict:
 
 def scenario_seconds(scenario, plan, nbytes: int) -> float:
     """The planner's real-cluster seconds of one AllReduce of ``nbytes`` on the plan's rings,
-    as `topolab.lab.allreduce_real_seconds` predicts part 1's (the scenario is no file here)."""
+    as `topolab.lab.command.allreduce_real_seconds` predicts part 1's (the scenario is no file here)."""
     from planner.collectives.from_plan import allreduce_for_plan
 
     emulation = scenario.emulation
@@ -210,7 +210,7 @@ def measure_emulated(cabling_path: Path) -> list[str]:
 
 def measure_one(setup: str, scenario, plan, algorithm: str, predicted_s: float) -> list[str]:
     """One setup's AllReduce measured on its emulated network, printed beside its prediction."""
-    from topolab.collective import run_on_emulator
+    from topolab.collective.command import run_on_emulator
 
     _, results = run_on_emulator(scenario, plan, [algorithm], [EMULATED_BYTES], repeat=3, log=lambda _m: None)
     r = results[0]

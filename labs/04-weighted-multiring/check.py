@@ -1,6 +1,6 @@
 """Checker of exercise 4: on the 12-server prototype whose stride-5 cables are older and
 slower (SLOW_GBPS instead of 25), the student's split of a 64 MiB AllReduce over the four
-rings (+1, -1, +5, -5) is predicted with planner.cost.predict (topolab.lab.predicted_real_seconds:
+rings (+1, -1, +5, -5) is predicted with planner.cost.predict (topolab.lab.command.predicted_real_seconds:
 the real cluster's seconds) and compared with the lower bound 2 (n-1) S / (n D), D the
 per-server egress goodput (docs/algorithms.md section 7)."""
 
@@ -12,7 +12,7 @@ from contract.schedule import Check, ScheduleBuilder
 from planner import build_plan, load_scenario
 from planner.collectives.from_plan import allreduce_rings
 from planner.collectives.rings import add_multiring_allreduce
-from topolab.lab import predicted_real_seconds
+from topolab.lab.command import predicted_real_seconds
 
 TITLE = "Multi-ring on uneven cables: split the buffer by ring rate"
 STUDENT_FILE = "weights.py"

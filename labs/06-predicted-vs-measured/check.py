@@ -1,5 +1,5 @@
 """Checker of exercise 6: the student's sweep data (JSON shape below), its predictions
-(they must be planner.cost.predict's in the real cluster's time: topolab.lab.allreduce_real_seconds,
+(they must be planner.cost.predict's in the real cluster's time: topolab.lab.command.allreduce_real_seconds,
 docs/algorithms.md section 6), the measured times taken from a `topolab collective --json`
 document, and the plot file.
 
@@ -16,8 +16,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from topolab.collective_results import COLLECTIVE_FORMAT
-from topolab.lab import allreduce_real_seconds, student_error
+from topolab.lab.command import allreduce_real_seconds, student_error
+from topolab.results.collective_results import COLLECTIVE_FORMAT
 
 TITLE = "Predicted vs measured: sweep the message size, plot both"
 STUDENT_FILE = "sweep.py"

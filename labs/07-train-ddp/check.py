@@ -1,7 +1,7 @@
 """Checker of exercise 7: the student's predicted step gain of the plan's rings over Gloo's
 one ring, for DDP's buckets on the 12-server prototype at 100 Mbit/s per cable, against the
 flow-level model (planner.cost.predict) of the two schedules topolab train predicts with
-(topolab.train_schedules: the plan's AllReduce, and Gloo's ring in rank order). With
+(topolab.train.schedules: the plan's AllReduce, and Gloo's ring in rank order). With
 --emulate (root) the CNN example trains with both backends on the emulated network and the
 measured step gain is compared too."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from contract.emulation import EmulatedRates
 from contract.physics import DEFAULT_MTU
 from planner import build_plan, load_scenario
-from topolab.train_schedules import ScheduleService
+from topolab.train.schedules import ScheduleService
 
 TITLE = "Train over TopoOpt: the plan's collectives vs Gloo's ring"
 STUDENT_FILE = "gain.py"

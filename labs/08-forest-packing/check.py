@@ -3,7 +3,7 @@ partition bound) of small cable graphs against the planner's packing LP
 (planner.collectives.tree_packing.spanning_tree_packing, docs/algorithms.md section 10), and
 their AllReduce times on the 8-server circulant with one slow cable (slow-cable-8.toml beside
 this file) against the planner: the rate-weighted multi-ring predicted by planner.cost.predict
-(topolab.lab.allreduce_real_seconds, the real cluster's seconds) and the packing bound S / tau.
+(topolab.lab.command.allreduce_real_seconds, the real cluster's seconds) and the packing bound S / tau.
 The forest the planner packs is predicted too and printed beside them. ``--emulate`` measures
 the multi-ring and the forest on the emulated network with `topolab collective`'s engine."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from planner import build_plan, load_scenario
 from planner.collectives.forest import plan_capacities
 from planner.collectives.tree_packing import spanning_tree_packing
-from topolab.lab import allreduce_real_seconds
+from topolab.lab.command import allreduce_real_seconds
 
 TITLE = "Forest packing on a slow cable: the Nash-Williams/Tutte bound, trees vs rings"
 STUDENT_FILE = "forest.py"
@@ -127,7 +127,7 @@ def check(student, emulate: bool) -> list[str]:
 def measure_emulated() -> list[str]:
     """The multi-ring and the forest on the emulated network (EMULATED_BYTES, median of 3),
     printed next to their predictions."""
-    from topolab.collective import run_on_emulator
+    from topolab.collective.command import run_on_emulator
 
     scenario = load_scenario(str(SCENARIO))
     _, results = run_on_emulator(

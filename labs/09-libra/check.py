@@ -4,7 +4,7 @@ minimizes the AllReduce time, and that time) against the planner's allocator
 (planner.bandwidth.libra: collective_bytes, allocate, model_seconds; docs/algorithms.md
 section 3.2) on several shapes and both schedules. On scenarios/hierarchical-12.toml the
 student's split is then predicted by planner.cost.predict (the schedule `topolab alloc
---sweep` runs, topolab.lab.predicted_real_seconds: the real cluster's seconds) beside equal
+--sweep` runs, topolab.lab.command.predicted_real_seconds: the real cluster's seconds) beside equal
 shares; ``--emulate`` measures both on the emulated network (root)."""
 
 from functools import lru_cache
@@ -15,7 +15,7 @@ from planner import load_scenario
 from planner.bandwidth.libra import Collective, allocate, allreduce_workload, collective_bytes, model_seconds
 from planner.collectives.hierarchical import PIPELINE_CHUNKS, hierarchical_allreduce_for_plan
 from planner.topology.hierarchical import hierarchical_plan
-from topolab.lab import predicted_real_seconds
+from topolab.lab.command import predicted_real_seconds
 
 TITLE = "LIBRA: split a server's bandwidth over the dimensions of its network"
 STUDENT_FILE = "split.py"
@@ -121,8 +121,8 @@ def measure_emulated(shares: list[float], equal: list[float]) -> list[str]:
     import statistics
 
     from contract.emulation import EmulationConfig
-    from topolab.network import open_network
-    from topolab.schedule_run import run_schedule_on
+    from topolab.common.network import open_network
+    from topolab.common.schedule_run import run_schedule_on
 
     s = scenario()
     config = EmulationConfig(link_mbps=s.emulation.budget_mbps, mtu=s.emulation.mtu)

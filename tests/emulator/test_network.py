@@ -323,7 +323,7 @@ def _start_holder(tmp_path, procs: bool = True):
 
 
 def test_sigkilled_run_is_cleaned_by_topolab_clean(tmp_path):
-    from topolab.clean import run_clean
+    from topolab.clean.command import run_clean
 
     before = _root_links()
     proc, pids, netns = _start_holder(tmp_path)
@@ -339,7 +339,7 @@ def test_sigkilled_run_is_cleaned_by_topolab_clean(tmp_path):
 def test_a_run_killed_before_it_started_anything_in_its_hosts_is_cleaned(tmp_path):
     """Its host shells carry the run's mark (``TOPOLAB_RUN``), which is how clean proves their
     namespaces are the run's own: a run killed while building, or an idle `topolab shell`."""
-    from topolab.clean import run_clean
+    from topolab.clean.command import run_clean
 
     before = _root_links()
     proc, pids, netns = _start_holder(tmp_path, procs=False)

@@ -346,7 +346,7 @@ with EmulatedNetwork(network, EmulationConfig(run_dir=sys.argv[1])) as net:
 
 @pytest.mark.root
 def test_a_sigkilled_run_with_planes_is_cleaned_completely(tmp_path):
-    from topolab.clean import run_clean
+    from topolab.clean.command import run_clean
 
     before = _root_state()
     repo = Path(__file__).resolve().parents[2]

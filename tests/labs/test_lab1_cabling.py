@@ -14,7 +14,7 @@ import pytest
 from planner import build_plan
 from planner.collectives.from_plan import allreduce_rings
 from planner.topology.cabling_file import CablingFileError, read_cabling
-from topolab.lab import exercises, load_checker, run_check
+from topolab.lab.command import exercises, load_checker, run_check
 
 FOLDER = exercises()[1]
 CHECKER = load_checker(1)
@@ -133,7 +133,7 @@ def test_the_predictions_are_each_plans_rings_at_the_same_degree():
 def test_the_exercise_scenario_is_the_shipped_hypercube_job():
     """hypercube-16.toml of the exercise on the solution's cables predicts what
     scenarios/hypercube-16.toml (the same job, its own copy of the cables) predicts."""
-    from topolab.lab import allreduce_real_seconds
+    from topolab.lab.command import allreduce_real_seconds
 
     predicted = CHECKER.cube_predictions(SOLUTION_CSV, CHECKER.SIZES)["hypercube-16"][1]
     shipped = CHECKER.SCENARIOS / "hypercube-16.toml"
@@ -149,7 +149,7 @@ class FakeResult:
 def test_emulate_measures_the_three_setups_and_both_cabled_networks(monkeypatch, capsys):
     """``--emulate`` (its network replaced here: no root) runs part 1's three setups and the
     hypercube and TopoOpt-16, each with its plan's algorithm, printed beside its prediction."""
-    import topolab.collective
+    import topolab.collective.command
 
     ran = []
 
@@ -157,7 +157,7 @@ def test_emulate_measures_the_three_setups_and_both_cabled_networks(monkeypatch,
         ran.append((plan.topology, plan.servers, tuple(algorithms), tuple(sizes)))
         return None, [FakeResult(algorithms[0])]
 
-    monkeypatch.setattr(topolab.collective, "run_on_emulator", fake_run_on_emulator)
+    monkeypatch.setattr(topolab.collective.command, "run_on_emulator", fake_run_on_emulator)
     assert run_check(1, solution=True, emulate=True).passed
     size = (CHECKER.EMULATED_BYTES,)
     assert ran == [

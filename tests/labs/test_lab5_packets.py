@@ -12,7 +12,7 @@ import pytest
 from emulator.addressing import identity, ports_of
 from planner import build_plan, load_scenario
 from planner.collectives.rings import subgroup_allreduce
-from topolab.lab import exercises, load_checker, load_module
+from topolab.lab.command import exercises, load_checker, load_module
 
 MIB = 1 << 20
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from topolab.lab import LABS_DIR, exercises
+from topolab.lab.command import LABS_DIR, exercises
 
 EXERCISES = sorted(exercises())
 MAKE = shutil.which("make")

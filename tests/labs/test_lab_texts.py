@@ -17,7 +17,7 @@ from emulator.checks import parse_traceroute
 from planner import build_plan, load_scenario
 from planner.collectives.from_plan import allreduce_rings
 from planner.topology.routing import coin_change_first_strides
-from topolab.lab import LABS_DIR, exercises, load_checker, load_module
+from topolab.lab.command import LABS_DIR, exercises, load_checker, load_module
 
 REPO = LABS_DIR.parent
 TOPOOPT_12 = REPO / "scenarios" / "topoopt-12.toml"
@@ -104,7 +104,7 @@ def answer_module(tmp_path: Path, formula: str) -> Path:
 
 
 def test_the_formula_as_the_readme_writes_it_passes_the_checker(tmp_path):
-    from topolab.lab import run_check
+    from topolab.lab.command import run_check
 
     result = run_check(1, answer_module(tmp_path, readme_formula()))
     assert result.passed, result.problems
@@ -120,7 +120,7 @@ SLIPS = {
 
 @pytest.mark.parametrize("slip", sorted(SLIPS))
 def test_a_plausible_slip_in_the_formula_fails_the_checker(tmp_path, slip):
-    from topolab.lab import run_check
+    from topolab.lab.command import run_check
 
     right, wrong = SLIPS[slip]
     formula = readme_formula()
@@ -182,7 +182,7 @@ def test_exercise_1_observations_are_the_planners():
 def test_exercise_1_part_2_observations_are_the_checkers_and_the_plans(capsys, monkeypatch):
     """What the checker prints on the reference cabling is the README's block, line for
     line; the ratios, steps, plan facts and the starter's error the text quotes are recomputed."""
-    from topolab.lab import run_check
+    from topolab.lab.command import run_check
 
     checker = load_checker(1)
     folder = exercises()[1]
@@ -261,7 +261,7 @@ def test_exercise_2_rule_as_the_readme_writes_it_is_the_planners(tmp_path):
     """The literal reading of the README's rule passes and is select_permutations exactly,
     wherever there are rings enough to choose from."""
     from planner.topology.totient import select_permutations, totient_strides
-    from topolab.lab import run_check
+    from topolab.lab.command import run_check
 
     lines = formula_lines(2)
     assert len(lines) == 3
@@ -279,7 +279,7 @@ def test_exercise_2_rule_as_the_readme_writes_it_is_the_planners(tmp_path):
 
 def test_exercise_2_a_sequence_ending_at_the_largest_candidate_fails(tmp_path):
     """The reading that led a student astray: the geometric sequence including hi."""
-    from topolab.lab import run_check
+    from topolab.lab.command import run_check
 
     right, wrong = "(1 / m)", "(1 / (m - 1))"
     lines = formula_lines(2)

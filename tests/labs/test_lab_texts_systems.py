@@ -15,7 +15,7 @@ import pytest
 from planner import build_plan, load_scenario
 from planner.collectives.from_plan import allreduce_rings, choose_forest
 from tests.labs.test_lab_texts import flat, formula_lines, indented, readme, section
-from topolab.lab import LABS_DIR, exercises, load_checker, load_module, run_check
+from topolab.lab.command import LABS_DIR, exercises, load_checker, load_module, run_check
 
 MIB = 1 << 20
 
@@ -227,7 +227,7 @@ def test_exercise_9_a_plausible_slip_fails(tmp_path, slip):
 
 def test_exercise_9_observations_are_the_planners():
     from contract.physics import tcp_goodput_fraction
-    from topolab.alloc import SWEEP_SHARES
+    from topolab.alloc.command import SWEEP_SHARES
 
     checker = load_checker(9)
     t = checker.scenario().topology

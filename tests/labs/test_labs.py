@@ -10,7 +10,7 @@ import re
 import pytest
 
 from topolab.cli import main
-from topolab.lab import LABS_DIR, exercises, load_checker, run_check
+from topolab.lab.command import LABS_DIR, exercises, load_checker, run_check
 
 EXERCISES = sorted(exercises())
 COURSE = list(range(1, 11))  # TopoOpt's ideas (1-7), forest packing, LIBRA, placement (8-10)

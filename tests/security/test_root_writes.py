@@ -182,8 +182,8 @@ def _plant(folder: Path, name: str) -> Path:
 
 @pytest.mark.parametrize("name", ["report.md", "topology.png", "link_bytes.png"])
 def test_report_refuses_a_link_planted_at_its_files(tmp_path, name):
-    from topolab.journal import write_results_file
-    from topolab.report import write_report
+    from topolab.results.journal import write_results_file
+    from topolab.results.run_report import write_report
 
     folder = tmp_path / "out"
     results = _results()
@@ -196,7 +196,7 @@ def test_report_refuses_a_link_planted_at_its_files(tmp_path, name):
 
 
 def test_results_file_and_journal_refuse_a_planted_link(tmp_path):
-    from topolab.journal import ITERATIONS_FILE, RESULTS_FILE, IterationJournal, write_results_file
+    from topolab.results.journal import ITERATIONS_FILE, RESULTS_FILE, IterationJournal, write_results_file
 
     folder = tmp_path / "out"
     folder.mkdir()
@@ -211,7 +211,7 @@ def test_results_file_and_journal_refuse_a_planted_link(tmp_path):
 
 
 def test_sweep_files_refuse_a_planted_link(tmp_path):
-    from topolab.sweep_report import write_sweep
+    from topolab.results.sweep_report import write_sweep
 
     folder = tmp_path / "out"
     folder.mkdir()
@@ -225,8 +225,8 @@ def test_results_folder_swapped_for_a_link_after_the_check_is_refused(tmp_path):
     """`check_output_dir` passed on a missing folder; by the time results are written, a link
     stands there: the folder is not made through it."""
     from contract.errors import UsageError
-    from topolab.journal import write_results_file
-    from topolab.options import check_output_dir
+    from topolab.common.options import check_output_dir
+    from topolab.results.journal import write_results_file
 
     out = check_output_dir(tmp_path / "out", "--out")
     elsewhere = tmp_path / "elsewhere"

@@ -136,7 +136,7 @@ def test_the_machine_probe_listens_in_no_namespace_but_its_own(monkeypatch):
     of their listening sockets is in it; they listen in one namespace of their own, which
     leaves with them. (A thread started before the probe stays in the machine's namespace and
     reads its listeners.)"""
-    from topolab import machine_probe
+    from topolab.run import machine_probe
 
     home = netns_inode("thread-self")
     machine = ThreadPoolExecutor(max_workers=1)
@@ -188,7 +188,7 @@ def test_without_root_the_machine_probe_refuses_rather_than_listen_on_the_machin
     script = (
         "import sys\n"
         "from contract.errors import RunError\n"
-        "from topolab.machine_probe import probe\n"
+        "from topolab.run.machine_probe import probe\n"
         "try:\n"
         "    probe()\n"
         "except RunError as err:\n"

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from planner import load_scenario
-from topolab.alloc import SWEEP_SHARES, SweepCase, config_rows, format_splits, measure_row
+from topolab.alloc.command import SWEEP_SHARES, SweepCase, config_rows, format_splits, measure_row
 from topolab.cli import main
-from topolab.network import NetworkFlags, network_config
+from topolab.common.network import NetworkFlags, network_config
 
 SCENARIO = "scenarios/hierarchical-12.toml"
 

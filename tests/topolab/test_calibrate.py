@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from planner import build_plan, load_scenario
 from planner.cost.iteration import IterationOptions, iteration_schedule
-from topolab.calibrate import zero_payload_twin
+from topolab.common.calibrate import zero_payload_twin
 
 
 def test_twin_has_the_iterations_ops_and_k_counts_whole_ops(scenario_dir):

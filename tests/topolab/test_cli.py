@@ -12,10 +12,11 @@ import pytest
 
 from contract.errors import RunError, UsageError
 from tests.fixtures.sample_results import smoke_results
-from topolab import __version__, plan_cmd
+from topolab import __version__
 from topolab.cli import COMMANDS, main
-from topolab.journal import write_results_file
-from topolab.results import Iteration, recover
+from topolab.plan import plan_command as plan_cmd
+from topolab.results.journal import write_results_file
+from topolab.results.run_results import Iteration, recover
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +38,7 @@ def test_help_loads_no_subcommand_and_lists_them_all():
 def test_plan_loads_neither_the_emulator_nor_matplotlib():
     loaded = _modules_after("from topolab.cli import main\nmain(['plan', 'scenarios/topoopt-12.toml'])")
     assert "planner" in loaded
-    assert not {"emulator", "workers", "matplotlib", "topolab.run", "topolab.sweep"} & loaded
+    assert not {"emulator", "workers", "matplotlib", "topolab.run.command", "topolab.sweep.command"} & loaded
 
 
 def test_version():
@@ -123,8 +124,8 @@ def test_plan_summary_names_what_the_rate_is_per(scenario: str, rate: str) -> No
 def test_compare_of_a_hierarchical_scenario_keeps_the_budget_per_server() -> None:
     # the other topologies get [cluster] degree links sharing the hierarchical budget
     from planner import build_plan, load_scenario
-    from topolab.comparison import scenario_for
-    from topolab.plan_text import bandwidth_of
+    from topolab.common.plan_text import bandwidth_of
+    from topolab.results.comparison import scenario_for
 
     base = load_scenario(REPO / "scenarios" / "hierarchical-12.toml")
     assert (base.topology.budget_gbps, base.emulation.budget_mbps, base.cluster.degree) == (100, 400, 4)

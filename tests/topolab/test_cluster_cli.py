@@ -213,8 +213,8 @@ def test_cluster_cli_place_run_over_three_machines(standins: StandIns, tmp_path:
 ALLOC_MEASURE = """\
 import json, sys
 from emulator import EmulationConfig
-from topolab.alloc import SweepCase, config_rows, measure_row
-from topolab.network import NetworkFlags, network_config
+from topolab.alloc.command import SweepCase, config_rows, measure_row
+from topolab.common.network import NetworkFlags, network_config
 
 case = SweepCase((4, 3), ("fc", "ring"), 100.0, 400.0, 2 << 20)
 row = config_rows(case)[0]

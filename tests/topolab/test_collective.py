@@ -12,7 +12,7 @@ import pytest
 from contract.errors import UsageError
 from planner.collectives import simulate_and_verify
 from planner.collectives.from_plan import ALGORITHMS, allreduce_for_plan, plan_rings
-from topolab.collective import (
+from topolab.collective.command import (
     SizeResult,
     SweepEstimate,
     add_collective_arguments,
@@ -24,8 +24,8 @@ from topolab.collective import (
     run_collective,
     sizes_of,
 )
-from topolab.collective_results import CollectiveInputError, parse_size
-from topolab.options import results_folder
+from topolab.common.options import results_folder
+from topolab.results.collective_results import CollectiveInputError, parse_size
 
 # The regular expressions nccl-tests' consumers parse all_reduce_perf's output with: a data
 # row is size, count, type, redop, root, then time, algbw, busbw, #wrong; the footer is

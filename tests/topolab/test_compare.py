@@ -10,8 +10,8 @@ import pytest
 
 from tests.fixtures.sample_results import smoke_results
 from topolab.cli import main
-from topolab.comparison import verdict
-from topolab.results import WORKER_COST_NOTABLE, Calibration
+from topolab.results.comparison import verdict
+from topolab.results.run_results import WORKER_COST_NOTABLE, Calibration
 
 REPO = Path(__file__).resolve().parents[2]
 

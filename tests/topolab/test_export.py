@@ -17,7 +17,7 @@ from planner.collectives.msccl_xml import read_msccl_xml
 from planner.topology.cabling_file import read_cabling
 from tests.fixtures import msccl_interpreter as interp
 from topolab.cli import main
-from topolab.export import FORMATS, astra_cables, astra_network, nccl_ring
+from topolab.export.command import FORMATS, astra_cables, astra_network, nccl_ring
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOOPT = REPO / "scenarios" / "topoopt-12.toml"
@@ -180,7 +180,7 @@ def test_to_a_file_or_a_folder_in_use_is_one_line_exit_2(tmp_path, capsys):
 
 
 def test_every_format_has_a_writer():
-    from topolab.export import WRITERS
+    from topolab.export.command import WRITERS
 
     assert tuple(WRITERS) == FORMATS
 

@@ -13,8 +13,8 @@ import pytest
 from contract.emulation import EmulatedRates
 from planner.scenario import ScenarioError, load_scenario, parse_scenario
 from planner.topology.reroute import rerouted_plan
-from topolab.faults import cable_index
-from topolab.prediction import predict_run, prepare
+from topolab.common.prediction import predict_run, prepare
+from topolab.run.faults import cable_index
 
 REPO = Path(__file__).resolve().parents[2]
 

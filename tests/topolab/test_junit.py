@@ -21,9 +21,9 @@ from junitparser import Error, Failure, JUnitXml, Skipped
 from contract.errors import RunError
 from tests.fixtures.sample_results import SMOKE, smoke_results
 from topolab.cli import main
-from topolab.collective_results import PhaseResult, SizeResult
-from topolab.journal import write_results_file
-from topolab.junit import (
+from topolab.results.collective_results import PhaseResult, SizeResult
+from topolab.results.journal import write_results_file
+from topolab.results.junit import (
     NOTHING_LEFT,
     VERIFIED,
     WITHIN_TOLERANCE,

@@ -1,4 +1,4 @@
-"""One way to get a network for a command (topolab/network.py): the shared ``--machines``,
+"""One way to get a network for a command (topolab/common/network.py): the shared ``--machines``,
 ``--run-dir`` and ``--wait`` of every command that builds one, the config they make, the
 commands that refuse several machines in one line before anything is built, and the one time
 axis of `topolab compare`. No network is built here (and no ssh: the refusals come first)."""
@@ -15,8 +15,8 @@ import pytest
 from contract.physics import time_scale
 from planner import build_plan, load_scenario
 from topolab.cli import build_parser, main
-from topolab.comparison import scenario_for, time_axis
-from topolab.network import NetworkFlags, network_config
+from topolab.common.network import NetworkFlags, network_config
+from topolab.results.comparison import scenario_for, time_axis
 
 REPO = Path(__file__).resolve().parents[2]
 NETWORK_COMMANDS = ("run", "compare", "collective", "verify", "shell", "place", "alloc", "train")

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from topolab.cli import main
-from topolab.place import MULTIPATH_RUN
+from topolab.place.command import MULTIPATH_RUN
 
 CANDLE_12 = """\
 [cluster]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from topolab.cli import main
-from topolab.plan_text import REAL_TIMES
+from topolab.common.plan_text import REAL_TIMES
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOOPT = str(REPO / "scenarios" / "topoopt-12.toml")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from planner import load_scenario
-from topolab import prediction
 from topolab.cli import main
-from topolab.predict_cmd import STRATEGY_MARGIN, JobPrediction, strategy_remark
+from topolab.common import prediction
+from topolab.plan.predict_command import STRATEGY_MARGIN, JobPrediction, strategy_remark
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOOPT = REPO / "scenarios" / "topoopt-12.toml"
@@ -27,7 +27,7 @@ def test_predict_prints_the_time_run_predicts_before_it_emulates(tmp_path, capsy
     assert "netem" not in out  # a prediction builds no network: the assumption is the JSON's
     assert main(["predict", str(TOPOOPT), "--json"]) == 0
     assert "netem assumed absent" in json.loads(capsys.readouterr().out)["netem_note"]
-    from topolab.measured_run import prepare_run
+    from topolab.run.measured_run import prepare_run
 
     lines: list[str] = []
     prepare_run(load_scenario(TOPOOPT), tmp_path, None, None, None, lines.append)

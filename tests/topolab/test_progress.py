@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from topolab.progress import Progress
+from topolab.common.progress import Progress
 
 
 def test_each_step_is_a_line_with_the_clocks_elapsed_time():

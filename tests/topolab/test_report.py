@@ -7,16 +7,16 @@ import pytest
 
 from tests.fixtures.sample_results import smoke_results
 from topolab.cli import main
-from topolab.journal import write_results_file
-from topolab.report import wrapped
-from topolab.results import LinkBytes
+from topolab.results.journal import write_results_file
+from topolab.results.run_report import wrapped
+from topolab.results.run_results import LinkBytes
 
 TOLERANCE = 0.10
 
 
 def _results_folder(tmp_path, measured_ms: float, with_measured_links: bool):
     from planner import build_plan, load_scenario
-    from topolab.results import Measured
+    from topolab.results.run_results import Measured
 
     plan = build_plan(load_scenario("scenarios/smoke-12.toml"))
     predicted_links = [LinkBytes(link.a, link.b, 2_000_000) for link in plan.links]
@@ -47,8 +47,8 @@ def test_error_within_tolerance_is_not_called_out(tmp_path, capsys):
 
 
 def test_phase_ends_predicted_and_measured_side_by_side():
-    from topolab.phases import measured_phase_ends
-    from topolab.report import render_markdown
+    from topolab.common.phases import measured_phase_ends
+    from topolab.results.run_report import render_markdown
 
     # two ranks' reports (emulated seconds on the workers' clock): rank 1 starts last and ends
     # the AllReduce last; a phase's end is its slowest rank's, from the first rank's start
@@ -104,7 +104,7 @@ def test_report_renders_a_compare_folder_and_each_arm(tmp_path, capsys):
 def test_report_renders_a_collective_folder_with_its_tables_and_a_plot(tmp_path, capsys):
     import json
 
-    from topolab.collective_results import CollectiveEmulation, CollectiveResults, SizeResult
+    from topolab.results.collective_results import CollectiveEmulation, CollectiveResults, SizeResult
 
     emulation = CollectiveEmulation(100.0, 9000, 250.0, 0.9927, 4e8, 3.97e8, False)
     results = [

@@ -1,4 +1,4 @@
-"""The results documents (topolab.results, topolab.collective_results): what they write is
+"""The results documents (topolab.results.run_results, topolab.results.collective_results): what they write is
 what they read, byte counts are integers, and a format this topolab does not know is one
 line naming the file and the format, exit 2."""
 
@@ -11,7 +11,7 @@ import pytest
 from contract.errors import UsageError
 from tests.fixtures.sample_results import smoke_results
 from topolab.cli import main
-from topolab.collective_results import (
+from topolab.results.collective_results import (
     ALLTOALL_FORMAT,
     COLLECTIVE_FORMAT,
     AlltoallResults,
@@ -20,9 +20,9 @@ from topolab.collective_results import (
     PhaseResult,
     SizeResult,
 )
-from topolab.journal import read_results, write_results_file
-from topolab.report import report_section
-from topolab.results import (
+from topolab.results.journal import read_results, write_results_file
+from topolab.results.run_report import report_section
+from topolab.results.run_results import (
     RESULTS_FORMAT,
     AppliedFault,
     Iteration,
@@ -156,7 +156,7 @@ def test_collective_documents_read_back_and_check_their_format():
 
 def test_alltoall_bytes_are_the_whole_items_the_workers_move():
     from planner import build_plan, load_scenario
-    from topolab.routing_phase import phase_bytes, phase_schedule, phase_traffic
+    from topolab.collective.routing_phase import phase_bytes, phase_schedule, phase_traffic
 
     scenario = load_scenario("scenarios/topoopt-12.toml")
     plan = build_plan(scenario)
@@ -171,8 +171,8 @@ def test_cpu_load_and_the_cpu_bound_line():
     """The workers' CPU seconds of each iteration over its time and the cores: the median is
     the run's CPU load, and above CPU_BOUND_LOAD the run says in one line that it was CPU-bound,
     in the report too."""
-    from topolab.report import render_markdown
-    from topolab.results import CPU_BOUND_LOAD
+    from topolab.results.run_report import render_markdown
+    from topolab.results.run_results import CPU_BOUND_LOAD
 
     results = smoke_results("complete", [2.0, 2.0, 4.0], 2.0, [LinkBytes(0, 1, 1000)])
     cores = results.environment.cpus
@@ -192,11 +192,11 @@ def test_cpu_load_and_the_cpu_bound_line():
 
 def test_the_report_puts_the_workers_cpu_beside_what_the_rate_was_chosen_for():
     """The report's CPU line gives the median CPU seconds of an iteration and, when the run
-    recorded the CPU demand its rate was chosen or checked with (`topolab.time_dilation`),
+    recorded the CPU demand its rate was chosen or checked with (`topolab.run.time_dilation`),
     that estimate beside it."""
-    from topolab.machine_probe import MachineCost
-    from topolab.report import render_markdown
-    from topolab.time_dilation import choose
+    from topolab.results.run_report import render_markdown
+    from topolab.run.machine_probe import MachineCost
+    from topolab.run.time_dilation import choose
 
     results = smoke_results("complete", [2.0, 2.0, 4.0], 2.0, [LinkBytes(0, 1, 1000)])
     cores = results.environment.cpus

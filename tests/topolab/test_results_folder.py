@@ -3,7 +3,7 @@ overwritten."""
 
 import json
 
-from topolab.run import keep_previous
+from topolab.run.command import keep_previous
 
 
 def test_previous_run_is_renamed_after_its_start(tmp_path):

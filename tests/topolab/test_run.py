@@ -181,7 +181,7 @@ def test_run_blocked_by_another_runs_lock_is_one_line_and_writes_nothing(tmp_pat
     from emulator.state import RunLock
     from planner import load_scenario
     from topolab.cli import main
-    from topolab.measured_run import execute
+    from topolab.run.measured_run import execute
 
     run_dir, out = tmp_path / "run", tmp_path / "out"
     run_dir.mkdir()

@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from topolab import sweep, sweep_report
 from topolab.cli import main
+from topolab.results import sweep_report
+from topolab.sweep import command as sweep
 
 
 def _args(tmp_path, scenario, **kw):

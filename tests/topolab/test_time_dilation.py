@@ -1,4 +1,4 @@
-"""Automatic time dilation (topolab.time_dilation): the rate and payload scale chosen from the
+"""Automatic time dilation (topolab.run.time_dilation): the rate and payload scale chosen from the
 workers' CPU cost, as the module's formulas say; and the machine probe that measures that cost."""
 
 import math
@@ -7,9 +7,9 @@ import pytest
 
 from contract.emulation import MIN_LINK_MBPS
 from planner.collectives.rings import ring_allreduce
-from topolab.machine_probe import PROBE_RANKS, MachineCost, probe_schedule
-from topolab.results import CPU_BOUND_LOAD
-from topolab.time_dilation import (
+from topolab.results.run_results import CPU_BOUND_LOAD
+from topolab.run.machine_probe import PROBE_RANKS, MachineCost, probe_schedule
+from topolab.run.time_dilation import (
     BUFFER_COPIES,
     ITERATION_BUDGET_S,
     MEMORY_SHARE,
@@ -114,7 +114,7 @@ def test_explicit_rate_kept_with_a_warning_when_cpu_bound():
 def test_a_fixed_rate_that_overloads_the_cores_is_said_again_in_the_last_line():
     from types import SimpleNamespace
 
-    from topolab.measured_run import with_closing_warning
+    from topolab.run.measured_run import with_closing_warning
 
     d = _choose(ops=100_000, auto=False)  # 600% of 2 cores at the scenario's 100 Mbit/s
     results = SimpleNamespace(emulation=SimpleNamespace(dilation=d.to_dict()))
@@ -171,7 +171,7 @@ def test_machine_cost_probes_real_workers_once(tmp_path, monkeypatch):
     import json
     import os
 
-    from topolab.machine_probe import cache_path, machine_cost, machine_key
+    from topolab.run.machine_probe import cache_path, machine_cost, machine_key
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     said: list[str] = []
@@ -189,7 +189,7 @@ def test_a_silent_peer_is_awaited_at_least_two_predicted_iterations():
     (emulated) iteration when that is longer (minutes under heavy dilation)."""
     from types import SimpleNamespace
 
-    from topolab.measured_run import SILENCE_ITERATIONS, silence_limit_s
+    from topolab.run.measured_run import SILENCE_ITERATIONS, silence_limit_s
 
     def run(timeout_s: float, predicted_s: float | None) -> SimpleNamespace:
         predicted = SimpleNamespace(emulated_s=predicted_s) if predicted_s is not None else None

@@ -1,4 +1,4 @@
-"""Timelines in the Chrome trace event format: the writer (topolab.trace_events), the
+"""Timelines in the Chrome trace event format: the writer (topolab.results.trace_events), the
 predictor's recorded replay it draws (planner.cost.predict.predict_timeline), `topolab predict
 --trace`, and the checker the traces are held to (tests/fixtures/trace_schema.py), which must
 reject broken traces as well as pass good ones."""
@@ -17,10 +17,10 @@ from planner.collectives.p2p import p2p_transfers
 from planner.collectives.rings import multiring_allreduce, topoopt_rings
 from planner.cost.predict import Network, plan_network, predict, predict_timeline
 from tests.fixtures.trace_schema import check_trace, process_names, slices_by_track, trace_problems
-from topolab import trace_events
 from topolab.cli import main
-from topolab.prediction import network_args, prepare, scenario_rates
-from topolab.trace_events import (
+from topolab.common.prediction import network_args, prepare, scenario_rates
+from topolab.results import trace_events
+from topolab.results.trace_events import (
     PREDICTED_PID_BASE,
     TID_BASE,
     Flow,

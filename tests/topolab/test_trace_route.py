@@ -33,8 +33,8 @@ from emulator.packets import (
     tcp_stream,
     zmtp_messages,
 )
-from topolab import trace_route
 from topolab.cli import build_parser, main
+from topolab.verify import trace_route_command as trace_route
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOOPT_12 = REPO / "scenarios" / "topoopt-12.toml"

@@ -19,7 +19,7 @@ from planner.collectives.rings import multiring_allreduce, topoopt_rings
 from planner.cost.predict import Network, predict_timeline
 from tests.fixtures.sample_results import smoke_results
 from tests.fixtures.trace_schema import check_trace, process_names
-from topolab.trace_events import (
+from topolab.results.trace_events import (
     CRITICAL_ARG,
     MEASURED_PID_BASE,
     PREDICTED_PID_BASE,
@@ -186,9 +186,9 @@ def _stretched_reports(schedule, timeline, scale: float, stretch: float) -> list
 
 def test_report_draws_the_timeline_and_names_both_critical_paths(tmp_path):
     from planner.cost.predict import plan_network
-    from topolab.prediction import network_args, prepare, scenario_rates
-    from topolab.report import timeline_rows, write_report
-    from topolab.results import TraceFacts
+    from topolab.common.prediction import network_args, prepare, scenario_rates
+    from topolab.results.run_report import timeline_rows, write_report
+    from topolab.results.run_results import TraceFacts
     from workers.coordinator import ClockReading
 
     s = load_scenario("scenarios/smoke-12.toml")
@@ -217,8 +217,8 @@ def test_report_draws_the_timeline_and_names_both_critical_paths(tmp_path):
 
 
 def test_report_says_why_a_missing_trace_is_not_drawn(tmp_path):
-    from topolab.report import write_report
-    from topolab.results import TraceFacts
+    from topolab.results.run_report import write_report
+    from topolab.results.run_results import TraceFacts
 
     results = smoke_results("complete", [1.0], 0.5)
     results.trace = TraceFacts("trace.json", 0, 12, 12, "one machine")
@@ -228,7 +228,7 @@ def test_report_says_why_a_missing_trace_is_not_drawn(tmp_path):
 
 
 def test_results_without_a_trace_read_as_before():
-    from topolab.results import RunResults, TraceFacts
+    from topolab.results.run_results import RunResults, TraceFacts
 
     results = smoke_results("complete", [1.0], 0.5)
     d = results.to_dict()
@@ -248,7 +248,7 @@ def _topolab(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 @pytest.mark.root
 def test_run_trace_writes_measured_beside_predicted_and_the_timeline(tmp_path):
-    from topolab.prediction import prepare
+    from topolab.common.prediction import prepare
 
     out = tmp_path / "out"
     proc = _topolab(

@@ -16,8 +16,8 @@ import pytest
 from contract.emulation import EmulatedRates
 from planner import build_plan, load_scenario
 from topolab.cli import main
-from topolab.train_report import compare, job_summary
-from topolab.train_schedules import ControlServer, ScheduleService, scaled
+from topolab.train.report import compare, job_summary
+from topolab.train.schedules import ControlServer, ScheduleService, scaled
 from topolab_torch import protocol
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,7 +61,7 @@ def test_schedules_are_the_plans_and_scale_to_the_item_size(plan4):
 
 
 def test_the_calibration_is_the_zero_payload_twin_of_the_allreduce(plan4):
-    from topolab.calibrate import critical_ops
+    from topolab.common.calibrate import critical_ops
 
     service = ScheduleService(plan4, EmulatedRates(plan4.link_gbps, 100.0, 9000))
     twin = service.get(protocol.CALIBRATION_KEY)
@@ -75,7 +75,7 @@ def test_the_calibration_is_the_zero_payload_twin_of_the_allreduce(plan4):
 
 
 def service_schedule(plan):
-    from topolab.train_schedules import plan_allreduce
+    from topolab.train.schedules import plan_allreduce
 
     return plan_allreduce(plan, 4096)
 
@@ -168,7 +168,7 @@ def _every_collective_on_loopback(plan4, tmp_path) -> list[dict]:
     endpoint = f"ipc://{tmp_path}/control.ipc"
     server = ControlServer(endpoint, 4, ScheduleService(plan4, EmulatedRates(plan4.link_gbps, 100.0, 9000)))
     server.start()
-    from topolab.train_jobs import rank_environment
+    from topolab.train.jobs import rank_environment
 
     procs = []
     try:
@@ -258,7 +258,7 @@ def test_a_script_that_never_initializes_is_named_after_the_wait(tmp_path, capsy
 
 
 def test_a_rank_gets_torchruns_environment_and_the_autoload_first(tmp_path):
-    from topolab.train_jobs import AUTOLOAD_DIR, REPO_ROOT, rank_environment
+    from topolab.train.jobs import AUTOLOAD_DIR, REPO_ROOT, rank_environment
 
     base = {"PYTHONPATH": "/mine", "OMP_NUM_THREADS": "4", "KEEP": "1"}
     env = rank_environment(base, 5, 12, "198.18.0.1", "gloo", tmp_path, "ipc:///x", "198.18.0.6")
@@ -275,7 +275,7 @@ def test_a_rank_gets_torchruns_environment_and_the_autoload_first(tmp_path):
 
 
 def test_the_blame_goes_to_the_peer_a_failed_rank_names():
-    from topolab.train_jobs import named_peer
+    from topolab.train.jobs import named_peer
 
     addresses = ["198.18.0.1", "198.18.0.2", "198.18.0.11"]
     line = "topolab backend, rank 0: allreduce: rank 0: peer rank 2 (198.18.0.11:4000) disconnected"

@@ -67,7 +67,7 @@ def test_multi_machine_topoopt12_collective_is_verified(standins: StandIns, monk
     # the specs) sit in a directory the stand-ins cannot see, as on real machines: the workers
     # get their spec on stdin and reach the control socket through one each machine's sshd
     # forwards, in that machine's /run/topolab
-    from topolab.collective import measure
+    from topolab.collective.command import measure
 
     monkeypatch.setattr(tempfile, "tempdir", str(standins.driver_dir))
     plan = build_plan(load_scenario("scenarios/topoopt-12.toml"))

@@ -23,7 +23,7 @@ from planner.cost.iteration import IterationOptions, iteration_schedule
 from planner.cost.iteration_prediction import predict_iteration
 from planner.cost.predict import plan_network, predict
 from planner.scenario import ScenarioError, with_overrides
-from topolab.phases import phase_of
+from topolab.common.phases import phase_of
 
 REPO = Path(__file__).resolve().parents[3]
 SCENARIO = REPO / "scenarios" / "msccl-ring-8.toml"

@@ -121,7 +121,7 @@ def _written_back(tmp_path: Path, scenario: Path, plan) -> Path:
 
 
 def test_topoopt12_written_out_and_read_back_plans_and_predicts_the_same(tmp_path):
-    from topolab.prediction import prepare  # what `topolab predict` and `topolab run` predict with
+    from topolab.common.prediction import prepare  # what `topolab predict` and `topolab run` predict with
 
     scenario = SCENARIOS / "topoopt-12.toml"
     topoopt = load_scenario(scenario)
