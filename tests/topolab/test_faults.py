@@ -34,7 +34,8 @@ def _rerouted_prediction_ms(results: dict) -> float:
     """smoke-12's schedule predicted again, as recorded (its cost per op, the cores the model
     shared), on its plan with cable h0-h1 down."""
     em = results["emulation"]
-    plan, schedule, *_ = prepare(load_scenario(REPO / "scenarios/smoke-12.toml"), netem=em["netem"])
+    prepared = prepare(load_scenario(REPO / "scenarios/smoke-12.toml"), netem=em["netem"])
+    plan, schedule = prepared.plan, prepared.schedule
     rates = EmulatedRates(em["reference_gbps"], em["link_mbps"], em["mtu"])
     rerouted = rerouted_plan(plan, {cable_index(plan, 0, 1)})
     op, cores = results["calibration"]["op_overhead_s"], results["predicted"]["cores"]

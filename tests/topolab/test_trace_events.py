@@ -289,7 +289,7 @@ def test_predict_trace_caps_the_ranks_and_says_so(tmp_path, capsys, monkeypatch)
 
 def test_trace_ranks_fit_the_op_budget():
     s = load_scenario(TOPOOPT)
-    _, schedule, *_ = prepare(s)
+    schedule = prepare(s).schedule
     ops = [p.op_count for p in schedule.programs]
     assert trace_ranks(schedule) == 12
     assert trace_ranks(schedule, max_ops=ops[0] + ops[1]) == 2
@@ -299,7 +299,8 @@ def test_trace_ranks_fit_the_op_budget():
 
 def test_predicted_trace_is_the_replay_predict_prints(tmp_path):
     s = load_scenario(TOPOOPT)
-    plan, schedule, _, emulated, predicted = prepare(s)
+    prepared = prepare(s)
+    plan, schedule, predicted = prepared.plan, prepared.schedule, prepared.predicted
     net = plan_network(plan, **network_args(plan, scenario_rates(plan, s), False))
     pred, tl = predict_timeline(schedule, net)
     assert pred.seconds == predicted["emulated_s"]

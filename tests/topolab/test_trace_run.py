@@ -192,7 +192,8 @@ def test_report_draws_the_timeline_and_names_both_critical_paths(tmp_path):
     from workers.coordinator import ClockReading
 
     s = load_scenario("scenarios/smoke-12.toml")
-    plan, schedule, _, emulated, _ = prepare(s)
+    prepared = prepare(s)
+    plan, schedule, emulated = prepared.plan, prepared.schedule, prepared.emulated
     network = plan_network(plan, **network_args(plan, scenario_rates(plan, s), False))
     _, timeline = predict_timeline(schedule, network)
     scale = emulated["time_scale"]
@@ -270,7 +271,7 @@ def test_run_trace_writes_measured_beside_predicted_and_the_timeline(tmp_path):
     assert sorted(n for n in names.values() if n.startswith("predicted")) == sorted(
         f"predicted h{r}" for r in range(12)
     )
-    _, schedule, _, _, _ = prepare(load_scenario("scenarios/smoke-12.toml"))
+    schedule = prepare(load_scenario("scenarios/smoke-12.toml")).schedule
     slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     for r in range(12):
         measured = Counter(e["name"] for e in slices if e["pid"] == MEASURED_PID_BASE + r)

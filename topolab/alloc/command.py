@@ -233,7 +233,8 @@ def iteration_splits(s: Any) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for name in names:
         variant = s if name == "scenario" else with_overrides(s, topology={"allocation": name})
-        plan, _, _, _, predicted = prepare(variant)
+        prepared = prepare(variant)
+        plan, predicted = prepared.plan, prepared.predicted
         allocation = plan.extra["allocation"]
         out[name] = {
             "shares": allocation["shares"],

@@ -3,6 +3,12 @@ time for exactly that schedule on the emulated links
 (`planner.cost.iteration_prediction.predict_iteration`); `predict_run` predicts that schedule again
 once the workers' cost per op is measured.
 
+A measured run enters here once per stage: `prepare` (stages 1 and 2, before anything is
+built) returns a `Prepared` holding all that the later stages take of the plan and its
+prediction (what results.json keeps of the plan, each rank's compute, the cores the workers
+share), and `predict_run_timeline` (stage 3, once the workers' cost per op is measured on the
+built network) predicts it again; only a fault's reroute enters again (`predict_run`).
+
 Both take the rates the links are emulated at (`contract.emulation.EmulatedRates`: time
 scale, every cable's rate, the MTU): before the network is built, the scenario's
 (`scenario_rates`); once it is built, the network's own (``net.rates``), which is what a
@@ -122,14 +128,30 @@ def _predicted(pred: Prediction, rates: EmulatedRates, args: NetworkArgs, second
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A scenario planned and predicted before its network is built (`prepare`): all a measured
+    run's later stages take of the plan and of its prediction, so none goes back to the scenario."""
+
+    plan: Plan
+    schedule: Schedule  # one iteration, as the workers run it
+    opts: IterationOptions  # what the schedule was built with (time scale, payload scale)
+    emulated: dict[str, Any]  # the emulation facts the prediction is made at (results.json's ``emulation``)
+    predicted: dict[str, Any]  # results.json's ``predicted`` record
+    plan_record: dict[str, Any]  # results.json's ``plan``: `plan_dict`
+    compute_s: list[float]  # per rank, the compute stream's busy time (`compute_seconds`)
+    cores: int | None  # the processors the workers share (`shared_cores`)
+
+
 def prepare(
     s: Scenario, payload_scale: float | None = None, netem: bool = False, reference_gbps: float | None = None
-) -> tuple[Plan, Schedule, IterationOptions, dict[str, Any], dict[str, Any]]:
+) -> Prepared:
     """Plan a scenario, and its iteration's schedule and prediction on the emulated network
     (`planner.cost.iteration_prediction.predict_iteration`; ``netem``: link latency emulated) before
-    it is built: the plan, the schedule, its options, the emulation facts and the ``predicted``
-    record (no root needed). ``reference_gbps``: the real rate ``link_mbps`` stands for (the
-    emulator's ``reference_gbps``; None: the plan's ``link_gbps``), which sets the time scale."""
+    it is built: the plan, the schedule, its options, the emulation facts, the ``predicted``
+    record and what a run records of them (no root needed). ``reference_gbps``: the real rate
+    ``link_mbps`` stands for (the emulator's ``reference_gbps``; None: the plan's ``link_gbps``),
+    which sets the time scale."""
     plan = build_plan(s)
     rates = scenario_rates(plan, s, reference_gbps)
     scale = s.run.payload_scale if payload_scale is None else payload_scale
@@ -145,7 +167,17 @@ def prepare(
     args = network_args(plan, rates, netem)
     t0 = time.perf_counter()
     schedule, pred = predict_iteration(plan, opts, **args)
-    return plan, schedule, opts, emulated, _predicted(pred, rates, args, time.perf_counter() - t0)
+    predicted = _predicted(pred, rates, args, time.perf_counter() - t0)
+    return Prepared(
+        plan=plan,
+        schedule=schedule,
+        opts=opts,
+        emulated=emulated,
+        predicted=predicted,
+        plan_record=plan_dict(plan),
+        compute_s=compute_seconds(schedule),
+        cores=shared_cores(s.emulation.machines),
+    )
 
 
 def predict_run(

@@ -132,7 +132,8 @@ def run_export(args: argparse.Namespace) -> int:
     if "cabling" in formats:  # the bytes each cable carries, from the predicted iteration
         from ..common.prediction import prepare
 
-        plan, _, _, _, predicted = prepare(scenario, payload_scale=1.0)
+        prepared = prepare(scenario, payload_scale=1.0)
+        plan, predicted = prepared.plan, prepared.predicted
         link_bytes = {(r["src"], r["dst"]): float(r["bytes"]) for r in predicted["link_bytes"]}
         relayed = {(r["src"], r["dst"]): float(r["bytes"]) for r in predicted["relayed_link_bytes"]}
     else:

@@ -263,7 +263,7 @@ def data_parallel(s: Any, makespan_ms: float) -> dict[str, Any]:
         variant = s if s.parallelism.strategy == "data" else with_overrides(s, parallelism={"strategy": "data"})
     except ScenarioError as err:
         return {"note": f"not predicted: {err.key}: {err.problem}"}
-    iteration_ms = prepare(variant, netem=netem_assumed()[0])[4]["real_ms"]
+    iteration_ms = prepare(variant, netem=netem_assumed()[0]).predicted["real_ms"]
     return {
         "iteration_ms": iteration_ms,
         "samples": batch * servers,

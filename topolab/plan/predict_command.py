@@ -43,7 +43,7 @@ from typing import Any
 from contract.errors import UsageError
 from planner.scenario import STRATEGIES
 
-from ..common.prediction import netem_assumed
+from ..common.prediction import Prepared, netem_assumed
 
 NETWORK_KINDS = ("topoopt", "switch", "fattree", "expander", "torus", "ring", "hierarchical")
 STRATEGY_MARGIN = 0.05  # a strategy this much slower than another is worth a remark
@@ -95,19 +95,20 @@ def predict_job(s: Any, netem: bool, network: str = "", cost_usd: float | None =
     return job_prediction(prepare(s, netem=netem), network, cost_usd, note)
 
 
-def job_prediction(prepared: tuple, network: str = "", cost_usd: float | None = None, note: str = "") -> JobPrediction:
+def job_prediction(
+    prepared: Prepared, network: str = "", cost_usd: float | None = None, note: str = ""
+) -> JobPrediction:
     """The `JobPrediction` of a scenario prepared by `topolab.common.prediction.prepare`."""
     from ..common.plan_text import bandwidth_of
-    from ..common.prediction import compute_seconds, plan_dict
 
-    plan, schedule, _, emulated, predicted = prepared
-    scale = emulated["time_scale"]
+    plan, predicted = prepared.plan, prepared.predicted
+    scale = prepared.emulated["time_scale"]
     ms = lambda seconds: seconds / scale * 1e3  # noqa: E731
     iteration = predicted["real_ms"]
-    compute = ms(max(compute_seconds(schedule), default=0.0))
+    compute = ms(max(prepared.compute_s, default=0.0))
     return JobPrediction(
         network=network or plan.topology,
-        bandwidth=bandwidth_of(plan_dict(plan)),
+        bandwidth=bandwidth_of(prepared.plan_record),
         iteration_ms=iteration,
         compute_ms=compute,
         exposed_ms=max(0.0, iteration - compute),
@@ -119,7 +120,7 @@ def job_prediction(prepared: tuple, network: str = "", cost_usd: float | None = 
     )
 
 
-def write_trace(path: str, s: Any, prepared: tuple, netem: bool) -> dict[str, Any]:
+def write_trace(path: str, s: Any, prepared: Prepared, netem: bool) -> dict[str, Any]:
     """Write the predicted timeline of the prepared scenario's iteration to ``path`` (checked
     by `topolab.common.options.check_output_file`); what was written, for the output."""
     from contract.files import write_file
@@ -129,7 +130,7 @@ def write_trace(path: str, s: Any, prepared: tuple, netem: bool) -> dict[str, An
     from ..results import trace_events
     from ..results.trace_events import PREDICTED_PID_BASE, predicted_group, trace_document, trace_json, trace_ranks
 
-    plan, schedule, _, emulated, predicted = prepared
+    plan, schedule, emulated, predicted = prepared.plan, prepared.schedule, prepared.emulated, prepared.predicted
     shown = trace_ranks(schedule)
     network = plan_network(plan, **network_args(plan, scenario_rates(plan, s), netem))
     pred, timeline = predict_timeline(schedule, network, ranks=shown)
@@ -298,7 +299,7 @@ def run_predict(args: argparse.Namespace) -> int:
     netem, netem_note = netem_assumed()
     prepared = prepare(base, netem=netem)
     own = job_prediction(prepared)
-    servers, batch = prepared[0].servers, base.workload.batch_per_server
+    servers, batch = prepared.plan.servers, base.workload.batch_per_server
     doc: dict[str, Any] = {
         "scenario": base.source,
         "iteration": iteration_facts(servers, batch),

@@ -6,11 +6,13 @@ benchmarks: plan, emulate, run training iterations, record. `execute` runs its s
    model-parallel transfers, bucketed gradient AllReduce overlapping the backward pass; start
    the results document (`topolab.results.run_results.RunResults`);
 2. in the same stage, predict the iteration with the flow-level model of exactly that
-   schedule, from the plan alone (planner.cost.iteration_prediction; topolab.common.prediction.prepare
-   does steps 1 and 2);
+   schedule, from the plan alone (planner.cost.iteration_prediction;
+   topolab.common.prediction.prepare does steps 1 and 2 in one call, and its `Prepared` is
+   all the later stages take of the plan and the prediction);
 3. build the emulated network (`open_network`: namespaces, HTB-shaped veths, static routes,
    host forwarding; on one machine or several) and record its facts (`network_facts`);
-   measure the workers' cost per op and predict again with it (`calibrate`); start one
+   measure the workers' cost per op and predict again with it on the built network's rates
+   (`calibrate`: the stage's one prediction, `predict_run_timeline`); start one
    worker per server inside its namespace (workers.Coordinator) and run warm-up and timed
    iterations, every worker verifying every AllReduce and transfer of every iteration
    (`iterate`);
@@ -53,19 +55,11 @@ from contract.errors import RunError, UsageError
 from contract.plan import Plan
 from contract.schedule import Schedule
 from planner import Scenario
-from planner.cost.iteration import IterationOptions
 
 from ..common.calibrate import measure_op_overhead, zero_payload_twin
 from ..common.network import NetworkFlags, network_config, open_network, refuse_machines
 from ..common.phases import measured_phase_ends
-from ..common.prediction import (
-    compute_seconds,
-    plan_dict,
-    predict_run,
-    predict_run_timeline,
-    prepare,
-    shared_cores,
-)
+from ..common.prediction import Prepared, predict_run, predict_run_timeline, prepare
 from ..common.progress import Progress
 from ..results.journal import ITERATIONS_FILE, RESULTS_FILE, IterationJournal, write_results_file
 from ..results.run_report import write_report
@@ -108,14 +102,12 @@ def write_results(results: RunResults, out_dir: Path, report: bool = True) -> Pa
 
 @dataclass
 class RunState:
-    """What the stages of one run share: the plan and its schedule, the results document
-    they fill in, where it goes and whom to tell."""
+    """What the stages of one run share: the plan, its schedule and prediction as stages 1 and
+    2 prepared them (taken once: no later stage goes back to the scenario for them), the
+    results document they fill in, where it goes and whom to tell."""
 
     scenario: Scenario
-    plan: Plan
-    schedule: Schedule
-    opts: IterationOptions
-    emulated: dict[str, Any]  # what the prediction is made at (topolab.common.prediction.prepare)
+    prepared: Prepared  # topolab.common.prediction.prepare's
     iterations: int
     injector: FaultInjector | None
     results: RunResults
@@ -123,6 +115,14 @@ class RunState:
     log: Callable[[str], None]
     trace: bool = False  # --trace: record the last timed iteration's timeline (trace.json)
     timeline: Any = None  # with trace: the calibrated prediction's `planner.cost.predict.Timeline`
+
+    @property
+    def plan(self) -> Plan:
+        return self.prepared.plan
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.prepared.schedule
 
 
 def prepare_run(
@@ -146,7 +146,7 @@ def prepare_run(
         s, prepared, dilation = dilate(
             s, payload_scale, prepared, lambda p, scale: prepare(p, scale, want_netem, reference_gbps), log
         )
-    plan, schedule, opts, emulated, predicted = prepared
+    plan, schedule, opts, emulated = prepared.plan, prepared.schedule, prepared.opts, prepared.emulated
     injector = injector_for(faults or [], plan, schedule, iterations, log)  # bad faults: exit 2, nothing built
     log(
         f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
@@ -162,7 +162,7 @@ def prepare_run(
             log(f"      warning: {dilation.warning}")
     results = RunResults(
         scenario=asdict(asked),
-        plan=plan_dict(plan),
+        plan=prepared.plan_record,
         emulation=EmulationFacts.from_dict({**emulated, "dilation": dilation.to_dict() if dilation else None}),
         schedule=ScheduleSummary.of(schedule, opts.payload_scale),
         environment=Environment.capture(s.source),
@@ -170,17 +170,12 @@ def prepare_run(
         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         notes=list(plan.notes),
     )
-    results.predicted = Prediction.from_dict(predicted)
+    results.predicted = Prediction.from_dict(prepared.predicted)
     log(
         f"[2/4] predicted {results.predicted.real_ms:.3f} ms per iteration "
         f"({results.predicted.emulated_s:.3f} s emulated)"
     )
-    return RunState(s, plan, schedule, opts, emulated, iterations, injector, results, out_dir, log)
-
-
-Prepared = tuple[
-    Plan, Schedule, IterationOptions, dict[str, Any], dict[str, Any]
-]  # topolab.common.prediction.prepare's
+    return RunState(s, prepared, iterations, injector, results, out_dir, log)
 
 
 def dilate(
@@ -195,7 +190,7 @@ def dilate(
     ``prepare_at``), else the scenario's, checked against the cores."""
     from emulator.validate import mem_available_mib
 
-    plan, schedule, opts, emulated, predicted = prepared
+    plan, schedule, opts = prepared.plan, prepared.schedule, prepared.opts
     auto = s.emulation.auto_rate
     cost = machine_cost(log)
     # the workers' memory is what the emulated hosts leave (they are built first)
@@ -206,14 +201,14 @@ def dilate(
         if fit < opts.payload_scale:
             payload_scale = fit
             prepared = prepare_at(s, payload_scale)
-            plan, schedule, opts, emulated, predicted = prepared
+            plan, schedule, opts = prepared.plan, prepared.schedule, prepared.opts
     dilation = choose(
         ranks=plan.servers,
         ops=transfer_ops(schedule),
         bytes_sent=sum(schedule.bytes_sent()),
         buffer_bytes=schedule_buffer_bytes(schedule),
-        predicted_s=predicted["emulated_s"],
-        link_mbps=emulated["link_mbps"],
+        predicted_s=prepared.predicted["emulated_s"],
+        link_mbps=prepared.emulated["link_mbps"],
         payload_scale=opts.payload_scale,
         cost=cost,
         auto=auto,
@@ -221,7 +216,7 @@ def dilate(
     )
     if auto:
         s = replace(s, emulation=replace(s.emulation, link_mbps=dilation.link_mbps, auto_rate=False))
-        if dilation.link_mbps != emulated["link_mbps"]:
+        if dilation.link_mbps != prepared.emulated["link_mbps"]:
             prepared = prepare_at(s, payload_scale)
     return s, prepared, dilation
 
@@ -279,10 +274,12 @@ def silence_limit_s(run: RunState) -> float:
 
 def calibrate(run: RunState, net: Any, workers: Workers) -> None:
     """The workers' cost per op from the zero-payload twin; the prediction made again with
-    it; the faults armed with that prediction."""
-    plan, schedule, results = run.plan, run.schedule, run.results
-    cores = shared_cores(run.scenario.emulation.machines)
-    twin, critical_ops = zero_payload_twin(plan, run.opts, cores)
+    it on the built network (its rates and netem, taken once here); the faults armed with
+    that prediction."""
+    prepared, results = run.prepared, run.results
+    plan, schedule, cores = prepared.plan, prepared.schedule, prepared.cores
+    rates, netem = net.rates, net.netem
+    twin, critical_ops = zero_payload_twin(plan, prepared.opts, cores)
     cal = measure_op_overhead(
         twin,
         critical_ops,
@@ -294,17 +291,18 @@ def calibrate(run: RunState, net: Any, workers: Workers) -> None:
     )
     results.calibration = Calibration.from_dict(cal)
     shown = trace_ranks(schedule) if run.trace else None
+    op_overhead_s = cal["op_overhead_s"]
     predicted, run.timeline = predict_run_timeline(
-        plan, schedule, net.rates, net.netem, cal["op_overhead_s"], cores, timeline_ranks=shown
+        plan, schedule, rates, netem, op_overhead_s, cores, timeline_ranks=shown
     )
     results.predicted = Prediction.from_dict(predicted)
-    if run.injector:
-        repredict = lambda p: predict_run(p, schedule, net.rates, net.netem, cal["op_overhead_s"], cores)  # noqa: E731
+    if run.injector:  # a fault's reroute is predicted again, on the same network
+        repredict = lambda p: predict_run(p, schedule, rates, netem, op_overhead_s, cores)  # noqa: E731
         run.injector.start(net, repredict, predicted)
         results.faults = run.injector.applied
     write_results(results, run.out_dir, report=False)
     run.log(
-        f"      measured worker cost {cal['op_overhead_s'] * 1e6:.0f} us per op"
+        f"      measured worker cost {op_overhead_s * 1e6:.0f} us per op"
         + (f" on one of {cores} shared cores" if cores else "")
         + f" (zero-payload twin: {cal['twin_seconds'] * 1e3:.1f} ms); prediction now {results.predicted.real_ms:.3f} ms"
     )
@@ -320,7 +318,7 @@ def iterate(run: RunState, net: Any, workers: Workers) -> None:
     s, results, injector = run.scenario, run.results, run.injector
     warmup = s.run.warmup
     time_scale = results.emulation.time_scale
-    compute_real_ms = max(compute_seconds(run.schedule)) / time_scale * 1e3
+    compute_real_ms = max(run.prepared.compute_s) / time_scale * 1e3
     traced = warmup + run.iterations - 1 if run.timeline is not None and run.iterations else None
     ask = {rank: "ops" for rank in range(run.timeline.ranks)} if traced is not None else None
     with (
