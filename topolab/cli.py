@@ -4,6 +4,12 @@ Only the chosen subcommand's module is imported (``topolab --help`` loads none o
 the command answers at once. Subcommands raise `contract.errors.UsageError` (bad input, exit
 2) or `contract.errors.RunError` (a run that failed, exit 1); `main` prints either as one
 line ``topolab: <message>`` and returns its exit code, never a traceback.
+
+Each subcommand's module lives in a folder of its feature (``topolab/run/``, ``topolab/plan/``,
+...; the folder's ``__init__.py`` says where to start reading) with the services only it uses;
+what several features share is in ``topolab/results/`` (the results documents and their
+reports) and ``topolab/common/`` (options, the network, the prediction). The import-linter
+contract in pyproject.toml keeps the features apart.
 """
 
 from __future__ import annotations
