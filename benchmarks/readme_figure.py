@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from contract.errors import UsageError
 from contract.files import write_file
-from topolab.journal import read_results
-from topolab.results import RunResults
+from topolab.results.journal import read_results
+from topolab.results.run_results import RunResults
 
 PLOTS = ("topology.png", "iterations.png")
 """The report's plots shown side by side: the plan's cables, then each iteration measured vs predicted."""

@@ -61,7 +61,7 @@ from .collector import collector_paused
 
 DDP_BUCKET_BYTES = 25 * 2**20
 # An MSCCL XML's threadblock streams: "ar" first, so a run's phases count them as AllReduce
-# (topolab.prediction.phase_of)
+# (topolab.common.phases.phase_of)
 MSCCL_STREAM_PREFIX = "ar.msccl."
 ITEMSIZE = 4  # float32 buffers: every transfer is a whole number of elements
 

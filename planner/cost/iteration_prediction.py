@@ -10,9 +10,9 @@ default the plan's own rates at TCP goodput). So a plan reports the time of the 
 ships, not of the search's faster flow-level estimate (docs/algorithms.md section 6).
 
 Callers: the search re-scores its final plan (`planner.search.mcmc`), `topolab run`
-predicts the run before it emulates it (`topolab.prediction.prepare`, at the emulated
+predicts the run before it emulates it (`topolab.common.prediction.prepare`, at the emulated
 rates), and calibration counts the ops on the critical path of the zero-payload twin
-(`topolab.calibrate.zero_payload_twin`, on infinitely fast links at a unit op cost).
+(`topolab.common.calibrate.zero_payload_twin`, on infinitely fast links at a unit op cost).
 """
 
 from __future__ import annotations

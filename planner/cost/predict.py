@@ -26,7 +26,7 @@ exactly the schedule the workers run (contract.schedule), op by op:
   (``reduce_bytes / reduce_bytes_per_s``, ``reduce_bytes`` capped at the size of the last
   pipelined chunk: the executor reduces chunks as they arrive);
 - every send and recv costs the rank ``op_overhead_s`` of processor time (the workers'
-  software cost per op, measured on the machine: see topolab.calibrate); a rank's ops
+  software cost per op, measured on the machine: see topolab.common.calibrate); a rank's ops
   take turns on its processor, so many small ops add up as they do in the workers. With
   ``Network.cores`` the ranks share that many processors, as the workers of one machine
   share its cores: the ranks with an op due share the cores equally, at most one each
@@ -49,7 +49,7 @@ emulated run, then divide by the time-scale factor to get the real cluster's tim
 
 `predict_timeline` runs the same replay and records beside it when each op started and ended
 and when each message was on the wire (`Timeline`, of the first ranks only if asked): what a
-trace of the predicted iteration draws (topolab.trace_events). Recording changes no time.
+trace of the predicted iteration draws (topolab.results.trace_events). Recording changes no time.
 """
 
 from __future__ import annotations

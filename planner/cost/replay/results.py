@@ -32,7 +32,7 @@ class Prediction:
 class Timeline:
     """When the ops of ranks ``0 .. ranks - 1`` started and ended in a replay, and when each
     message such a rank sent or received was on the wire (`planner.cost.predict.predict_timeline`): what a trace of
-    the predicted iteration draws (topolab.trace_events). Times are seconds in the network's
+    the predicted iteration draws (topolab.results.trace_events). Times are seconds in the network's
     time unit (as `Prediction.seconds`). An op is named by its row in its rank's
     `contract.schedule.Program`; the ops of one stream follow one another (an op starts when
     the one before it has ended, or later), the messages of one connection too (one goes on
