@@ -220,3 +220,20 @@ def test_a_warm_up_over_the_share_lowers_the_rate(rate, load, want):
 def test_no_rate_below_the_emulator_minimum_after_a_warm_up():
     assert rate_for_measured_load(MIN_LINK_MBPS, 0.99) is None
     assert rate_for_measured_load(MIN_LINK_MBPS * 1.2, 5.0) == MIN_LINK_MBPS
+
+
+def test_a_warm_up_over_the_share_ends_the_attempt_with_the_lower_rate():
+    from types import SimpleNamespace
+
+    from topolab.run.measured_run import RateTooHigh, check_measured_load
+
+    def run_at(rate: float, cores: int = 2):
+        dilation = {"auto": True, "link_mbps": rate, "cores": cores}
+        return SimpleNamespace(results=SimpleNamespace(emulation=SimpleNamespace(dilation=dilation)))
+
+    warm_up = SimpleNamespace(time_s=3.0, ranks=[{"cpu_s": 0.0325 * 3.0 * 2}] * 20)  # 65% of 2 cores
+    with pytest.raises(RateTooHigh) as high:
+        check_measured_load(run_at(30.0), warm_up)
+    assert (high.value.link_mbps, high.value.at_mbps) == (15.0, 30.0)
+    assert high.value.measured_load == pytest.approx(0.65)
+    check_measured_load(run_at(30.0, cores=4), warm_up)  # 32.5% of 4 cores: kept

@@ -80,13 +80,27 @@ from ..results.trace_events import clock_metadata, trace_ranks, write_iteration_
 from .faults import FaultInjector, injector_for
 from .machine_probe import machine_cost
 from .time_dilation import (
+    MEASURED_LOAD_RETRIES,
+    WORKER_CPU_SHARE,
     Dilation,
     choose,
     closing_warning,
     payload_for_memory,
+    rate_for_measured_load,
     schedule_buffer_bytes,
     transfer_ops,
 )
+
+
+class RateTooHigh(Exception):
+    """The warm-up of a run with an automatic rate kept the workers busier than their share
+    (`topolab.run.time_dilation.rate_for_measured_load`): `execute` builds the network again
+    at ``link_mbps``. Never leaves `execute`."""
+
+    def __init__(self, link_mbps: float, measured_load: float, at_mbps: float) -> None:
+        super().__init__(f"the warm-up at {at_mbps:g} Mbit/s kept the workers {measured_load:.0%} busy")
+        self.link_mbps, self.measured_load, self.at_mbps = link_mbps, measured_load, at_mbps
+
 
 EXIT_OVER_TOLERANCE = 3  # ran and verified, but the prediction missed by more than run.tolerance
 FAULTS_OVER_MACHINES = (
@@ -115,6 +129,7 @@ class RunState:
     log: Callable[[str], None]
     trace: bool = False  # --trace: record the last timed iteration's timeline (trace.json)
     timeline: Any = None  # with trace: the calibrated prediction's `planner.cost.predict.Timeline`
+    retune: bool = False  # an automatic rate that the warm-up's measured load may still lower (`RateTooHigh`)
 
     @property
     def plan(self) -> Plan:
@@ -348,6 +363,8 @@ def iterate(run: RunState, net: Any, workers: Workers) -> None:
             line = f"{'warm-up' if warm else 'timed'} {res.time_s:.3f} s {'verified' if res.ok else 'VERIFY FAILED'}"
             if warm and res.ok:
                 bar.step(line)
+                if run.retune and i == warmup - 1:
+                    check_measured_load(run, res)
                 continue
             record = Iteration(
                 index=i - warmup,
@@ -372,6 +389,19 @@ def iterate(run: RunState, net: Any, workers: Workers) -> None:
         results.measured = Measured(link_rows(difference(net.cable_tx_bytes(), counters_before, timed)))
     if traced_result is not None:
         write_trace(run, traced_result, clocks, traced - warmup)
+
+
+def check_measured_load(run: RunState, res: Any) -> None:
+    """Raise `RateTooHigh` when the last warm-up kept the workers busier than their share of
+    the cores and a lower rate exists (`topolab.run.time_dilation`'s module docstring)."""
+    dilation = run.results.emulation.dilation or {}
+    cores, rate = dilation.get("cores"), dilation.get("link_mbps")
+    if not cores or not rate or res.time_s <= 0:
+        return
+    load = sum(r.get("cpu_s", 0.0) for r in res.ranks) / (cores * res.time_s)
+    lower = rate_for_measured_load(rate, load)
+    if lower is not None:
+        raise RateTooHigh(lower, load, rate)
 
 
 def write_trace(run: RunState, res: Any, clocks: dict[int, Any], index: int) -> None:
@@ -444,12 +474,52 @@ def execute(
     ``on_result`` sees the results of a complete run before the report and plots are drawn.
     ``reference_gbps``: the real rate ``[emulation] link_mbps`` stands for (None: the plan's
     ``link_gbps``); `topolab compare` puts its arms on one time scale with it. ``trace``: also
-    write trace.json, the last timed iteration measured beside its prediction (module docstring)."""
+    write trace.json, the last timed iteration measured beside its prediction (module docstring).
+    With an automatic rate, a warm-up that kept the workers over their share of the cores builds
+    the network again at a lower rate (`RateTooHigh`, at most `MEASURED_LOAD_RETRIES` times)."""
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    remeasured: list[str] = []
+    for attempt in range(MEASURED_LOAD_RETRIES + 1):
+        try:
+            return _execute_once(
+                s, out_dir, iterations, payload_scale, log, lock_wait_s, run_dir, faults, on_result,
+                reference_gbps, trace, retune=attempt < MEASURED_LOAD_RETRIES, notes=remeasured,
+            )  # fmt: skip
+        except RateTooHigh as high:
+            why = (
+                f"automatic rate: {high}, over their share of {WORKER_CPU_SHARE:.0%}; "
+                f"network built again at {high.link_mbps:g} Mbit/s"
+            )
+            log(f"      {why}")
+            remeasured.append(why)
+            s = replace(s, emulation=replace(s.emulation, link_mbps=high.link_mbps))
+    raise AssertionError("unreachable: the last attempt does not retune")
+
+
+def _execute_once(
+    s: Scenario,
+    out_dir: Path,
+    iterations: int | None,
+    payload_scale: float | None,
+    log: Callable[[str], None],
+    lock_wait_s: float,
+    run_dir: str | None,
+    faults: list | None,
+    on_result: Callable[[RunResults], None] | None,
+    reference_gbps: float | None,
+    trace: bool,
+    retune: bool,
+    notes: list[str],
+) -> RunResults:
+    """One attempt of `execute`; ``retune``: its warm-up may end it with `RateTooHigh` (an
+    automatic rate only), and then it records nothing."""
     from emulator import EmulationBusyError
 
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     run = prepare_run(s, out_dir, iterations, payload_scale, faults, log, reference_gbps)
     run.trace = trace
+    dilation = run.results.emulation.dilation or {}
+    run.retune = retune and bool(dilation.get("auto")) and run.scenario.run.warmup > 0
+    run.results.notes.extend(notes)
     plan, results = run.plan, run.results
     config = network_config(
         run.scenario.emulation, NetworkFlags(run_dir=run_dir, wait_s=lock_wait_s), reference_gbps=reference_gbps
@@ -465,6 +535,9 @@ def execute(
             iterate(run, net, workers)
         results.emulation.teardown_s = net.facts.get("teardown_s")
         results.status = "complete"
+    except RateTooHigh:
+        network_up = False  # nothing of this attempt is recorded: the next one starts afresh
+        raise
     except EmulationBusyError as err:
         if network_up:
             raise
