@@ -67,3 +67,19 @@ def test_check_sh_runs_the_default_scenario_in_the_vm() -> None:
     assert run["summary"]["verified"] is True
     assert run["summary"]["iterations"] >= 1
     assert _leftovers() == ""
+
+
+def test_the_vms_copy_leaves_out_only_the_root_folders_it_names() -> None:
+    """rsync reads an exclude without a leading "/" at every depth: "results/" dropped the
+    topolab/results/ package from the VM's copy, and the run inside failed to import it."""
+    import re
+
+    text = (VAGRANT / "Vagrantfile").read_text()
+    excludes = re.findall(r'"([^"]+)"', re.search(r"rsync__exclude:\s*\[([^\]]*)\]", text).group(1))
+    assert excludes, "no rsync__exclude in the Vagrantfile"
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    for pattern in excludes:
+        assert pattern.startswith("/"), f"{pattern!r} would match at any depth of the copy"
+        folder = pattern.strip("/")
+        dropped = [path for path in tracked if path == folder or path.startswith(folder + "/")]
+        assert not dropped, f"{pattern!r} leaves tracked files out of the VM: {dropped[:3]}"
