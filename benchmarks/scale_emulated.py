@@ -58,7 +58,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -216,27 +216,37 @@ def run_case(
 ) -> dict[str, Any]:
     """One emulated run of the cell, then iperf3 on the same network (module docstring). The
     facts go into ``row`` as they are known, so a cell that fails keeps those it reached."""
-    from topolab.run.measured_run import RateTooHigh
-    from topolab.run.time_dilation import MEASURED_LOAD_RETRIES
+    from topolab.run.measured_run import with_rate_checks
 
     s = scenario_for(cell, iterations)
     out_dir = Path(tempfile.mkdtemp(prefix=f"scale-{cell.job}-{cell.servers}-"))
     row["out_dir"] = str(out_dir)
     t_case = time.monotonic()
     rebuilt: list[float] = []
-    for attempt in range(MEASURED_LOAD_RETRIES + 1):  # as `topolab run` does (topolab.run.measured_run.execute)
-        try:
-            return run_attempt(s, out_dir, iperf_max_pairs, run_dir, row, t_case, attempt < MEASURED_LOAD_RETRIES)
-        except RateTooHigh as high:
-            log(f"      {high}: network built again at {high.link_mbps:g} Mbit/s")
-            rebuilt.append(high.at_mbps)
-            row["rates_rebuilt_from"] = rebuilt
-            s = replace(s, emulation=replace(s.emulation, link_mbps=high.link_mbps))
-    raise AssertionError("unreachable: the last attempt does not retune")
+
+    def rebuilt_from(high: Any) -> None:
+        rebuilt.append(high.at_mbps)
+        row["rates_rebuilt_from"] = rebuilt
+
+    return with_rate_checks(  # as `topolab run` does
+        s,
+        lambda scenario, retune, notes: run_attempt(
+            scenario, out_dir, iperf_max_pairs, run_dir, row, t_case, retune, notes
+        ),
+        log,
+        rebuilt_from,
+    )
 
 
 def run_attempt(
-    s: Any, out_dir: Path, iperf_max_pairs: int, run_dir: str | None, row: dict[str, Any], t_case: float, retune: bool
+    s: Any,
+    out_dir: Path,
+    iperf_max_pairs: int,
+    run_dir: str | None,
+    row: dict[str, Any],
+    t_case: float,
+    retune: bool,
+    notes: list[str],
 ) -> dict[str, Any]:
     """One attempt of `run_case` (a warm-up over the workers' share ends it with `RateTooHigh`)."""
     from dataplane import iperf_same_bytes, pair_bytes  # the same iperf3 comparison
@@ -246,8 +256,7 @@ def run_attempt(
 
     with PeakMemory() as memory:
         t0 = time.monotonic()
-        run = prepare_run(s, out_dir, None, None, None, log)
-        run.retune = retune and bool((run.results.emulation.dilation or {}).get("auto")) and s.run.warmup > 0
+        run = prepare_run(s, out_dir, None, None, None, log, retune=retune, notes=notes)
         row["prepare_s"] = time.monotonic() - t0
         results, schedule = run.results, run.schedule
         row.update(

@@ -46,10 +46,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from contract.errors import RunError, UsageError
 from contract.plan import Plan
@@ -102,6 +102,7 @@ class RateTooHigh(Exception):
         self.link_mbps, self.measured_load, self.at_mbps = link_mbps, measured_load, at_mbps
 
 
+T = TypeVar("T")
 EXIT_OVER_TOLERANCE = 3  # ran and verified, but the prediction missed by more than run.tolerance
 FAULTS_OVER_MACHINES = (
     "[[faults]] / --cable-down: not supported over several machines yet (no live cable changes there)"
@@ -148,9 +149,13 @@ def prepare_run(
     faults: list | None,
     log: Callable[[str], None],
     reference_gbps: float | None = None,
+    retune: bool = False,
+    notes: Sequence[str] = (),
 ) -> RunState:
     """Stages 1 and 2, no root needed: plan, schedule and prediction, and the results
-    document they start (status "running"). Bad faults are a `UsageError`, nothing built."""
+    document they start (status "running"). Bad faults are a `UsageError`, nothing built.
+    ``retune``: the warm-up may end the run with `RateTooHigh` (an automatic rate only, with a
+    warm-up); ``notes``: what earlier attempts said (`with_rate_checks`)."""
     from emulator import netem_present
 
     iterations = s.run.iterations if iterations is None else iterations
@@ -190,7 +195,10 @@ def prepare_run(
         f"[2/4] predicted {results.predicted.real_ms:.3f} ms per iteration "
         f"({results.predicted.emulated_s:.3f} s emulated)"
     )
-    return RunState(s, prepared, iterations, injector, results, out_dir, log)
+    results.notes.extend(notes)
+    run = RunState(s, prepared, iterations, injector, results, out_dir, log)
+    run.retune = retune and dilation is not None and dilation.auto and s.run.warmup > 0
+    return run
 
 
 def dilate(
@@ -478,20 +486,49 @@ def execute(
     With an automatic rate, a warm-up that kept the workers over their share of the cores builds
     the network again at a lower rate (`RateTooHigh`, at most `MEASURED_LOAD_RETRIES` times)."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    remeasured: list[str] = []
-    for attempt in range(MEASURED_LOAD_RETRIES + 1):
+    return with_rate_checks(
+        s,
+        lambda scenario, retune, notes: _execute_once(
+            scenario,
+            out_dir,
+            iterations,
+            payload_scale,
+            log,
+            lock_wait_s,
+            run_dir,
+            faults,
+            on_result,
+            reference_gbps,
+            trace,
+            retune,
+            notes,
+        ),  # fmt: skip
+        log,
+    )
+
+
+def with_rate_checks(
+    s: Scenario,
+    attempt: Callable[[Scenario, bool, list[str]], T],
+    log: Callable[[str], None],
+    on_rebuild: Callable[[RateTooHigh], None] | None = None,
+) -> T:
+    """``attempt(scenario, retune, notes)`` (a run from `prepare_run` with ``retune`` and
+    ``notes``), again at the lower rate each time its warm-up raises `RateTooHigh`, at most
+    `MEASURED_LOAD_RETRIES` times; ``notes`` says why each earlier attempt was built again."""
+    notes: list[str] = []
+    for tries in range(MEASURED_LOAD_RETRIES + 1):
         try:
-            return _execute_once(
-                s, out_dir, iterations, payload_scale, log, lock_wait_s, run_dir, faults, on_result,
-                reference_gbps, trace, retune=attempt < MEASURED_LOAD_RETRIES, notes=remeasured,
-            )  # fmt: skip
+            return attempt(s, tries < MEASURED_LOAD_RETRIES, notes)
         except RateTooHigh as high:
             why = (
                 f"automatic rate: {high}, over their share of {WORKER_CPU_SHARE:.0%}; "
                 f"network built again at {high.link_mbps:g} Mbit/s"
             )
             log(f"      {why}")
-            remeasured.append(why)
+            notes.append(why)
+            if on_rebuild is not None:
+                on_rebuild(high)
             s = replace(s, emulation=replace(s.emulation, link_mbps=high.link_mbps))
     raise AssertionError("unreachable: the last attempt does not retune")
 
@@ -515,11 +552,8 @@ def _execute_once(
     automatic rate only), and then it records nothing."""
     from emulator import EmulationBusyError
 
-    run = prepare_run(s, out_dir, iterations, payload_scale, faults, log, reference_gbps)
+    run = prepare_run(s, out_dir, iterations, payload_scale, faults, log, reference_gbps, retune, notes)
     run.trace = trace
-    dilation = run.results.emulation.dilation or {}
-    run.retune = retune and bool(dilation.get("auto")) and run.scenario.run.warmup > 0
-    run.results.notes.extend(notes)
     plan, results = run.plan, run.results
     config = network_config(
         run.scenario.emulation, NetworkFlags(run_dir=run_dir, wait_s=lock_wait_s), reference_gbps=reference_gbps
