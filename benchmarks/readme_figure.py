@@ -33,7 +33,7 @@ HEIGHT_IN = 4.8
 def caption(results: RunResults, command: str) -> str:
     """One line under the picture: what made it, when and at which commit, and what it shows."""
     summary = results.summarize()
-    predicted = results.predicted.emulated_s / results.emulation.time_scale * 1e3 if results.predicted else None
+    predicted = results.predicted.real_ms if results.predicted else None
     shows = f"measured {summary.median_real_ms:.3f} ms per iteration"
     if predicted is not None and summary.error is not None:
         shows += f", predicted {predicted:.3f} ms ({summary.error:.1%})"
