@@ -25,6 +25,10 @@ MIN_MTU = 576  # the smallest datagram every IPv4 host must accept (RFC 791)
 MAX_MTU = 65535  # the largest IP packet, and the largest veth MTU
 ETHERNET_MTU = 1500  # a plain Ethernet LAN: the underlay of a multi-machine network
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 bytes
+# The largest packet TCP's segmentation offload hands a veth (the kernel's GSO_MAX_SIZE): a
+# cable end's qdisc sends it whole, so a message of at most this many bytes crosses a cable as
+# one packet, not in frames interleaved with other connections' (docs/emulation.md section 3).
+OFFLOAD_PACKET_BYTES = 65536
 # Rate at which a worker reduces (adds) received float32 gradients into its buffer, bytes/s,
 # and copies them (numpy on one core of the 2-core reference machine, with the workers busy);
 # the predictor charges it for the part of a received message not hidden by pipelining.

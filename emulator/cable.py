@@ -16,6 +16,11 @@ and under it one class per destination: the planned rate of a bandwidth allocati
 (`emulator.planes`), and for every other destination routed through the cable end an equal
 share of what is left (`routed_destinations`, ``EmulationConfig.fair_queues``), so each
 destination's traffic goes at its share at least instead of waiting in one FIFO queue for all.
+With ``EmulationConfig.packets = "frames"`` the cables' TCP packets are one MTU
+(``gso_max_size``, set as the pair is created) and the shares are per connection
+(`routed_connections`, a class each): a cable end then interleaves connections frame by
+frame, as a wire does and as the predictor's max-min sharing of connections assumes
+(docs/emulation.md section 3).
 """
 
 from __future__ import annotations
@@ -38,11 +43,14 @@ def make_cables(
     hosts: list[EmulatedHost],
     mtu: int,
     timeout_s: float = nlbatch.NETLINK_TIMEOUT_S,
+    gso_max_size: int | None = None,
 ) -> None:
-    """Create every cable in one netlink batch (bounded by ``timeout_s``)."""
+    """Create every cable in one netlink batch (bounded by ``timeout_s``); ``gso_max_size``:
+    the largest packet TCP hands either end (None: the kernel's 64 KiB)."""
     from pyroute2 import IPBatch
 
     batch, what = IPBatch(), []
+    gso = {} if gso_max_size is None else {"gso_max_size": gso_max_size}
     for k, link in enumerate(links):
         a = next(p for p in ports[link.a] if p.link == k)
         b = next(p for p in ports[link.b] if p.link == k)
@@ -53,7 +61,8 @@ def make_cables(
             mtu=mtu,
             address=a.mac,
             net_ns_pid=hosts[link.a].pid,
-            peer={"ifname": b.ifname, "mtu": mtu, "address": b.mac, "net_ns_pid": hosts[link.b].pid},
+            peer={"ifname": b.ifname, "mtu": mtu, "address": b.mac, "net_ns_pid": hosts[link.b].pid, **gso},
+            **gso,
         )
         what.append(f"veth {a.ifname} -- {b.ifname} (plan.links[{k}])")
     nlbatch.send(batch.batch, what, timeout_s=timeout_s)
@@ -75,29 +84,61 @@ def routed_destinations(
     return out
 
 
+def routed_connections(
+    next_hop: np.ndarray, ports: Sequence[Sequence[Port]], servers: int
+) -> dict[tuple[int, str], tuple[tuple[int, int], ...]]:
+    """``{(node, ifname): ((src, dst), ...)}``: the connections between servers each cable end
+    carries, by the network's routes (``next_hop[u][d]``), in order of (src, dst); parallel
+    cables to one neighbour each carry all of them, as `routed_destinations`."""
+    towards: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for src in range(servers):
+        for dst in range(servers):
+            u = src
+            while u != dst:
+                v = int(next_hop[u, dst])
+                towards.setdefault((u, v), []).append((src, dst))
+                u = v
+    out: dict[tuple[int, str], tuple[tuple[int, int], ...]] = {}
+    for u, node_ports in enumerate(ports):
+        for p in node_ports:
+            carried = towards.get((u, p.peer))
+            if carried:
+                out[u, p.ifname] = tuple(carried)
+    return out
+
+
 def cable_shaping(
     ports: list[Port],
     rate_bps: list[int],
     delay_us: float,
     destination_bps: Mapping[str, Mapping[int, int]] | None = None,
     shared_by: Mapping[str, Sequence[int]] | None = None,
+    connections_by: Mapping[str, Sequence[tuple[int, int]]] | None = None,
 ) -> list[shaping.Shaping]:
     """What each of one host's cable ends must carry (``delay_us`` 0: no netem), with a class
     per destination where ``destination_bps[ifname]`` (``{node: bit/s}``) plans one, and one
-    per other destination of ``shared_by[ifname]`` at an equal share of the rate the planned
-    classes and the default class's floor (`shaping.DEFAULT_SHARE_FLOOR`) leave."""
+    per other destination of ``shared_by[ifname]`` (or per connection ``(src, dst)`` of
+    ``connections_by[ifname]`` to another destination) at an equal share of the rate the
+    planned classes and the default class's floor (`shaping.DEFAULT_SHARE_FLOOR`) leave."""
     planned_of = destination_bps or {}
     shared_of = shared_by or {}
+    connections_of = connections_by or {}
     out = []
     for p in ports:
         rate = rate_bps[p.link]
         planned = planned_of.get(p.ifname, {})
         rates = dict(planned)
         shared = [d for d in shared_of.get(p.ifname, ()) if d not in planned]
-        if shared:
+        connections = [(a, d) for a, d in connections_of.get(p.ifname, ()) if d not in planned]
+        share = 0
+        if shared or connections:
             left = rate - sum(planned.values()) - round(rate * shaping.DEFAULT_SHARE_FLOOR)
-            share = max(MIN_CLASS_RATE_BPS, left // len(shared))
+            share = max(MIN_CLASS_RATE_BPS, left // (len(shared) + len(connections)))
             rates.update((d, share) for d in shared)
         classes = tuple(shaping.DestinationClass(d, identity(d), r) for d, r in sorted(rates.items()))
+        classes += tuple(
+            shaping.DestinationClass(d, identity(d), share, source=identity(a), slot=i)
+            for i, (a, d) in enumerate(connections)
+        )
         out.append(shaping.Shaping(p.ifname, rate, delay_us, classes))
     return out

@@ -54,7 +54,7 @@ from contract.network import Network
 
 from . import nlbatch, shaping
 from .addressing import Port, identity, node_name, ports_of
-from .cable import cable_shaping, routed_destinations
+from .cable import cable_shaping, routed_connections, routed_destinations
 from .config import EmulationConfig
 from .errors import EmulationError
 from .hostconfig import CUBIC, OPTIONAL_SYSCTLS, HostRoute, host_routes, host_sysctls, loopback_addresses, subnet31
@@ -78,13 +78,16 @@ def cable_end_shaping(network: Network, config: EmulationConfig) -> list[list[sh
     """Per node, what each of its cable ends carries, as `emulator.net.EmulatedNetwork`
     shapes it without netem (its ``shaping_of(u, 0.0)``): the cable's class at its emulated
     rate, a class per destination at the allocation's planned rate where
-    ``config.destination_classes``, and equal shares of the rest where ``config.fair_queues``."""
+    ``config.destination_classes``, and equal shares of the rest where ``config.fair_queues``
+    (a class per destination, or per connection with ``config.packets = "frames"``)."""
     rates = emulated_rates(network, config)
     servers = int(network.servers)
     ports = ports_of(network.links, network.nodes, servers)
     link_rate_bps = rates.link_rate_bps(network.links)
     planned = destination_rates(network, ports, rates.bps_per_gbps) if config.destination_classes else {}
-    shared = routed_destinations(network.next_hop, ports, servers) if config.fair_queues else {}
+    fair, frames = config.fair_queues, config.frames
+    shared = routed_destinations(network.next_hop, ports, servers) if fair and not frames else {}
+    carried = routed_connections(network.next_hop, ports, servers) if fair and frames else {}
     return [
         cable_shaping(
             ports[u],
@@ -92,6 +95,7 @@ def cable_end_shaping(network: Network, config: EmulationConfig) -> list[list[sh
             0.0,
             {ifname: r for (w, ifname), r in planned.items() if w == u},
             {ifname: d for (w, ifname), d in shared.items() if w == u},
+            {ifname: c for (w, ifname), c in carried.items() if w == u},
         )
         for u in range(network.nodes)
     ]

@@ -53,7 +53,7 @@ from contract.network import Network
 
 from . import counters, nsutil, shaping
 from .addressing import RANGE, Port, identity, node_name, plane_address, ports_of
-from .cable import cable_shaping, make_cables, routed_destinations
+from .cable import cable_shaping, make_cables, routed_connections, routed_destinations
 from .config import EmulationConfig
 from .errors import EmulationError, EmulationInputError
 from .host import HOST_START_TIMEOUT_S, EmulatedHost, end_hosts
@@ -125,9 +125,14 @@ class EmulatedNetwork(BuiltRates):
             if self.config.destination_classes
             else {}
         )
-        # (node, ifname) -> the servers routed through it, which share it (a class each)
+        # (node, ifname) -> the servers routed through it, which share it (a class each), or with
+        # frames the connections (src, dst) it carries (a class each)
+        fair, frames = self.config.fair_queues, self.config.frames
         self.shared_by = (
-            routed_destinations(self.network.next_hop, self.ports, self.servers) if self.config.fair_queues else {}
+            routed_destinations(self.network.next_hop, self.ports, self.servers) if fair and not frames else {}
+        )
+        self.connections_by = (
+            routed_connections(self.network.next_hop, self.ports, self.servers) if fair and frames else {}
         )
         self.facts: dict[str, Any] = {}
         self.mininet: Mininet | None = None
@@ -313,7 +318,8 @@ class EmulatedNetwork(BuiltRates):
         phases = self.facts.setdefault("build_phases_s", {})
         t = time.perf_counter()
         phases["hosts"] = t - t_hosts
-        make_cables(self.network.links, self.ports, self.hosts, self.mtu)
+        gso = self.mtu if self.config.frames else None  # frames: TCP hands a cable one MTU at a time
+        make_cables(self.network.links, self.ports, self.hosts, self.mtu, gso_max_size=gso)
         phases["cables"] = -t + (t := time.perf_counter())
         next_hop = self.network.next_hop
         for u, host in enumerate(self.hosts):
@@ -327,6 +333,7 @@ class EmulatedNetwork(BuiltRates):
         check_qdiscs(work, self.netem)
         self.facts["shaping_checked"] = sum(len(items) for _host, items in work)
         self.facts["destination_classes"] = sum(len(s.destinations) for _host, items in work for s in items)
+        self.facts["packets"] = "frames" if self.config.frames else "offload"
         if self.network.allocation:
             self.facts["planes"] = {
                 "pairs": len(self.network.allocation),
@@ -341,7 +348,8 @@ class EmulatedNetwork(BuiltRates):
         """What each of node ``u``'s cable ends carries (rates as now, destination classes)."""
         planned = {ifname: rates for (w, ifname), rates in self.destination_bps.items() if w == u}
         shared = {ifname: routed for (w, ifname), routed in self.shared_by.items() if w == u}
-        return cable_shaping(self.ports[u], self.link_rate_bps, delay_us, planned, shared)
+        carried = {ifname: pairs for (w, ifname), pairs in self.connections_by.items() if w == u}
+        return cable_shaping(self.ports[u], self.link_rate_bps, delay_us, planned, shared, carried)
 
     # ---- teardown --------------------------------------------------------------------
     def _end_processes(self) -> None:

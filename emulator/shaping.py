@@ -40,6 +40,10 @@ DEFAULT_CLASS = 2
 """Minor of the class of unplanned traffic on a cable end with destination classes (1:2)."""
 DESTINATION_CLASS_BASE = 0x100
 """Class of destination node ``d``: 1:``DESTINATION_CLASS_BASE + d`` (up to 65279 nodes)."""
+CONNECTION_CLASS_BASE = 0x8000
+"""Class of the ``i``-th connection a cable end carries with ``packets = "frames"``:
+1:``CONNECTION_CLASS_BASE + i`` (up to 32767 connections a cable end, beside destination
+classes of nodes below 32512)."""
 DEFAULT_SHARE_FLOOR = 0.01
 """The least share of a cable the default class is guaranteed when the plan fills the cable:
 unplanned traffic (acks, plane 0) is never starved, and borrows the rest like any class."""
@@ -58,15 +62,28 @@ NETEM_LIMIT = 100000
 @dataclass(frozen=True)
 class DestinationClass:
     """The HTB class of one destination on one cable end: ``rate_bps`` guaranteed to packets
-    for ``address`` (the identity of node ``node``)."""
+    for ``address`` (the identity of node ``node``); with ``source``, of one connection: the
+    packets from that identity to ``address``, the ``slot``-th connection of its cable end."""
 
     node: int
     address: str
     rate_bps: int
+    source: str = ""
+    slot: int = 0
 
     @property
     def minor(self) -> int:
-        return DESTINATION_CLASS_BASE + self.node
+        return CONNECTION_CLASS_BASE + self.slot if self.source else DESTINATION_CLASS_BASE + self.node
+
+    @property
+    def match(self) -> str:
+        """The u32 selector of its packets."""
+        src = f" match ip src {self.source}/32" if self.source else ""
+        return f"match ip dst {self.address}/32{src}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.source} to {self.address}" if self.source else self.address
 
 
 @dataclass(frozen=True)
@@ -105,8 +122,7 @@ def tc_batch(items: list[Shaping], use_netem: bool) -> str:
             for d in s.destinations:
                 lines.append(_htb_class("add", s, d.minor, d.rate_bps))
                 lines.append(
-                    f"filter add dev {s.ifname} parent 1: protocol ip prio 1 u32 "
-                    f"match ip dst {d.address}/32 flowid 1:{d.minor:x}"
+                    f"filter add dev {s.ifname} parent 1: protocol ip prio 1 u32 {d.match} flowid 1:{d.minor:x}"
                 )
                 if netem:
                     lines.append(_netem(s, d.minor, d.minor))
@@ -263,7 +279,7 @@ def check(wanted: list[Shaping], actual: dict[str, dict], use_netem: bool, host:
         if _rate_off(cable.get("rate_bps"), s.rate_bps):
             problems.append(f"{where}: HTB rate {cable.get('rate_bps')} bit/s, expected {s.rate_bps}")
         children = [(DEFAULT_CLASS, s.default_rate_bps, "default class")] if s.destinations else []
-        children += [(d.minor, d.rate_bps, f"class of {d.address}") for d in s.destinations]
+        children += [(d.minor, d.rate_bps, f"class of {d.label}") for d in s.destinations]
         for minor, rate, what in children:
             c = classes.get(minor)
             if c is None or c["parent"] != CABLE_CLASS:
@@ -273,7 +289,7 @@ def check(wanted: list[Shaping], actual: dict[str, dict], use_netem: bool, host:
                     f"{where}: HTB {what} 1:{minor:x} rate {c['rate_bps']} ceil {c['ceil_bps']} bit/s, "
                     f"expected {rate} ceil {s.rate_bps}"
                 )
-        missing = [d.address for d in s.destinations if d.minor not in got["filters"]]
+        missing = [d.label for d in s.destinations if d.minor not in got["filters"]]
         if missing:
             problems.append(f"{where}: no u32 filter into the class of {', '.join(missing)}")
         leaves = [s.default_minor] + [d.minor for d in s.destinations]

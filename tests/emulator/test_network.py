@@ -462,3 +462,41 @@ def test_a_failing_tc_is_one_line_naming_the_host_and_leaves_nothing(tmp_path, m
     assert not any(f"host h{u}:" in message for u in (0, 2, 3)), "only h1's tc failed"
     shells = [(h.pid, None) for h in net.hosts]
     _assert_gone(shells, {h.netns for h in net.hosts}, run_dir, before)
+
+
+def test_frames_make_cables_carry_mtu_packets_in_a_class_per_connection(tmp_path):
+    # packets = "frames": TCP hands each cable at most one MTU (gso_max_size), and each cable
+    # end shares its rate among the connections routed through it; h1 relays h0 -> h2, so
+    # its cable to h2 carries the connections (0, 2) and (1, 2), each in its own class
+    from contract.network import Network, Routes
+
+    links = (Link(0, 1, 25.0), Link(1, 2, 25.0))
+    routes = Routes(kind="table", table=((-1, 1, 1), (0, -1, 2), (1, 1, -1)))
+    network = Network(3, 0, links, routes, 1.0, 25.0)
+    mtu = 9000
+    with EmulatedNetwork(network, _config(tmp_path, link_mbps=50, mtu=mtu, packets="frames")) as net:
+        assert net.facts["packets"] == "frames"
+        to_h2 = next(p for p in net.ports[1] if p.peer == 2)
+        classes = _classes(net, 1, to_h2.ifname)
+        base = shaping.CONNECTION_CLASS_BASE
+        assert set(classes) == {1, 2, base, base + 1}, classes  # cable, default, (0, 2), (1, 2)
+        assert classes[base] == classes[base + 1] == (24.75e6, 50e6)
+        link = net.hosts[1].cmd(f"ip -d link show dev {to_h2.ifname}")
+        assert f"gso_max_size {mtu} " in link, link
+
+        def sent() -> dict[int, tuple[int, int]]:  # (bytes, packets) each class sent
+            stats = net.hosts[1].cmd(f"tc -s class show dev {to_h2.ifname}")
+            return {
+                int(m, 16): (int(b), int(n))
+                for m, b, n in re.findall(r"class htb 1:(\w+) .*\n Sent (\d+) bytes (\d+) pkt", stats)
+            }
+
+        srv = net.popen(2, ["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
+        time.sleep(0.3)
+        cli = net.popen(0, ["iperf3", "-c", net.host_address(2), "-n", "2M"], stdout=subprocess.DEVNULL)
+        assert cli.wait(timeout=30) == 0
+        srv.wait(timeout=10)
+        moved = sent()
+    relayed, packets = moved[base]  # h0 -> h2 crossed h1 in the class of connection (0, 2)
+    assert relayed >= 1_000_000 and moved[base + 1][0] < 20_000, moved  # 1.8 MB of the 2 MiB in a trial
+    assert relayed / packets <= mtu + 14, moved  # frames of one MTU, not 64 KiB offload packets

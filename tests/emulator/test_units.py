@@ -11,9 +11,9 @@ from contract.emulation import EmulationConfigError, emulated_rates
 from contract.network import circulant_network
 from contract.physics import tcp_goodput_fraction
 from contract.plan import Link
-from emulator import EmulationConfig, EmulationInputError, identity, link_addresses, node_of_identity
+from emulator import EmulationConfig, EmulationInputError, identity, link_addresses, node_of_identity, shaping
 from emulator.addressing import RANGE, cable_mac, ports_of
-from emulator.cable import cable_shaping, routed_destinations
+from emulator.cable import cable_shaping, routed_connections, routed_destinations
 from emulator.checks import parse_traceroute
 from emulator.validate import validate
 from tests.fixtures.sample_plans import circulant_plan, switch_plan
@@ -196,6 +196,47 @@ def test_every_cable_end_has_the_destinations_routed_through_it():
         assert sorted(d for ds in mine for d in ds) == [d for d in range(12) if d != u]
         for p, ds in zip(ports[u], mine):
             assert p.peer in ds and all(network.next_hop[u][d] == p.peer for d in ds)
+
+
+def test_every_cable_end_has_the_connections_routed_through_it():
+    # packets = "frames": a class per connection; each of the 132 connections of C_12(1, 5)
+    # crosses exactly the cable ends of its route, and a cable end's are the ones routed on it
+    network = circulant_network(12, (1, 5))
+    ports = ports_of(network.links, 12, 12)
+    carried = routed_connections(network.next_hop, ports, 12)
+    peer = {(u, p.ifname): p.peer for u in range(12) for p in ports[u]}
+    crossings = {}
+    for (u, ifname), pairs in carried.items():
+        assert len(set(pairs)) == len(pairs)
+        for src, dst in pairs:
+            assert network.next_hop[u][dst] == peer[u, ifname]
+            crossings.setdefault((src, dst), []).append(u)
+    for src in range(12):
+        for dst in range(12):
+            if src == dst:
+                continue
+            path = [src]
+            while path[-1] != dst:
+                path.append(int(network.next_hop[path[-1]][dst]))
+            assert sorted(crossings[src, dst]) == sorted(path[:-1])
+
+
+def test_connection_classes_share_the_cable_and_match_source_and_destination():
+    network = circulant_network(12, (1, 5))
+    ports = ports_of(network.links, 12, 12)[0]
+    rates = [100_000_000] * len(network.links)
+    first = ports[0].ifname
+    shaped = cable_shaping(ports, rates, 0.0, {first: {3: 40_000_000}}, None, {first: ((0, 1), (0, 3), (5, 1))})
+    classes = shaped[0].destinations
+    # the planned destination keeps its class; (0, 3) goes in it; the two others share the rest
+    assert [(d.node, d.source, d.rate_bps) for d in classes] == [
+        (3, "", 40_000_000),
+        (1, identity(0), 29_500_000),
+        (1, identity(5), 29_500_000),
+    ]
+    assert len({d.minor for d in classes}) == 3
+    text = shaping.tc_batch(shaped[:1], use_netem=False)
+    assert f"match ip dst {identity(1)}/32 match ip src {identity(5)}/32 flowid 1:{classes[2].minor:x}" in text
 
 
 def test_shared_classes_split_what_planned_classes_and_the_default_floor_leave():

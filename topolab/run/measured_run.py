@@ -51,9 +51,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from contract.emulation import packets_for
 from contract.errors import RunError, UsageError
+from contract.physics import OFFLOAD_PACKET_BYTES
 from contract.plan import Plan
-from contract.schedule import Schedule
+from contract.schedule import SEND, Schedule
 from planner import Scenario
 
 from ..common.calibrate import measure_op_overhead, zero_payload_twin
@@ -167,6 +169,7 @@ def prepare_run(
             s, payload_scale, prepared, lambda p, scale: prepare(p, scale, want_netem, reference_gbps), log
         )
     plan, schedule, opts, emulated = prepared.plan, prepared.schedule, prepared.opts, prepared.emulated
+    s, packets_why = choose_packets(s, schedule)
     injector = injector_for(faults or [], plan, schedule, iterations, log)  # bad faults: exit 2, nothing built
     log(
         f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
@@ -180,6 +183,8 @@ def prepare_run(
             )
         if dilation.warning:
             log(f"      warning: {dilation.warning}")
+    if packets_why:
+        log(f"      packets auto: {packets_why}")
     results = RunResults(
         scenario=asdict(asked),
         plan=prepared.plan_record,
@@ -199,6 +204,20 @@ def prepare_run(
     run = RunState(s, prepared, iterations, injector, results, out_dir, log)
     run.retune = retune and dilation is not None and dilation.auto and s.run.warmup > 0
     return run
+
+
+def choose_packets(s: Scenario, schedule: Schedule) -> tuple[Scenario, str]:
+    """The scenario with ``[emulation] packets = "auto"`` made frames or offload for this
+    schedule (`contract.emulation.packets_for`), and why (empty: the scenario chose)."""
+    if s.emulation.packets != "auto" or s.emulation.machines:
+        return s, ""
+    mode, share = packets_for(int(n) for prog in schedule.programs for n in prog.length[prog.kind == SEND])
+    why = f"{mode}: {share:.0%} of the bytes sent go in messages of at most {OFFLOAD_PACKET_BYTES // 1024} KiB " + (
+        "(one offload packet each), so the cables carry MTU frames and share them by connection"
+        if mode == "frames"
+        else "(one offload packet each), so the cables keep the kernel's offload packets"
+    )
+    return replace(s, emulation=replace(s.emulation, packets=mode)), why
 
 
 def dilate(
