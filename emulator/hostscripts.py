@@ -140,23 +140,26 @@ def host_scripts(network: Network, config: EmulationConfig | None = None, plan_n
             header,
             ports[u],
             dev,
-            address_lines(u, ports[u], planes[u], rates.mtu, dev) + [route_line(r, identity(u), dev) for r in routes],
+            address_lines(u, ports[u], planes[u], rates.mtu, dev, config.frames) + [route_line(r, identity(u), dev) for r in routes],
             rule_lines(planes[u]),
             tc.splitlines(),
         )
     return scripts
 
 
-def address_lines(u: int, ports: Sequence[Port], planes: NodePlanes, mtu: int, dev: Mapping[str, str]) -> list[str]:
+def address_lines(
+    u: int, ports: Sequence[Port], planes: NodePlanes, mtu: int, dev: Mapping[str, str], frames: bool = False
+) -> list[str]:
     """``ip -batch`` lines of node ``u``'s addresses: ``lo`` up with its identity and plane
-    addresses, each cable end (``dev[ifname]``: how the script names it) at ``mtu``, up, with
+    addresses, each cable end (``dev[ifname]``: how the script names it) at ``mtu`` (with
+    ``frames``, TCP's packets too: ``gso_max_size``, as `emulator.cable.make_cables`), up, with
     its /31 and its connected route again with the emulator's metrics (`emulator.hostconfig`)."""
     metrics = nlbatch.route_metrics_text(CUBIC)
     lines = ["link set dev lo up"] + [f"addr replace {a}/32 dev lo" for a in loopback_addresses(u, planes)]
     for p in ports:
         d = dev[p.ifname]
         lines += [
-            f"link set dev {d} mtu {mtu} up",
+            f"link set dev {d} mtu {mtu}{f' gso_max_size {mtu}' if frames else ''} up",
             f"addr replace {p.address}/31 dev {d}",
             f"route replace {subnet31(p.address)}/31 dev {d} proto kernel scope link src {p.address} {metrics}",
         ]

@@ -89,6 +89,18 @@ def test_shaping_is_what_the_emulator_builds(topoopt, planned):
     assert cable_end_shaping(planned, CONFIG) != cable_end_shaping(topoopt, CONFIG)
 
 
+def test_frames_scripts_shape_as_the_emulator_builds_them(topoopt):
+    # packets = "frames": a class per connection, and TCP's packets of one MTU on every cable
+    frames = dataclasses.replace(CONFIG, packets="frames")
+    net = EmulatedNetwork(topoopt, dataclasses.replace(frames, host_memory_mib=0.001))  # never started
+    shaped = cable_end_shaping(topoopt, frames)
+    assert shaped == [net.shaping_of(u, 0.0) for u in range(topoopt.nodes)]
+    assert all(d.source for ends in shaped for s in ends for d in s.destinations)
+    script = host_scripts(topoopt, frames)["h0.sh"]
+    assert f"mtu {frames.mtu} gso_max_size {frames.mtu} up" in script
+    assert "match ip src" in script and "gso_max_size" not in host_scripts(topoopt, CONFIG)["h0.sh"]
+
+
 def test_each_route_goes_to_the_plans_next_hop(topoopt):
     scripts = host_scripts(topoopt, CONFIG)
     ports = ports_of(topoopt.links, topoopt.nodes, topoopt.servers)
