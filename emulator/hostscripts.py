@@ -140,7 +140,8 @@ def host_scripts(network: Network, config: EmulationConfig | None = None, plan_n
             header,
             ports[u],
             dev,
-            address_lines(u, ports[u], planes[u], rates.mtu, dev, config.frames) + [route_line(r, identity(u), dev) for r in routes],
+            address_lines(u, ports[u], planes[u], rates.mtu, dev, config.frames)
+            + [route_line(r, identity(u), dev) for r in routes],
             rule_lines(planes[u]),
             tc.splitlines(),
         )
