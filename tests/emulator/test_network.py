@@ -480,7 +480,7 @@ def test_frames_make_cables_carry_mtu_packets_in_a_class_per_connection(tmp_path
         classes = _classes(net, 1, to_h2.ifname)
         base = shaping.CONNECTION_CLASS_BASE
         assert set(classes) == {1, 2, base, base + 1}, classes  # cable, default, (0, 2), (1, 2)
-        assert classes[base] == classes[base + 1] == (24.75e6, 50e6)
+        assert classes[base] == classes[base + 1] == (8, 50e6)  # each only borrows the cable
         link = net.hosts[1].cmd(f"ip -d link show dev {to_h2.ifname}")
         assert f"gso_max_size {mtu} " in link, link
 

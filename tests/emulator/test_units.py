@@ -15,6 +15,7 @@ from emulator import EmulationConfig, EmulationInputError, identity, link_addres
 from emulator.addressing import RANGE, cable_mac, ports_of
 from emulator.cable import cable_shaping, routed_connections, routed_destinations
 from emulator.checks import parse_traceroute
+from emulator.planes import MIN_CLASS_RATE_BPS
 from emulator.validate import validate
 from tests.fixtures.sample_plans import circulant_plan, switch_plan
 
@@ -221,19 +222,20 @@ def test_every_cable_end_has_the_connections_routed_through_it():
             assert sorted(crossings[src, dst]) == sorted(path[:-1])
 
 
-def test_connection_classes_share_the_cable_and_match_source_and_destination():
+def test_connection_classes_borrow_the_cable_and_match_source_and_destination():
     network = circulant_network(12, (1, 5))
     ports = ports_of(network.links, 12, 12)[0]
     rates = [100_000_000] * len(network.links)
     first = ports[0].ifname
     shaped = cable_shaping(ports, rates, 0.0, {first: {3: 40_000_000}}, None, {first: ((0, 1), (0, 3), (5, 1))})
     classes = shaped[0].destinations
-    # the planned destination keeps its class; (0, 3) goes in it; the two others share the rest
+    # the planned destination keeps its class; (0, 3) goes in it; the two others only borrow
     assert [(d.node, d.source, d.rate_bps) for d in classes] == [
         (3, "", 40_000_000),
-        (1, identity(0), 29_500_000),
-        (1, identity(5), 29_500_000),
+        (1, identity(0), MIN_CLASS_RATE_BPS),
+        (1, identity(5), MIN_CLASS_RATE_BPS),
     ]
+    assert shaped[0].default_rate_bps == 60_000_000 - 2 * MIN_CLASS_RATE_BPS
     assert len({d.minor for d in classes}) == 3
     text = shaping.tc_batch(shaped[:1], use_netem=False)
     assert f"match ip dst {identity(1)}/32 match ip src {identity(5)}/32 flowid 1:{classes[2].minor:x}" in text
