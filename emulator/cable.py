@@ -107,6 +107,11 @@ def routed_connections(
     return out
 
 
+def connection_class_count(next_hop: np.ndarray, ports: Sequence[Sequence[Port]], servers: int) -> int:
+    """How many connection classes `routed_connections` makes over all cable ends."""
+    return sum(len(pairs) for pairs in routed_connections(next_hop, ports, servers).values())
+
+
 def cable_shaping(
     ports: list[Port],
     rate_bps: list[int],
