@@ -49,14 +49,15 @@ NETEM_MODES = ("auto", "on", "off")
 PACKET_MODES = ("auto", "offload", "frames")
 """``[emulation] packets``: ``offload``, the kernel's segmentation-offload packets of up to
 `OFFLOAD_PACKET_BYTES` and a class per destination on every cable end; ``frames``, packets of
-one MTU and a class per connection, as the predictor's max-min sharing of every connection
-assumes (more packets: more processor time); ``auto``, frames where most of a run's bytes go
+one MTU and a class per connection (per destination beyond `FRAMES_MAX_CLASSES`), as the
+predictor's max-min sharing of every connection assumes (more packets: more processor time); ``auto``, frames where most of a run's bytes go
 in messages of at most one offload packet (`packets_for`), else offload."""
 FRAMES_MAX_CLASSES = 65536
-"""``packets = "auto"`` keeps offload packets when frames would need more connection classes
-than this over all cable ends (one per connection per cable end it crosses): their tc lines
-and read-back grow with them, and NCF on 128 servers of degree 4 (242,415 classes, 1,814 on one
-cable end) failed to build, where 47,998 (degree 8) built in 16-22 s (docs/emulation.md section 3)."""
+"""With frames, the cable ends share their rate by connection (a class per connection per
+cable end it crosses) up to this many classes over all cable ends, else by destination: their
+tc lines and read-back grow with them, and NCF on 128 servers of degree 4 (242,415 classes,
+1,814 on one cable end) failed to build, where 47,998 (degree 8) built in 16-22 s
+(`emulator.cable.shared_classes`, docs/emulation.md section 3)."""
 FRAMES_SHARE = 0.5
 """``packets = "auto"`` takes frames when at least this share of the bytes a schedule sends
 goes in messages of at most `OFFLOAD_PACKET_BYTES` (`packets_for`)."""

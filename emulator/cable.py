@@ -26,9 +26,11 @@ frame, as a wire does and as the predictor's max-min sharing of connections assu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from contract.emulation import FRAMES_MAX_CLASSES, EmulationConfig
 from contract.plan import Link
 
 from . import nlbatch, shaping
@@ -107,9 +109,44 @@ def routed_connections(
     return out
 
 
-def connection_class_count(next_hop: np.ndarray, ports: Sequence[Sequence[Port]], servers: int) -> int:
-    """How many connection classes `routed_connections` makes over all cable ends."""
-    return sum(len(pairs) for pairs in routed_connections(next_hop, ports, servers).values())
+@dataclass(frozen=True)
+class SharedClasses:
+    """How a network's cable ends share their rate among what they carry (`shared_classes`):
+    ``destinations`` (``{(node, ifname): servers}``) or ``connections`` (``{(node, ifname):
+    ((src, dst), ...)}``) each get a class; with ``borrow`` the classes only borrow."""
+
+    destinations: dict[tuple[int, str], tuple[int, ...]]
+    connections: dict[tuple[int, str], tuple[tuple[int, int], ...]]
+    borrow: bool
+
+    def of(self, u: int) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[tuple[int, int], ...]]]:
+        """Node ``u``'s: ``({ifname: servers}, {ifname: connections})``."""
+        return (
+            {ifname: d for (w, ifname), d in self.destinations.items() if w == u},
+            {ifname: c for (w, ifname), c in self.connections.items() if w == u},
+        )
+
+
+def shared_classes(
+    next_hop: np.ndarray,
+    ports: Sequence[Sequence[Port]],
+    servers: int,
+    config: EmulationConfig,
+    max_classes: int = FRAMES_MAX_CLASSES,
+) -> SharedClasses:
+    """The classes every cable end shares its rate among (``config.fair_queues``; none
+    without): offload packets, a class per destination at an equal share; frames
+    (``config.packets = "frames"``), a class per connection that only borrows, or, where that
+    would make more than ``max_classes`` over all cable ends (`FRAMES_MAX_CLASSES`), a class
+    per destination that only borrows."""
+    if not config.fair_queues:
+        return SharedClasses({}, {}, False)
+    if config.frames:
+        connections = routed_connections(next_hop, ports, servers)
+        if sum(len(pairs) for pairs in connections.values()) <= max_classes:
+            return SharedClasses({}, connections, True)
+        return SharedClasses(routed_destinations(next_hop, ports, servers), {}, True)
+    return SharedClasses(routed_destinations(next_hop, ports, servers), {}, False)
 
 
 def cable_shaping(
@@ -119,13 +156,15 @@ def cable_shaping(
     destination_bps: Mapping[str, Mapping[int, int]] | None = None,
     shared_by: Mapping[str, Sequence[int]] | None = None,
     connections_by: Mapping[str, Sequence[tuple[int, int]]] | None = None,
+    borrow: bool = False,
 ) -> list[shaping.Shaping]:
     """What each of one host's cable ends must carry (``delay_us`` 0: no netem), with a class
     per destination where ``destination_bps[ifname]`` (``{node: bit/s}``) plans one, one per
     other destination of ``shared_by[ifname]`` at an equal share of the rate the planned
-    classes and the default class's floor (`shaping.DEFAULT_SHARE_FLOOR`) leave, and one per
+    classes and the default class's floor (`shaping.DEFAULT_SHARE_FLOOR`) leave (with
+    ``borrow``: that only borrows, rate `MIN_CLASS_RATE_BPS` and ceil the cable), and one per
     connection ``(src, dst)`` of ``connections_by[ifname]`` to another destination that only
-    borrows (rate `MIN_CLASS_RATE_BPS`, ceil the cable).
+    borrows.
 
     A class that sends at its own rate sends a packet as soon as its bucket is not empty and
     charges it after, so a cable end whose k classes wake together sends k packets at once,
@@ -145,7 +184,7 @@ def cable_shaping(
         connections = [(a, d) for a, d in connections_of.get(p.ifname, ()) if d not in planned]
         if shared:
             left = rate - sum(planned.values()) - round(rate * shaping.DEFAULT_SHARE_FLOOR)
-            share = max(MIN_CLASS_RATE_BPS, left // len(shared))
+            share = MIN_CLASS_RATE_BPS if borrow else max(MIN_CLASS_RATE_BPS, left // len(shared))
             rates.update((d, share) for d in shared)
         classes = tuple(shaping.DestinationClass(d, identity(d), r) for d, r in sorted(rates.items()))
         classes += tuple(  # borrow only: see the docstring

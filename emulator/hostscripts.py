@@ -54,7 +54,7 @@ from contract.network import Network
 
 from . import nlbatch, shaping
 from .addressing import Port, identity, node_name, ports_of
-from .cable import cable_shaping, routed_connections, routed_destinations
+from .cable import cable_shaping, shared_classes
 from .config import EmulationConfig
 from .errors import EmulationError
 from .hostconfig import CUBIC, OPTIONAL_SYSCTLS, HostRoute, host_routes, host_sysctls, loopback_addresses, subnet31
@@ -85,17 +85,15 @@ def cable_end_shaping(network: Network, config: EmulationConfig) -> list[list[sh
     ports = ports_of(network.links, network.nodes, servers)
     link_rate_bps = rates.link_rate_bps(network.links)
     planned = destination_rates(network, ports, rates.bps_per_gbps) if config.destination_classes else {}
-    fair, frames = config.fair_queues, config.frames
-    shared = routed_destinations(network.next_hop, ports, servers) if fair and not frames else {}
-    carried = routed_connections(network.next_hop, ports, servers) if fair and frames else {}
+    shared = shared_classes(network.next_hop, ports, servers, config)
     return [
         cable_shaping(
             ports[u],
             link_rate_bps,
             0.0,
             {ifname: r for (w, ifname), r in planned.items() if w == u},
-            {ifname: d for (w, ifname), d in shared.items() if w == u},
-            {ifname: c for (w, ifname), c in carried.items() if w == u},
+            *shared.of(u),
+            shared.borrow,
         )
         for u in range(network.nodes)
     ]

@@ -53,7 +53,7 @@ from contract.network import Network
 
 from . import counters, nsutil, shaping
 from .addressing import RANGE, Port, identity, node_name, plane_address, ports_of
-from .cable import cable_shaping, make_cables, routed_connections, routed_destinations
+from .cable import cable_shaping, make_cables, shared_classes
 from .config import EmulationConfig
 from .errors import EmulationError, EmulationInputError
 from .host import HOST_START_TIMEOUT_S, EmulatedHost, end_hosts
@@ -125,15 +125,8 @@ class EmulatedNetwork(BuiltRates):
             if self.config.destination_classes
             else {}
         )
-        # (node, ifname) -> the servers routed through it, which share it (a class each), or with
-        # frames the connections (src, dst) it carries (a class each)
-        fair, frames = self.config.fair_queues, self.config.frames
-        self.shared_by = (
-            routed_destinations(self.network.next_hop, self.ports, self.servers) if fair and not frames else {}
-        )
-        self.connections_by = (
-            routed_connections(self.network.next_hop, self.ports, self.servers) if fair and frames else {}
-        )
+        # what each cable end shares its rate among: destinations or, with frames, connections
+        self.shared = shared_classes(self.network.next_hop, self.ports, self.servers, self.config)
         self.facts: dict[str, Any] = {}
         self.mininet: Mininet | None = None
         self.hosts: list[EmulatedHost] = []
@@ -334,6 +327,9 @@ class EmulatedNetwork(BuiltRates):
         self.facts["shaping_checked"] = sum(len(items) for _host, items in work)
         self.facts["destination_classes"] = sum(len(s.destinations) for _host, items in work for s in items)
         self.facts["packets"] = "frames" if self.config.frames else "offload"
+        self.facts["shared_by"] = (
+            "connection" if self.shared.connections else "destination" if self.shared.destinations else "none"
+        )
         if self.network.allocation:
             self.facts["planes"] = {
                 "pairs": len(self.network.allocation),
@@ -347,9 +343,8 @@ class EmulatedNetwork(BuiltRates):
     def shaping_of(self, u: int, delay_us: float) -> list[shaping.Shaping]:
         """What each of node ``u``'s cable ends carries (rates as now, destination classes)."""
         planned = {ifname: rates for (w, ifname), rates in self.destination_bps.items() if w == u}
-        shared = {ifname: routed for (w, ifname), routed in self.shared_by.items() if w == u}
-        carried = {ifname: pairs for (w, ifname), pairs in self.connections_by.items() if w == u}
-        return cable_shaping(self.ports[u], self.link_rate_bps, delay_us, planned, shared, carried)
+        shared, carried = self.shared.of(u)
+        return cable_shaping(self.ports[u], self.link_rate_bps, delay_us, planned, shared, carried, self.shared.borrow)
 
     # ---- teardown --------------------------------------------------------------------
     def _end_processes(self) -> None:

@@ -11,9 +11,9 @@ from contract.emulation import EmulationConfigError, emulated_rates
 from contract.network import circulant_network
 from contract.physics import tcp_goodput_fraction
 from contract.plan import Link
-from emulator import EmulationConfig, EmulationInputError, identity, link_addresses, node_of_identity, shaping
+from emulator import EmulationConfig, EmulationInputError, cable, identity, link_addresses, node_of_identity, shaping
 from emulator.addressing import RANGE, cable_mac, ports_of
-from emulator.cable import cable_shaping, routed_connections, routed_destinations
+from emulator.cable import cable_shaping, routed_connections, routed_destinations, shared_classes
 from emulator.checks import parse_traceroute
 from emulator.planes import MIN_CLASS_RATE_BPS
 from emulator.validate import validate
@@ -220,6 +220,26 @@ def test_every_cable_end_has_the_connections_routed_through_it():
             while path[-1] != dst:
                 path.append(int(network.next_hop[path[-1]][dst]))
             assert sorted(crossings[src, dst]) == sorted(path[:-1])
+
+
+def test_frames_share_by_connection_up_to_the_class_limit_then_by_destination():
+    network = circulant_network(12, (1, 5))
+    ports = ports_of(network.links, 12, 12)
+    frames, offload = EmulationConfig(packets="frames"), EmulationConfig(packets="offload")
+    connections = sum(len(c) for c in routed_connections(network.next_hop, ports, 12).values())
+    by_connection = shared_classes(network.next_hop, ports, 12, frames, max_classes=connections)
+    assert by_connection.borrow and not by_connection.destinations
+    assert sum(len(c) for c in by_connection.connections.values()) == connections
+    by_destination = shared_classes(network.next_hop, ports, 12, frames, max_classes=connections - 1)
+    assert by_destination.borrow and not by_destination.connections
+    assert by_destination.destinations == routed_destinations(network.next_hop, ports, 12)
+    plain = shared_classes(network.next_hop, ports, 12, offload)
+    assert not plain.borrow and plain.destinations == by_destination.destinations
+    none = shared_classes(network.next_hop, ports, 12, EmulationConfig(packets="frames", fair_queues=False))
+    assert none == cable.SharedClasses({}, {}, False)
+    # borrowing destination classes: the least rate, the cable as ceil
+    shaped = cable_shaping(ports[0], [100_000_000] * 24, 0.0, None, *by_destination.of(0), by_destination.borrow)
+    assert {d.rate_bps for s in shaped for d in s.destinations} == {MIN_CLASS_RATE_BPS}
 
 
 def test_connection_classes_borrow_the_cable_and_match_source_and_destination():

@@ -13,24 +13,13 @@ from topolab.run.measured_run import choose_packets
 def _choice(scenario_dir, name: str, **emulation):
     s = load_scenario(scenario_dir / name)
     s = replace(s, emulation=replace(s.emulation, **emulation))
-    prepared = prepare(s)
-    return choose_packets(s, prepared.plan, prepared.schedule)
+    return choose_packets(s, prepare(s).schedule)
 
 
 def test_ncf_all_to_all_takes_frames(scenario_dir):
     s, why = _choice(scenario_dir, "ncf-12.toml")
     assert s.emulation.packets == "frames" and s.emulation.frames
     assert why.startswith("frames: 100% of the bytes sent go in messages of at most 64 KiB")
-    assert why.endswith("(269 classes)")  # 132 connections, 2.04 cable ends each on average
-
-
-def test_frames_that_would_need_too_many_classes_keep_offload(scenario_dir, monkeypatch):
-    import topolab.run.measured_run as measured_run
-
-    monkeypatch.setattr(measured_run, "FRAMES_MAX_CLASSES", 268)  # NCF-12 needs 269
-    s, why = _choice(scenario_dir, "ncf-12.toml")
-    assert s.emulation.packets == "offload"
-    assert "but frames would need 269 connection classes (at most 268)" in why
 
 
 def test_dlrm_and_resnet_keep_offload_packets(scenario_dir):

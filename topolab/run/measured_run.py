@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from contract.emulation import FRAMES_MAX_CLASSES, packets_for
+from contract.emulation import packets_for
 from contract.errors import RunError, UsageError
 from contract.physics import OFFLOAD_PACKET_BYTES
 from contract.plan import Plan
@@ -169,7 +169,7 @@ def prepare_run(
             s, payload_scale, prepared, lambda p, scale: prepare(p, scale, want_netem, reference_gbps), log
         )
     plan, schedule, opts, emulated = prepared.plan, prepared.schedule, prepared.opts, prepared.emulated
-    s, packets_why = choose_packets(s, plan, schedule)
+    s, packets_why = choose_packets(s, schedule)
     injector = injector_for(faults or [], plan, schedule, iterations, log)  # bad faults: exit 2, nothing built
     log(
         f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
@@ -206,33 +206,17 @@ def prepare_run(
     return run
 
 
-def choose_packets(s: Scenario, plan: Plan, schedule: Schedule) -> tuple[Scenario, str]:
+def choose_packets(s: Scenario, schedule: Schedule) -> tuple[Scenario, str]:
     """The scenario with ``[emulation] packets = "auto"`` made frames or offload for this
-    schedule (`contract.emulation.packets_for`) on ``plan``'s network (offload where frames
-    would need more than `contract.emulation.FRAMES_MAX_CLASSES` connection classes), and why
-    (empty: the scenario chose)."""
+    schedule (`contract.emulation.packets_for`), and why (empty: the scenario chose)."""
     if s.emulation.packets != "auto" or s.emulation.machines:
         return s, ""
     mode, share = packets_for(int(n) for prog in schedule.programs for n in prog.length[prog.kind == SEND])
-    small = f"{share:.0%} of the bytes sent go in messages of at most {OFFLOAD_PACKET_BYTES // 1024} KiB (one offload packet each)"
-    if mode == "offload":
-        why = f"offload: {small}, so the cables keep the kernel's offload packets"
-    else:
-        from emulator.addressing import ports_of
-        from emulator.cable import connection_class_count
-
-        network = plan.network
-        classes = connection_class_count(
-            network.next_hop, ports_of(network.links, network.nodes, network.servers), network.servers
-        )
-        if classes > FRAMES_MAX_CLASSES:
-            mode = "offload"
-            why = (
-                f"offload: {small}, but frames would need {classes:,} connection classes "
-                f"(at most {FRAMES_MAX_CLASSES:,}), so the cables keep the kernel's offload packets"
-            )
-        else:
-            why = f"frames: {small}, so the cables carry MTU frames and share them by connection ({classes:,} classes)"
+    why = f"{mode}: {share:.0%} of the bytes sent go in messages of at most {OFFLOAD_PACKET_BYTES // 1024} KiB " + (
+        "(one offload packet each), so the cables carry MTU frames"
+        if mode == "frames"
+        else "(one offload packet each), so the cables keep the kernel's offload packets"
+    )
     return replace(s, emulation=replace(s.emulation, packets=mode)), why
 
 
