@@ -55,6 +55,7 @@ import shlex
 import statistics
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from collections.abc import Iterable
@@ -609,9 +610,10 @@ def heat_map(doc: dict[str, Any], path: Path, cells: Iterable[Cell] = ()) -> Non
     )
     when = doc.get("updated", "")[:10]
     commits = sorted({r.get("commit") for r in doc["cells"] if r.get("commit")})
+    measured_at = "\n".join(textwrap.wrap(f"commits {', '.join(commits)}", 110)) if commits else ""
     ax.set_title(
         "Scale matrix: the predicted iteration against the emulated one (topolab run, default settings)\n"
-        f"{summary}; {doc.get('cpus', '?')} cores, {when}" + (f", commit {', '.join(commits)}" if commits else ""),
+        f"{summary}; {doc.get('cpus', '?')} cores, {when}" + (f"\n{measured_at}" if measured_at else ""),
         fontsize=10,
         pad=28,
     )
