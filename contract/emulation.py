@@ -49,9 +49,10 @@ NETEM_MODES = ("auto", "on", "off")
 PACKET_MODES = ("auto", "offload", "frames")
 """``[emulation] packets``: ``offload``, the kernel's segmentation-offload packets of up to
 `OFFLOAD_PACKET_BYTES` and a class per destination on every cable end; ``frames``, packets of
-one MTU and a class per connection (per destination beyond `FRAMES_MAX_CLASSES`), as the
-predictor's max-min sharing of every connection assumes (more packets: more processor time); ``auto``, frames where most of a run's bytes go
-in messages of at most one offload packet (`packets_for`), else offload."""
+one MTU and a class per connection that only borrows the cable (per destination beyond
+`FRAMES_MAX_CLASSES`), as the predictor's max-min sharing of every connection assumes (more
+packets: more processor time); ``auto``, frames where most of a run's bytes go in messages of
+at most one offload packet (`packets_for`), else offload."""
 FRAMES_MAX_CLASSES = 65536
 """With frames, the cable ends share their rate by connection (a class per connection per
 cable end it crosses) up to this many classes over all cable ends, else by destination: their
@@ -103,8 +104,9 @@ class EmulationConfig:
     netem; ``off``: never use it."""
     packets: str = "auto"
     """What a cable carries (`PACKET_MODES`): ``offload`` packets of up to 64 KiB, each
-    destination a class; ``frames`` of one MTU, each connection a class; ``auto``: `topolab
-    run` picks one for its schedule (`packets_for`), the other commands take ``offload``."""
+    destination a class; ``frames`` of one MTU, each connection a class (each destination
+    beyond `FRAMES_MAX_CLASSES`); ``auto``: `topolab run` picks one for its schedule
+    (`packets_for`), the other commands take ``offload``."""
     budget_mbps: float = 0.0
     """Hierarchical networks: the emulated budget of one server (the loader sets
     ``link_mbps`` to it); 0: unset."""
@@ -194,7 +196,8 @@ class EmulationConfig:
 
     @property
     def frames(self) -> bool:
-        """Cables carry MTU-sized packets and a class per connection (``packets = "frames"``)."""
+        """Cables carry MTU-sized packets (``packets = "frames"``; their classes:
+        `emulator.cable.shared_classes`)."""
         return self.packets == "frames"
 
     def hosts_memory_mib(self, nodes: int) -> float:
@@ -218,8 +221,8 @@ def packets_for(message_bytes: Iterable[int]) -> tuple[str, float]:
     A cable end's HTB sends an offload packet whole, so messages that fit in one cross every
     cable one after another rather than sharing it: the connections of an all-to-all of
     small messages end one by one where the predictor's max-min sharing ends them together,
-    and the work waiting for them starts early (NCF on 12 servers: 10-18% faster than
-    predicted with offload packets, 2.6% with frames, docs/emulation.md section 3). Messages
+    and the work waiting for them starts early (NCF on 12 servers: 22.4% faster than
+    predicted with offload packets, 3.0% with frames, docs/emulation.md section 3). Messages
     of many packets interleave finely enough either way, and frames cost the kernel more per
     byte (docs/emulation.md section 3), so a schedule of large messages keeps offload."""
     total = small = 0
