@@ -40,6 +40,14 @@ def tcp_goodput_fraction(mtu: int) -> float:
     return (mtu - TCP_IPV4_HEADERS) / (mtu + ETHERNET_HEADER)
 
 
+def tcp_packets(message_bytes: int, packet_bytes: int) -> int:
+    """Packets of at most ``packet_bytes`` (IPv4 and TCP headers included) that carry a
+    ``message_bytes`` message: ceil(message / (packet - 52)), at least one. ``packet_bytes``:
+    the MTU (frames) or `OFFLOAD_PACKET_BYTES` (segmentation offload)."""
+    payload = packet_bytes - TCP_IPV4_HEADERS
+    return max(1, -(-int(message_bytes) // payload))
+
+
 def cable_goodput(bps: float, mtu: int) -> float:
     """TCP payload bytes/s of a cable shaped at ``bps`` bit/s with MTU ``mtu``."""
     return bps * tcp_goodput_fraction(mtu) / 8.0

@@ -34,3 +34,14 @@ def test_packets_is_a_checked_table_key():
         EmulationConfig.from_table({"packets": "gso"})
     with pytest.raises(EmulationConfigError, match="emulation.packets: expected str"):
         EmulationConfig(packets=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "message,packet,want",
+    [(1, 9000, 1), (8948, 9000, 1), (8949, 9000, 2), (65536, 65536, 2), (65484, 65536, 1), (0, 1500, 1)],
+)
+def test_tcp_packets_carries_a_message_in_payloads_of_packet_minus_headers(message, packet, want):
+    from contract.physics import TCP_IPV4_HEADERS, tcp_packets
+
+    assert tcp_packets(message, packet) == want
+    assert tcp_packets(message, packet) * (packet - TCP_IPV4_HEADERS) >= message

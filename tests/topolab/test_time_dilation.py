@@ -6,11 +6,13 @@ import math
 import pytest
 
 from contract.emulation import MIN_LINK_MBPS
+from contract.schedule import SEND
 from planner.collectives.rings import ring_allreduce
 from topolab.results.run_results import CPU_BOUND_LOAD
 from topolab.run.machine_probe import PROBE_RANKS, MachineCost, probe_schedule
 from topolab.run.time_dilation import (
     BUFFER_COPIES,
+    FRAMES_WORKER_CPU_SHARE,
     ITERATION_BUDGET_S,
     MEMORY_SHARE,
     SHAPED_CABLE_CPU,
@@ -19,6 +21,7 @@ from topolab.run.time_dilation import (
     WORKER_CPU_SHARE_LIMIT,
     choose,
     closing_warning,
+    extra_frame_packets,
     payload_for_memory,
     rate_for_measured_load,
     step_ceil,
@@ -45,8 +48,9 @@ def test_step_floor_refuses(bad):
         step_floor(bad)
 
 
-def _choose(ops=10_000, bytes_sent=10**9, predicted_s=1.0, link_mbps=100.0, auto=True, cost=COST):
+def _choose(ops=10_000, bytes_sent=10**9, predicted_s=1.0, link_mbps=100.0, auto=True, cost=COST, **frames):
     return choose(
+        **frames,
         ranks=12,
         ops=ops,
         bytes_sent=bytes_sent,
@@ -163,6 +167,29 @@ def test_probe_schedule_has_the_stated_ops():
     assert len(s.checks) == 1 and s.checks[0].length == rounds * 4 * n * 2
 
 
+def test_extra_frame_packets_counts_each_message_in_both_sizes():
+    """P_extra: a ring AllReduce of 4 x 100,000 bytes sends 12 chunks of 25,000 bytes a rank
+    (the reduce-scatter's and the all-gather's 3 steps each, both directions... of one ring: 6
+    sends of 25,000 per rank), each 3 frames of 9,000 (8,948 of payload) or one offload packet."""
+    s = ring_allreduce(4, 100_000)
+    sends = [int(n) for prog in s.programs for n in prog.length[prog.kind == SEND]]
+    assert sends and all(n == 25_000 for n in sends)
+    assert extra_frame_packets(s, 9000) == len(sends) * (3 - 1)
+    assert extra_frame_packets(s, 1500) == len(sends) * (math.ceil(25_000 / 1448) - 1)
+
+
+def test_frames_add_their_packets_and_leave_the_kernel_more_of_the_cores():
+    """With frames, W gains P_extra x c_packet and the share is FRAMES_WORKER_CPU_SHARE: the same
+    schedule gets a lower rate than with offload packets, and the line says what frames cost."""
+    plain = _choose(predicted_s=4.0)  # 37.5% of the cores: 100 Mbit/s
+    with_frames = _choose(predicted_s=4.0, frames=True, extra_packets=100_000, packet_cpu_s=5e-6)
+    assert with_frames.cpu_demand_s == pytest.approx(plain.cpu_demand_s + SHAPED_CABLE_CPU * 100_000 * 5e-6)
+    assert with_frames.link_mbps < plain.link_mbps
+    assert with_frames.cpu_load <= FRAMES_WORKER_CPU_SHARE < plain.cpu_load
+    assert "100000 frames x 5.0 us" in with_frames.why and "with frames" in with_frames.why
+    assert with_frames.to_dict()["extra_packets"] == 100_000
+
+
 @pytest.mark.root
 def test_machine_cost_probes_real_workers_once(tmp_path, monkeypatch):
     """The probe runs real workers on the loopback of a network namespace of its own (root);
@@ -182,6 +209,14 @@ def test_machine_cost_probes_real_workers_once(tmp_path, monkeypatch):
     assert json.loads(cache_path().read_text())["key"] == cost.key
     said.clear()
     assert machine_cost(said.append) == cost and not said
+    # a frames run adds the frames' cost at its MTU to the cache, once
+    framed = machine_cost(said.append, frames_mtu=9000)
+    assert len(said) == 1 and "frames of 9000 bytes" in said[0]
+    assert framed.op_cpu_s == cost.op_cpu_s and 0 < framed.frame_cpu_s(9000) < 1e-3
+    assert framed.frame_cpu_s(1500) is None
+    said.clear()
+    assert machine_cost(said.append, frames_mtu=9000) == framed and not said
+    assert json.loads(cache_path().read_text())["packet_cpu_s"] == {"9000": framed.frame_cpu_s(9000)}
 
 
 def test_a_silent_peer_is_awaited_at_least_two_predicted_iterations():

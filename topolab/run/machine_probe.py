@@ -12,6 +12,15 @@ run TopoOpt's multi-ring AllReduce over both directions of one ring,
   ``op_cpu_s``) over the bytes the ranks sent (each byte is also received, reduced or copied
   once: its whole path through the workers).
 
+A run whose cables carry frames of one MTU (``[emulation] packets``) has TCP send many more
+packets than offload packets take, each with its own cost in the workers' system calls: the
+large round runs again on the same loopback, now at that MTU under one HTB class of a rate that
+does not bind (the cables' qdisc, `emulator.shaping.tc_batch`), once with offload packets and
+once with ``gso_max_size`` = the MTU, and ``packet_cpu_s[mtu]`` = the difference of their CPU
+seconds over the difference of their packets (`contract.physics.tcp_packets`): 6.3-6.8 us a
+packet at MTU 9000 here, so that a topoopt-12 iteration in frames costs about twice its offload
+figure (`probe_frames`, once per MTU, added to the cache).
+
 Each figure is the median of `PROBE_REPEATS` verified iterations after a warm-up. Loopback
 TCP costs the kernel less than a shaped veth cable (no qdisc, no netem, a larger MTU): the
 rate chooser doubles the estimate (`topolab.run.time_dilation.SHAPED_CABLE_CPU`) and leaves the
@@ -39,14 +48,16 @@ import json
 import os
 import socket
 import statistics
+import subprocess
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from contract.errors import RunError
-from contract.schedule import Check, Schedule, ScheduleBuilder
+from contract.physics import OFFLOAD_PACKET_BYTES, tcp_packets
+from contract.schedule import SEND, Check, Schedule, ScheduleBuilder
 from planner.collectives.rings import add_multiring_allreduce, topoopt_rings
 
 PROBE_RANKS = 4
@@ -55,6 +66,8 @@ PROBE_BYTES = 32 << 20
 PROBE_REPEATS = 3
 PROBE_TIMEOUT_S = 60.0  # a probe worker silent for this long fails the probe, naming its rank
 CACHE_FILE = "machine-cost.json"
+PROBE_HTB_BPS = 100_000_000_000  # the frames probe's HTB class: 100 Gbit/s, a rate loopback never reaches
+TC_TIMEOUT_S = 10.0  # one tc -batch of two lines on the probe's own loopback
 
 
 @dataclass(frozen=True)
@@ -66,13 +79,20 @@ class MachineCost:
     cores: int
     key: str  # machine and workers' version the figures hold for
     probe_s: float  # how long the probe took
+    packet_cpu_s: Mapping[str, float] = field(default_factory=dict)
+    """CPU seconds per packet sent as frames of one MTU beyond what offload packets take, by
+    MTU (as text; `probe_frames`)."""
 
     def demand_s(self, ops: int, bytes_sent: float) -> float:
         """CPU seconds the workers need for ``ops`` ops moving ``bytes_sent`` bytes."""
         return ops * self.op_cpu_s + bytes_sent * self.byte_cpu_s
 
+    def frame_cpu_s(self, mtu: int) -> float | None:
+        """``packet_cpu_s`` at ``mtu`` (None: not probed yet)."""
+        return self.packet_cpu_s.get(str(mtu))
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "packet_cpu_s": dict(self.packet_cpu_s)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MachineCost:
@@ -82,6 +102,7 @@ class MachineCost:
             cores=int(d["cores"]),
             key=str(d["key"]),
             probe_s=float(d["probe_s"]),
+            packet_cpu_s={str(int(k)): float(v) for k, v in d.get("packet_cpu_s", {}).items()},
         )
 
 
@@ -182,20 +203,73 @@ def probe(timeout_s: float = PROBE_TIMEOUT_S, clock: Callable[[], float] = time.
     return MachineCost(op_cpu, byte_cpu, os.cpu_count() or 1, machine_key(), clock() - t0)
 
 
-def machine_cost(log: Callable[[str], None] | None = None, refresh: bool = False) -> MachineCost:
+def shape_loopback(mtu: int, gso_max_size: int, shaped: bool) -> None:
+    """Give the probe's loopback (the calling thread's namespace, `private_loopback`) ``mtu``
+    and ``gso_max_size``, and with ``shaped`` the cables' HTB qdisc at `PROBE_HTB_BPS`."""
+    from pyroute2 import IPRoute
+
+    from emulator.shaping import Shaping, tc_batch
+
+    with IPRoute() as ipr:
+        ipr.link("set", index=socket.if_nametoindex("lo"), mtu=mtu, gso_max_size=gso_max_size)
+    if shaped:
+        text = tc_batch([Shaping("lo", PROBE_HTB_BPS)], use_netem=False)
+        try:
+            done = subprocess.run(
+                ["tc", "-batch", "-"], input=text, capture_output=True, text=True, timeout=TC_TIMEOUT_S, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise RunError(f"machine probe: tc on its own loopback: {err}") from err
+        if done.returncode != 0:
+            raise RunError(f"machine probe: tc refused the loopback's HTB class: {done.stderr.strip()[:200]}")
+
+
+def probe_frames(mtu: int, timeout_s: float = PROBE_TIMEOUT_S) -> float:
+    """CPU seconds per packet TCP sends as frames of one ``mtu`` beyond the offload packets
+    it would send (module docstring): the large probe round on the shaped loopback at ``mtu``
+    with offload packets, then with frames."""
+    large = probe_schedule(1, PROBE_BYTES)
+    lengths = [int(n) for prog in large.programs for n in prog.length[prog.kind == SEND]]
+    extra = sum(tcp_packets(n, mtu) - tcp_packets(n, OFFLOAD_PACKET_BYTES) for n in lengths)
+    with private_loopback():
+        shape_loopback(mtu, OFFLOAD_PACKET_BYTES, shaped=True)
+        offload = _median_cpu(large, timeout_s)
+        shape_loopback(mtu, mtu, shaped=False)
+        frames = _median_cpu(large, timeout_s)
+    return max(0.0, frames - offload) / max(1, extra)
+
+
+def machine_cost(
+    log: Callable[[str], None] | None = None, refresh: bool = False, frames_mtu: int | None = None
+) -> MachineCost:
     """The cached `MachineCost` of this machine and workers' version, probed first if there is
-    none (``refresh``: probe again)."""
+    none (``refresh``: probe again); with ``frames_mtu``, its frames' cost at that MTU too
+    (`probe_frames`, added to the cache when missing)."""
     key, path = machine_key(), cache_path()
+    cost = None
     if not refresh:
         try:
             cached = MachineCost.from_dict(json.loads(path.read_text()))
             if cached.key == key:
-                return cached
+                cost = cached
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    if log:
-        log(f"      probing the workers' CPU cost on this machine (once per machine and workers' version; {path})")
-    cost = probe()
+    if cost is not None and (frames_mtu is None or cost.frame_cpu_s(frames_mtu) is not None):
+        return cost
+    if cost is None:
+        if log:
+            log(f"      probing the workers' CPU cost on this machine (once per machine and workers' version; {path})")
+        cost = probe()
+    if frames_mtu is not None and cost.frame_cpu_s(frames_mtu) is None:
+        if log:
+            log(f"      probing the cost of frames of {frames_mtu} bytes on this machine (once per MTU)")
+        t0 = time.monotonic()
+        per_packet = probe_frames(frames_mtu)
+        cost = replace(
+            cost,
+            packet_cpu_s={**cost.packet_cpu_s, str(frames_mtu): per_packet},
+            probe_s=cost.probe_s + time.monotonic() - t0,
+        )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

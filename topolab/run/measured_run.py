@@ -87,6 +87,7 @@ from .time_dilation import (
     Dilation,
     choose,
     closing_warning,
+    extra_frame_packets,
     payload_for_memory,
     rate_for_measured_load,
     schedule_buffer_bytes,
@@ -234,7 +235,9 @@ def dilate(
 
     plan, schedule, opts = prepared.plan, prepared.schedule, prepared.opts
     auto = s.emulation.auto_rate
-    cost = machine_cost(log)
+    frames = choose_packets(s, schedule)[0].emulation.frames
+    mtu = int(prepared.emulated["mtu"])
+    cost = machine_cost(log, frames_mtu=mtu if frames else None)
     # the workers' memory is what the emulated hosts leave (they are built first)
     hosts = s.emulation.hosts_memory_mib(plan.nodes) * 2**20
     available = max(0.0, mem_available_mib() * 2**20 - hosts)
@@ -255,6 +258,9 @@ def dilate(
         cost=cost,
         auto=auto,
         available=available,
+        frames=frames,
+        extra_packets=extra_frame_packets(schedule, mtu) if frames else 0,
+        packet_cpu_s=(cost.frame_cpu_s(mtu) or 0.0) if frames else 0.0,
     )
     if auto:
         s = replace(s, emulation=replace(s.emulation, link_mbps=dilation.link_mbps, auto_rate=False))

@@ -15,6 +15,16 @@ at or below r0 at which the workers' load stays within their share of the cores:
 
     W / (cores x T(r)) <= WORKER_CPU_SHARE      i.e.   r <= r0 x WORKER_CPU_SHARE x cores x T(r0) / W
 
+With frames of one MTU on the cables (``[emulation] packets``), TCP sends every message in
+more packets than offload packets take, and each costs the workers ``c_packet`` more (the
+probe's, at the run's MTU: `topolab.run.machine_probe.probe_frames`):
+
+    W = ops x c_op + B x c_byte + P_extra x c_packet,   P_extra = sum over messages of
+        tcp_packets(len, mtu) - tcp_packets(len, 64 KiB)   (`contract.physics.tcp_packets`)
+
+(topoopt-12 in frames at 100 Mbit/s: 21% estimated without it, 53% with it, where the warm-up
+measured 53%); and the workers' share is `FRAMES_WORKER_CPU_SHARE`, below `WORKER_CPU_SHARE`.
+
 ``W`` is the probe's loopback figure times `SHAPED_CABLE_CPU`: on the emulated cables the
 same workers need about twice the CPU (veth, HTB and TCP at the cables' MTU in their system
 calls), measured 1.8-2.3x the loopback estimate on topoopt-12, ResNet-50 and DLRM at 12
@@ -64,7 +74,8 @@ from typing import Any
 import numpy as np
 
 from contract.emulation import MIN_LINK_MBPS
-from contract.schedule import COMPUTE, Schedule
+from contract.physics import OFFLOAD_PACKET_BYTES, tcp_packets
+from contract.schedule import COMPUTE, SEND, Schedule
 
 from ..results.run_results import CPU_BOUND_LOAD
 from .machine_probe import MachineCost
@@ -74,6 +85,12 @@ WORKER_CPU_SHARE = 0.5
 estimate: ResNet-50 on 128 servers measured 9.2-11.8% off in eight of nine runs at an
 estimated 52-64% (68% measured), 2.9-4.2% in three runs at 53% and 1.9% at 48%; on 64
 servers 1.8% at 64% measured and 55% at 92% (docs/emulation.md section 3)."""
+FRAMES_WORKER_CPU_SHARE = 0.3
+"""`WORKER_CPU_SHARE` where the cables carry frames (module docstring): every frame is also
+the kernel's work on each cable it crosses, not charged to the workers, so they leave it more
+of the cores. Measured with the frames' cost in the estimate: topoopt-12 in frames 2.9% off at
+42% estimated (80 Mbit/s), 0.9% at 32% (60), 0.6% at 27% (50); NCF-12 5.5% at 35% (100), 0.5%
+at 21% (60)."""
 WORKER_CPU_SHARE_LIMIT = 0.6
 """The estimated share up to which the rate may be raised to keep an iteration within
 `ITERATION_BUDGET_S` (module docstring)."""
@@ -126,6 +143,16 @@ def transfer_ops(schedule: Schedule) -> int:
     return sum(int(np.count_nonzero(np.asarray(prog.kind) != COMPUTE)) for prog in schedule.programs)
 
 
+def extra_frame_packets(schedule: Schedule, mtu: int) -> int:
+    """P_extra of ``schedule`` (module docstring): the packets its messages take as frames of
+    ``mtu`` beyond what they take as offload packets."""
+    extra = 0
+    for prog in schedule.programs:
+        for n in prog.length[np.asarray(prog.kind) == SEND]:
+            extra += tcp_packets(int(n), mtu) - tcp_packets(int(n), OFFLOAD_PACKET_BYTES)
+    return extra
+
+
 def schedule_buffer_bytes(schedule: Schedule) -> int:
     """Bytes of buffers one worker allocates for ``schedule``."""
     return sum(b.bytes for b in schedule.buffers.values())
@@ -157,6 +184,8 @@ class Dilation:
     why: str
     warning: str = ""
     auto_mbps: float | None = None  # with a warning on a fixed rate: what link_mbps = "auto" picks
+    extra_packets: int = 0  # frames: P_extra, the packets beyond offload packets (module docstring)
+    packet_cpu_s: float = 0.0  # frames: c_packet at the run's MTU
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -207,11 +236,14 @@ def dilated_s(predicted_s: float, link_mbps: float, rate: float) -> float:
     return predicted_s * link_mbps / rate
 
 
-def auto_rate(demand_s: float, predicted_s: float, link_mbps: float, cores: int) -> tuple[float, float]:
+def auto_rate(
+    demand_s: float, predicted_s: float, link_mbps: float, cores: int, share: float = WORKER_CPU_SHARE
+) -> tuple[float, float]:
     """The automatic rate for an iteration that costs the workers ``demand_s`` CPU seconds and
-    takes ``predicted_s`` emulated at ``link_mbps`` (r0), and the rate `WORKER_CPU_SHARE`
-    alone would give (module docstring: the share, then the minute an iteration)."""
-    capacity = WORKER_CPU_SHARE * cores
+    takes ``predicted_s`` emulated at ``link_mbps`` (r0), and the rate the workers' ``share``
+    (`WORKER_CPU_SHARE`; frames: `FRAMES_WORKER_CPU_SHARE`) alone would give (module
+    docstring: the share, then the minute an iteration)."""
+    capacity = share * cores
     if demand_s <= capacity * predicted_s:
         return link_mbps, link_mbps
     preferred = max(MIN_LINK_MBPS, step_floor(link_mbps * capacity * predicted_s / demand_s))
@@ -245,37 +277,44 @@ def choose(
     cost: MachineCost,
     auto: bool,
     available: float,
+    frames: bool = False,
+    extra_packets: int = 0,
+    packet_cpu_s: float = 0.0,
 ) -> Dilation:
     """The rate (auto: `auto_rate`, a step at or below ``link_mbps``) for a schedule of ``ops``
     ops sending ``bytes_sent`` bytes: where the workers' CPU demand stays within
     `WORKER_CPU_SHARE` of the cores, or within `WORKER_CPU_SHARE_LIMIT` to keep an iteration
     within `ITERATION_BUDGET_S`, given ``predicted_s``, the emulated iteration at ``link_mbps``
-    (module docstring). The schedule's figures are at ``payload_scale``."""
-    demand = SHAPED_CABLE_CPU * cost.demand_s(ops, bytes_sent)
-    rate, preferred = auto_rate(demand, predicted_s, link_mbps, cost.cores) if auto else (link_mbps, link_mbps)
+    (module docstring). The schedule's figures are at ``payload_scale``; with ``frames`` on
+    the cables, ``extra_packets`` cost ``packet_cpu_s`` each and the workers' share is
+    `FRAMES_WORKER_CPU_SHARE`."""
+    demand = SHAPED_CABLE_CPU * (cost.demand_s(ops, bytes_sent) + extra_packets * packet_cpu_s)
+    share = FRAMES_WORKER_CPU_SHARE if frames else WORKER_CPU_SHARE
+    frame_work = f" + {extra_packets} frames x {packet_cpu_s * 1e6:.1f} us" if extra_packets else ""
+    rate, preferred = auto_rate(demand, predicted_s, link_mbps, cost.cores, share) if auto else (link_mbps, link_mbps)
     iteration_s = dilated_s(predicted_s, link_mbps, rate)
     load = demand / (cost.cores * iteration_s) if iteration_s > 0 else 0.0
     memory = ranks * worker_memory_bytes(buffer_bytes)
     work = (
         f"the workers need ~{demand:.3g} CPU-s per iteration ({SHAPED_CABLE_CPU:g} x ({ops} ops x "
-        f"{cost.op_cpu_s * 1e6:.0f} us + {bytes_sent / 1e9:.3g} GB x {cost.byte_cpu_s * 1e9:.2f} s/GB) on loopback)"
+        f"{cost.op_cpu_s * 1e6:.0f} us + {bytes_sent / 1e9:.3g} GB x {cost.byte_cpu_s * 1e9:.2f} s/GB{frame_work}) on loopback)"
     )
     if not auto:
         why = f"set by the scenario; {work}: {load:.0%} of {cost.cores} cores"
     elif rate < link_mbps or rate > preferred:
         why = f"{work}, {demand / (cost.cores * predicted_s):.0%} of {cost.cores} cores at {link_mbps:g} Mbit/s; " + (
-            f"{WORKER_CPU_SHARE:.0%} would take {preferred:g} Mbit/s and "
+            f"{share:.0%} would take {preferred:g} Mbit/s and "
             f"~{dilated_s(predicted_s, link_mbps, preferred):.0f} s an iteration, so {rate:g} Mbit/s: "
             f"~{iteration_s:.0f} s at {load:.0%} (an iteration within {ITERATION_BUDGET_S:g} s while the load "
             f"stays within {WORKER_CPU_SHARE_LIMIT:.0%})"
             if rate > preferred
-            else f"at {rate:g} Mbit/s {load:.0%} (at most {WORKER_CPU_SHARE:.0%})"
+            else f"at {rate:g} Mbit/s {load:.0%} (at most {share:.0%}{' with frames' if frames else ''})"
         )
     else:
         why = f"{work}: {load:.0%} of {cost.cores} cores at the highest rate, {link_mbps:g} Mbit/s"
     warning, auto_mbps = "", None
     if load > CPU_BOUND_LOAD:
-        auto_mbps = None if auto else auto_rate(demand, predicted_s, link_mbps, cost.cores)[0]
+        auto_mbps = None if auto else auto_rate(demand, predicted_s, link_mbps, cost.cores, share)[0]
         warning = (
             f"emulation.link_mbps = {rate:g}: the workers would keep {load:.0%} of this machine's "
             f"{cost.cores} cores busy, so the run will measure the CPU, not the cables"
@@ -299,4 +338,6 @@ def choose(
         why=why,
         warning=warning,
         auto_mbps=auto_mbps,
+        extra_packets=extra_packets,
+        packet_cpu_s=packet_cpu_s,
     )
