@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import UsageError
 from .names import LOOPBACK_NAMES as LOOPBACK_NAMES  # kept importable from here, where it was
@@ -51,8 +51,9 @@ PACKET_MODES = ("auto", "offload", "frames")
 `OFFLOAD_PACKET_BYTES` and a class per destination on every cable end; ``frames``, packets of
 one MTU and a class per connection that only borrows the cable (per destination beyond
 `FRAMES_MAX_CLASSES`), as the predictor's max-min sharing of every connection assumes (more
-packets: more processor time); ``auto``, frames where most of a run's bytes go in messages of
-at most one offload packet (`packets_for`), else offload."""
+packets: more processor time); ``auto``, frames where most of a run's bytes, or of its
+point-to-point transfers' bytes, go in messages of at most one offload packet (`packets_for`),
+else offload."""
 FRAMES_MAX_CLASSES = 65536
 """With frames, the cable ends share their rate by connection (a class per connection per
 cable end it crosses) up to this many classes over all cable ends, else by destination: their
@@ -60,8 +61,9 @@ tc lines and read-back grow with them, and NCF on 128 servers of degree 4 (242,4
 1,814 on one cable end) failed to build, where 47,998 (degree 8) built in 16-22 s
 (`emulator.cable.shared_classes`, docs/emulation.md section 3)."""
 FRAMES_SHARE = 0.5
-"""``packets = "auto"`` takes frames when at least this share of the bytes a schedule sends
-goes in messages of at most `OFFLOAD_PACKET_BYTES` (`packets_for`)."""
+"""``packets = "auto"`` takes frames when at least this share of the bytes a schedule sends,
+or of the bytes of its point-to-point transfers, goes in messages of at most
+`OFFLOAD_PACKET_BYTES` (`packets_for`)."""
 AUTO_RATE = "auto"  # link_mbps = "auto": automatic time dilation (EmulationConfig.auto_rate)
 DEFAULT_LINK_MBPS = 100.0  # see the module docstring for why 100
 MIN_LINK_MBPS, MAX_LINK_MBPS = 0.1, 100_000.0  # HTB on a veth; below 0.1 a 1 MB transfer takes minutes
@@ -213,25 +215,45 @@ class EmulationConfig:
         return out
 
 
-def packets_for(message_bytes: Iterable[int]) -> tuple[str, float]:
-    """``("frames" or "offload", share)`` for a run that sends messages of ``message_bytes``:
-    frames when the share of the bytes sent in messages of at most `OFFLOAD_PACKET_BYTES`
-    is at least `FRAMES_SHARE`.
+class PacketsChoice(NamedTuple):
+    """`packets_for`'s answer: the ``mode`` and the shares it was taken from."""
+
+    mode: str  # "frames" or "offload"
+    share: float  # of all the bytes sent, in messages of at most one offload packet
+    transfer_share: float  # of the point-to-point transfers' bytes, in transfers of at most one
+
+
+def packets_for(message_bytes: Iterable[int], transfer_bytes: Iterable[int] = ()) -> PacketsChoice:
+    """The packets for a run that sends messages of ``message_bytes`` and whose point-to-point
+    transfers (model-parallel activations and gradients: the schedule's ``copy`` checks, not
+    its collectives' steps) are ``transfer_bytes`` long: frames when the share of the bytes
+    sent in messages of at most `OFFLOAD_PACKET_BYTES`, or the share of the transfers' bytes
+    in transfers of at most that, is at least `FRAMES_SHARE`.
 
     A cable end's HTB sends an offload packet whole, so messages that fit in one cross every
-    cable one after another rather than sharing it: the connections of an all-to-all of
-    small messages end one by one where the predictor's max-min sharing ends them together,
-    and the work waiting for them starts early (NCF on 12 servers: 22.4% faster than
-    predicted with offload packets, 3.0% with frames, docs/emulation.md section 3). Messages
-    of many packets interleave finely enough either way, and frames cost the kernel more per
-    byte (docs/emulation.md section 3), so a schedule of large messages keeps offload."""
+    cable one after another rather than sharing it, the first at once: the connections of an
+    all-to-all of small messages end one by one where the predictor's max-min sharing ends them
+    together, and the work waiting for them starts early (NCF on 12 servers: 22.4% faster than
+    predicted with offload packets, 3.0% with frames, docs/emulation.md section 3). That holds
+    for a job whose all-to-all carries few of its bytes too: topoopt-12's 64 KiB model-parallel
+    transfers are 11% of its bytes and lead its iteration (2.1-2.8% faster than predicted at
+    25-100 Mbit/s with offload packets, 0.4-0.6% with frames). A collective's steps go one
+    after another on a ring, and messages of many packets interleave finely enough, while
+    frames cost the kernel more per byte, so the other schedules keep offload."""
     total = small = 0
     for length in message_bytes:
         total += length
         if length <= OFFLOAD_PACKET_BYTES:
             small += length
+    transfers = small_transfers = 0
+    for length in transfer_bytes:
+        transfers += length
+        if length <= OFFLOAD_PACKET_BYTES:
+            small_transfers += length
     share = small / total if total else 0.0
-    return ("frames" if total and share >= FRAMES_SHARE else "offload"), share
+    transfer_share = small_transfers / transfers if transfers else 0.0
+    frames = total > 0 and (share >= FRAMES_SHARE or transfer_share >= FRAMES_SHARE)
+    return PacketsChoice("frames" if frames else "offload", share, transfer_share)
 
 
 def _number(

@@ -10,10 +10,21 @@ from contract.physics import OFFLOAD_PACKET_BYTES
 
 
 def test_small_messages_take_frames_large_ones_offload():
-    assert packets_for([32 * 1024] * 616) == ("frames", 1.0)  # NCF's all-to-all on 12 servers
-    mode, share = packets_for([64 * 1024] * 10 + [1 << 20] * 10)  # DLRM's: mostly large ring steps
+    assert packets_for([32 * 1024] * 616) == ("frames", 1.0, 0.0)  # NCF's all-to-all on 12 servers
+    mode, share, _ = packets_for([64 * 1024] * 10 + [1 << 20] * 10)  # mostly large ring steps
     assert mode == "offload" and share == pytest.approx(64 / (64 + 1024))
-    assert packets_for([]) == ("offload", 0.0)
+    assert packets_for([]) == ("offload", 0.0, 0.0)
+
+
+def test_small_point_to_point_transfers_take_frames_whatever_their_share_of_the_bytes():
+    """DLRM's: its 64 KiB model-parallel transfers are a tenth of the bytes, all of its
+    transfers' bytes; a collective's small steps alone do not count as transfers."""
+    messages = [64 * 1024] * 10 + [1 << 20] * 10
+    choice = packets_for(messages, [64 * 1024] * 10)
+    assert choice.mode == "frames" and choice.share < FRAMES_SHARE and choice.transfer_share == 1.0
+    assert packets_for(messages, [1 << 20] * 10).mode == "offload"  # large transfers
+    assert packets_for(messages, [64 * 1024, 1 << 20]).mode == "offload"  # 6% of the transfers' bytes
+    assert packets_for([], [64 * 1024]).mode == "offload"  # nothing sent
 
 
 def test_the_rule_is_a_share_of_the_bytes_at_the_offload_packet():
@@ -23,7 +34,7 @@ def test_the_rule_is_a_share_of_the_bytes_at_the_offload_packet():
     small = [OFFLOAD_PACKET_BYTES] * 4
     large = round(sum(small) * (1 - FRAMES_SHARE) / FRAMES_SHARE)  # exactly at the share
     assert large > OFFLOAD_PACKET_BYTES
-    assert packets_for([*small, large]) == ("frames", pytest.approx(FRAMES_SHARE))
+    assert packets_for([*small, large])[:2] == ("frames", pytest.approx(FRAMES_SHARE))
     assert packets_for([*small, large + 1000])[0] == "offload"
 
 

@@ -212,11 +212,18 @@ def choose_packets(s: Scenario, schedule: Schedule) -> tuple[Scenario, str]:
     schedule (`contract.emulation.packets_for`), and why (empty: the scenario chose)."""
     if s.emulation.packets != "auto" or s.emulation.machines:
         return s, ""
-    mode, share = packets_for(int(n) for prog in schedule.programs for n in prog.length[prog.kind == SEND])
-    why = f"{mode}: {share:.0%} of the bytes sent go in messages of at most {OFFLOAD_PACKET_BYTES // 1024} KiB " + (
-        "(one offload packet each), so the cables carry MTU frames"
+    choice = packets_for(
+        (int(n) for prog in schedule.programs for n in prog.length[prog.kind == SEND]),
+        (c.length for c in schedule.checks if c.kind == "copy"),
+    )
+    mode, kib = choice.mode, OFFLOAD_PACKET_BYTES // 1024
+    why = f"{mode}: {choice.share:.0%} of the bytes sent go in messages of at most {kib} KiB"
+    if choice.transfer_share:
+        why += f", {choice.transfer_share:.0%} of the point-to-point transfers' bytes in transfers of at most {kib} KiB"
+    why += (
+        " (one offload packet each), so the cables carry MTU frames"
         if mode == "frames"
-        else "(one offload packet each), so the cables keep the kernel's offload packets"
+        else " (one offload packet each), so the cables keep the kernel's offload packets"
     )
     return replace(s, emulation=replace(s.emulation, packets=mode)), why
 
