@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from contract.emulation import DEFAULT_LINK_MBPS
 from planner import load_scenario
 from topolab.cli import main
 from topolab.common import prediction
@@ -29,8 +31,12 @@ def test_predict_prints_the_time_run_predicts_before_it_emulates(tmp_path, capsy
     assert "netem assumed absent" in json.loads(capsys.readouterr().out)["netem_note"]
     from topolab.run.measured_run import prepare_run
 
+    # at the rate predict takes: run's automatic rate depends on this machine's cores (with
+    # frames, topoopt-12 runs at 50 Mbit/s here), and the workers' reduction is not dilated
+    s = load_scenario(TOPOOPT)
+    s = replace(s, emulation=replace(s.emulation, auto_rate=False, link_mbps=DEFAULT_LINK_MBPS))
     lines: list[str] = []
-    prepare_run(load_scenario(TOPOOPT), tmp_path, None, None, None, lines.append)
+    prepare_run(s, tmp_path, None, None, None, lines.append)
     run_shown = float(re.search(r"\[2/4\] predicted ([\d.]+) ms", "\n".join(lines)).group(1))
     assert shown == run_shown
 
