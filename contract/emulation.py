@@ -38,6 +38,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from .errors import UsageError
 from .names import LOOPBACK_NAMES as LOOPBACK_NAMES  # kept importable from here, where it was
 from .names import SshInputError, check_ssh_file, check_ssh_user
@@ -240,20 +242,17 @@ def packets_for(message_bytes: Iterable[int], transfer_bytes: Iterable[int] = ()
     25-100 Mbit/s with offload packets, 0.4-0.6% with frames). A collective's steps go one
     after another on a ring, and messages of many packets interleave finely enough, while
     frames cost the kernel more per byte, so the other schedules keep offload."""
-    total = small = 0
-    for length in message_bytes:
-        total += length
-        if length <= OFFLOAD_PACKET_BYTES:
-            small += length
-    transfers = small_transfers = 0
-    for length in transfer_bytes:
-        transfers += length
-        if length <= OFFLOAD_PACKET_BYTES:
-            small_transfers += length
-    share = small / total if total else 0.0
-    transfer_share = small_transfers / transfers if transfers else 0.0
+    total, share = _bytes_in_one_packet(message_bytes)
+    transfer_share = _bytes_in_one_packet(transfer_bytes)[1]
     frames = total > 0 and (share >= FRAMES_SHARE or transfer_share >= FRAMES_SHARE)
     return PacketsChoice("frames" if frames else "offload", share, transfer_share)
+
+
+def _bytes_in_one_packet(lengths: Iterable[int]) -> tuple[int, float]:
+    """The bytes of ``lengths`` and the share of them in lengths of at most one offload packet."""
+    array = np.fromiter(lengths, np.int64)
+    total = int(array.sum())
+    return total, (int(array[array <= OFFLOAD_PACKET_BYTES].sum()) / total if total else 0.0)
 
 
 def _number(

@@ -61,6 +61,11 @@ class Schedule:
         """Total bytes each rank sends (all streams)."""
         return [int(np.asarray(p.length, np.int64)[np.asarray(p.kind) == SEND].sum()) for p in self.programs]
 
+    def send_lengths(self) -> np.ndarray:
+        """The length of every message the ranks send, rank after rank (int64)."""
+        parts = [np.asarray(p.length, np.int64)[np.asarray(p.kind) == SEND] for p in self.programs]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
     def op_count(self) -> int:
         return sum(p.op_count for p in self.programs)
 

@@ -17,7 +17,7 @@ packets than offload packets take, each with its own cost in the workers' system
 large round runs again on the same loopback, now at that MTU under one HTB class of a rate that
 does not bind (the cables' qdisc, `emulator.shaping.tc_batch`), once with offload packets and
 once with ``gso_max_size`` = the MTU, and ``packet_cpu_s[mtu]`` = the difference of their CPU
-seconds over the difference of their packets (`contract.physics.tcp_packets`): 6.3-6.8 us a
+seconds over the difference of their packets (`contract.physics.extra_frames`): 6.3-6.8 us a
 packet at MTU 9000 here, so that a topoopt-12 iteration in frames costs about twice its offload
 figure (`probe_frames`, once per MTU, added to the cache).
 
@@ -56,8 +56,8 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import RunError
-from contract.physics import OFFLOAD_PACKET_BYTES, tcp_packets
-from contract.schedule import SEND, Check, Schedule, ScheduleBuilder
+from contract.physics import OFFLOAD_PACKET_BYTES, extra_frames
+from contract.schedule import Check, Schedule, ScheduleBuilder
 from planner.collectives.rings import add_multiring_allreduce, topoopt_rings
 
 PROBE_RANKS = 4
@@ -229,8 +229,7 @@ def probe_frames(mtu: int, timeout_s: float = PROBE_TIMEOUT_S) -> float:
     it would send (module docstring): the large probe round on the shaped loopback at ``mtu``
     with offload packets, then with frames."""
     large = probe_schedule(1, PROBE_BYTES)
-    lengths = [int(n) for prog in large.programs for n in prog.length[prog.kind == SEND]]
-    extra = sum(tcp_packets(n, mtu) - tcp_packets(n, OFFLOAD_PACKET_BYTES) for n in lengths)
+    extra = extra_frames(large.send_lengths(), mtu)
     with private_loopback():
         shape_loopback(mtu, OFFLOAD_PACKET_BYTES, shaped=True)
         offload = _median_cpu(large, timeout_s)

@@ -55,7 +55,7 @@ from contract.emulation import packets_for
 from contract.errors import RunError, UsageError
 from contract.physics import OFFLOAD_PACKET_BYTES
 from contract.plan import Plan
-from contract.schedule import SEND, Schedule
+from contract.schedule import Schedule
 from planner import Scenario
 
 from ..common.calibrate import measure_op_overhead, zero_payload_twin
@@ -212,10 +212,7 @@ def choose_packets(s: Scenario, schedule: Schedule) -> tuple[Scenario, str]:
     schedule (`contract.emulation.packets_for`), and why (empty: the scenario chose)."""
     if s.emulation.packets != "auto" or s.emulation.machines:
         return s, ""
-    choice = packets_for(
-        (int(n) for prog in schedule.programs for n in prog.length[prog.kind == SEND]),
-        (c.length for c in schedule.checks if c.kind == "copy"),
-    )
+    choice = packets_for(schedule.send_lengths(), [c.length for c in schedule.checks if c.kind == "copy"])
     mode, kib = choice.mode, OFFLOAD_PACKET_BYTES // 1024
     why = f"{mode}: {choice.share:.0%} of the bytes sent go in messages of at most {kib} KiB"
     if choice.transfer_share:

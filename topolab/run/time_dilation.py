@@ -20,7 +20,7 @@ more packets than offload packets take, and each costs the workers ``c_packet`` 
 probe's, at the run's MTU: `topolab.run.machine_probe.probe_frames`):
 
     W = ops x c_op + B x c_byte + P_extra x c_packet,   P_extra = sum over messages of
-        tcp_packets(len, mtu) - tcp_packets(len, 64 KiB)   (`contract.physics.tcp_packets`)
+        tcp_packets(len, mtu) - tcp_packets(len, 64 KiB)   (`contract.physics.extra_frames`)
 
 (topoopt-12 in frames at 100 Mbit/s: 21% estimated without it, 53% with it, where the warm-up
 measured 53%); and the workers' share is `FRAMES_WORKER_CPU_SHARE`, below `WORKER_CPU_SHARE`.
@@ -74,8 +74,8 @@ from typing import Any
 import numpy as np
 
 from contract.emulation import MIN_LINK_MBPS
-from contract.physics import OFFLOAD_PACKET_BYTES, tcp_packets
-from contract.schedule import COMPUTE, SEND, Schedule
+from contract.physics import extra_frames
+from contract.schedule import COMPUTE, Schedule
 
 from ..results.run_results import CPU_BOUND_LOAD
 from .machine_probe import MachineCost
@@ -146,11 +146,7 @@ def transfer_ops(schedule: Schedule) -> int:
 def extra_frame_packets(schedule: Schedule, mtu: int) -> int:
     """P_extra of ``schedule`` (module docstring): the packets its messages take as frames of
     ``mtu`` beyond what they take as offload packets."""
-    extra = 0
-    for prog in schedule.programs:
-        for n in prog.length[np.asarray(prog.kind) == SEND]:
-            extra += tcp_packets(int(n), mtu) - tcp_packets(int(n), OFFLOAD_PACKET_BYTES)
-    return extra
+    return extra_frames(schedule.send_lengths(), mtu)
 
 
 def schedule_buffer_bytes(schedule: Schedule) -> int:
