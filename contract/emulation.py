@@ -45,7 +45,18 @@ from .names import LOOPBACK_NAMES as LOOPBACK_NAMES  # kept importable from here
 from .names import SshInputError, check_ssh_file, check_ssh_user
 from .names import check_machines as check_machine_list
 from .network import Link, Network, cable_capacities, connection_capacities
-from .physics import DEFAULT_MTU, MAX_MTU, MIN_MTU, OFFLOAD_PACKET_BYTES, cable_goodput, time_scale
+from .physics import (
+    DEFAULT_MTU,
+    ETHERNET_MTU,
+    MAX_MTU,
+    MIN_MTU,
+    OFFLOAD_PACKET_BYTES,
+    ROCE_MTU,
+    cable_goodput,
+    extra_frames,
+    last_frame_bytes,
+    time_scale,
+)
 
 NETEM_MODES = ("auto", "on", "off")
 PACKET_MODES = ("auto", "offload", "frames")
@@ -66,7 +77,17 @@ FRAMES_SHARE = 0.5
 """``packets = "auto"`` takes frames when at least this share of the bytes a schedule sends,
 or of the bytes of its point-to-point transfers, goes in messages of at most
 `OFFLOAD_PACKET_BYTES` (`packets_for`)."""
+FRAMES_MTUS = (DEFAULT_MTU, ROCE_MTU, ETHERNET_MTU)
+"""The MTUs a run with frames and no stated ``mtu`` chooses from, largest first (`frames_mtu_for`)."""
+FRAMES_LAST_FRAME_SHARE = 0.05
+"""With frames and no stated ``mtu``, the cables take the largest of `FRAMES_MTUS` at which the
+last frames of the point-to-point transfers carry at most this share of their bytes
+(`frames_mtu_for`)."""
+FRAMES_MTU_OPS_SHARE = 0.25
+"""A smaller MTU for frames is weighed only where the frames it adds are at most this share of
+the schedule's sends and receives (`frames_mtu_for`)."""
 AUTO_RATE = "auto"  # link_mbps = "auto": automatic time dilation (EmulationConfig.auto_rate)
+AUTO_MTU = "auto"  # mtu = "auto", or no mtu: the frames' MTU chosen for the schedule (EmulationConfig.auto_mtu)
 DEFAULT_LINK_MBPS = 100.0  # see the module docstring for why 100
 MIN_LINK_MBPS, MAX_LINK_MBPS = 0.1, 100_000.0  # HTB on a veth; below 0.1 a 1 MB transfer takes minutes
 HOST_MEMORY_MIB = 8.0  # measured cost of one emulated host (shell, namespace, link buffers), rounded up
@@ -102,7 +123,8 @@ class EmulationConfig:
     link_mbps: float = DEFAULT_LINK_MBPS
     """Emulated rate of a cable of ``reference_gbps`` (every other cable scales with it)."""
     mtu: int = DEFAULT_MTU
-    """MTU of every cable built on one machine (several machines: their tunnels' MTU)."""
+    """MTU of every cable built on one machine (several machines: their tunnels' MTU); with
+    ``auto_mtu``, `topolab run` may take a smaller one for frames (`frames_mtu_for`)."""
     netem: str = "auto"
     """``auto``: apply the plan latency with netem where the kernel has it; ``on``: require
     netem; ``off``: never use it."""
@@ -151,6 +173,10 @@ class EmulationConfig:
     `topolab run` picks the rate, at most ``link_mbps`` (the default rate), at which this
     machine's cores keep up with the workers (topolab.run.time_dilation); the emulator itself
     always gets a number, and the other commands take ``link_mbps``."""
+    auto_mtu: bool = False
+    """``mtu = "auto"`` in the table, or no ``mtu``: where `topolab run` puts frames on the
+    cables (``packets``), it picks their MTU for its schedule (`frames_mtu_for`); everywhere
+    else the cables have ``mtu`` (`DEFAULT_MTU`)."""
 
     def __post_init__(self) -> None:
         _number(self, "link_mbps", MIN_LINK_MBPS, MAX_LINK_MBPS)
@@ -184,6 +210,8 @@ class EmulationConfig:
             raise EmulationConfigError(
                 "emulation.link_mbps", f"auto_rate must be true or false, got {self.auto_rate!r}"
             )
+        if not isinstance(self.auto_mtu, bool):
+            raise EmulationConfigError("emulation.mtu", f"auto_mtu must be true or false, got {self.auto_mtu!r}")
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> EmulationConfig:
@@ -191,12 +219,17 @@ class EmulationConfig:
         for key in table:
             if key not in TABLE_KEYS:
                 raise EmulationConfigError(f"emulation.{key}", f"unknown key (known: {', '.join(TABLE_KEYS)})")
-        rate = table.get("link_mbps")
+        rate, mtu = table.get("link_mbps"), table.get("mtu")
         if isinstance(rate, str) and rate != AUTO_RATE:
             raise EmulationConfigError("emulation.link_mbps", f'expected Mbit/s or "{AUTO_RATE}", got {rate!r}')
+        if isinstance(mtu, str) and mtu != AUTO_MTU:
+            raise EmulationConfigError("emulation.mtu", f'expected bytes or "{AUTO_MTU}", got {mtu!r}')
+        settings = dict(table)
+        if mtu is None or mtu == AUTO_MTU:
+            settings.update(mtu=DEFAULT_MTU, auto_mtu=True)
         if rate == AUTO_RATE or (rate is None and not table.get("budget_mbps")):
-            return cls(**{**table, "link_mbps": DEFAULT_LINK_MBPS, "auto_rate": True})
-        return cls(**table)
+            settings.update(link_mbps=DEFAULT_LINK_MBPS, auto_rate=True)
+        return cls(**settings)
 
     @property
     def frames(self) -> bool:
@@ -210,10 +243,15 @@ class EmulationConfig:
 
     def table(self) -> dict[str, Any]:
         """The table keys that differ from their defaults, as a scenario file would write them;
-        ``link_mbps`` always (a table without it means "auto")."""
+        ``link_mbps`` always (a table without it means "auto"), ``mtu`` unless it is chosen
+        (``auto_mtu``: a table without it means "auto")."""
         defaults = {f.name: f.default for f in fields(self)}
         out = {key: getattr(self, key) for key in TABLE_KEYS if getattr(self, key) != defaults[key]}
         out["link_mbps"] = AUTO_RATE if self.auto_rate else self.link_mbps
+        if self.auto_mtu:
+            out.pop("mtu", None)
+        else:
+            out["mtu"] = self.mtu
         return out
 
 
@@ -246,6 +284,54 @@ def packets_for(message_bytes: Iterable[int], transfer_bytes: Iterable[int] = ()
     transfer_share = _bytes_in_one_packet(transfer_bytes)[1]
     frames = total > 0 and (share >= FRAMES_SHARE or transfer_share >= FRAMES_SHARE)
     return PacketsChoice("frames" if frames else "offload", share, transfer_share)
+
+
+class MtuChoice(NamedTuple):
+    """`frames_mtu_for`'s answer: the ``mtu`` and, at each MTU it weighed, the share of the
+    transfers' bytes their last frames carry and the frames it adds to the largest's."""
+
+    mtu: int
+    last_frame_shares: dict[int, float]
+    added_frames: dict[int, int]
+
+
+def frames_mtu_for(
+    transfer_bytes: Iterable[int], message_bytes: Iterable[int], ops: int, mtus: Iterable[int] = FRAMES_MTUS
+) -> MtuChoice:
+    """The MTU of cables that carry frames for a run whose point-to-point transfers are
+    ``transfer_bytes`` long, among its ``ops`` sends and receives of ``message_bytes``: of the
+    ``mtus`` whose frames add at most `FRAMES_MTU_OPS_SHARE` x ``ops`` to what the largest
+    takes (`contract.physics.extra_frames`), the largest at which the transfers' last frames
+    (`contract.physics.last_frame_bytes`) carry at most `FRAMES_LAST_FRAME_SHARE` of their
+    bytes, else the one at which they carry the least (the largest of equals); the largest
+    without transfers.
+
+    A cable end sends its connections' frames in turn, one frame each, where the predictor
+    shares the cable between them continuously: k transfers of m bytes that share a cable end
+    end together in the fluid model, at k x m / r, while frame by frame each ends with its
+    last frame, in the order they took turns, the first (k - 1) last frames earlier. The work
+    each transfer starts then starts early by up to that, on average half of it: a share
+    L / m of the last frame's L bytes. NCF's 32 KiB transfers end in a last frame of 5,924
+    bytes at MTU 9000 (18% of their bytes): NCF on 32 servers of degree 8 measured 8.1% faster
+    than predicted, at MTU 4096 (416 bytes, 1.3%) 0.9%, at 1500 (912 bytes, 2.8%) 0.5%; on 128
+    servers 7.4% at 9000, 0.9% at 4096 and 0.1% at 1500 (docs/emulation.md section 3). Each
+    frame costs the cores about as much as an op, and more than the automatic rate counts:
+    on 12 servers, where NCF's smaller frames would add 116% of its ops, 4096 measured 6.6% at
+    the rate chosen for it (0.4% at less than half of it), 9000 0.5-0.8%. DLRM's 64 KiB
+    transfers (4.4% at 9000) measured within 0.6% at 9000 and 1.6-2.5% at 1500."""
+    array = np.fromiter(transfer_bytes, np.int64)
+    messages = np.fromiter(message_bytes, np.int64)
+    total = int(array.sum())
+    ordered = sorted(mtus, reverse=True)
+    if not total:
+        return MtuChoice(ordered[0], {}, {})
+    base = extra_frames(messages, ordered[0])
+    added = {mtu: extra_frames(messages, mtu) - base for mtu in ordered}
+    affordable = [mtu for mtu in ordered if added[mtu] <= FRAMES_MTU_OPS_SHARE * ops]
+    shares = {mtu: int(last_frame_bytes(array, mtu).sum()) / total for mtu in affordable}
+    within = [mtu for mtu in affordable if shares[mtu] <= FRAMES_LAST_FRAME_SHARE]
+    mtu = within[0] if within else min(affordable, key=lambda m: (shares[m], -m))
+    return MtuChoice(mtu, shares, added)
 
 
 def _bytes_in_one_packet(lengths: Iterable[int]) -> tuple[int, float]:

@@ -27,6 +27,7 @@ DEFAULT_MTU = 9000  # jumbo frames, as RDMA clusters run: 99.3% goodput instead 
 MIN_MTU = 576  # the smallest datagram every IPv4 host must accept (RFC 791)
 MAX_MTU = 65535  # the largest IP packet, and the largest veth MTU
 ETHERNET_MTU = 1500  # a plain Ethernet LAN: the underlay of a multi-machine network
+ROCE_MTU = 4096  # the largest path MTU of RDMA over Converged Ethernet: the packets an RDMA NIC sends
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8 bytes
 # The largest packet TCP's segmentation offload hands a veth (the kernel's GSO_MAX_SIZE): a
 # cable end's qdisc sends it whole, so a message of at most this many bytes crosses a cable as
@@ -56,6 +57,14 @@ def extra_frames(message_bytes: ArrayLike, mtu: int) -> int:
     """The packets messages of ``message_bytes`` take as frames of ``mtu`` beyond what they
     take as offload packets: the sum of tcp_packets(m, mtu) - tcp_packets(m, 64 KiB)."""
     return int((tcp_packets(message_bytes, mtu) - tcp_packets(message_bytes, OFFLOAD_PACKET_BYTES)).sum())
+
+
+def last_frame_bytes(message_bytes: ArrayLike, mtu: int) -> np.ndarray:
+    """The payload bytes of the last of the `tcp_packets` frames of ``mtu`` that carry a
+    ``message_bytes`` message (or each of an array of them): message - (packets - 1) x (mtu - 52)."""
+    message = np.asarray(message_bytes, np.int64)
+    full_frames: np.ndarray = tcp_packets(message, mtu) - 1
+    return np.asarray(message - full_frames * (mtu - TCP_IPV4_HEADERS))
 
 
 def cable_goodput(bps: float, mtu: int) -> float:

@@ -56,3 +56,70 @@ def test_tcp_packets_carries_a_message_in_payloads_of_packet_minus_headers(messa
 
     assert tcp_packets(message, packet) == want
     assert tcp_packets(message, packet) * (packet - TCP_IPV4_HEADERS) >= message
+
+
+@pytest.mark.parametrize(
+    "message,mtu,want",
+    [(32768, 9000, 32768 - 3 * 8948), (32768, 4096, 32768 - 8 * 4044), (8948, 9000, 8948), (1, 1500, 1)],
+)
+def test_last_frame_bytes_is_what_the_full_frames_leave(message, mtu, want):
+    from contract.physics import TCP_IPV4_HEADERS, last_frame_bytes, tcp_packets
+
+    assert last_frame_bytes(message, mtu) == want
+    assert (tcp_packets(message, mtu) - 1) * (mtu - TCP_IPV4_HEADERS) + want == message
+    assert 0 < want <= mtu - TCP_IPV4_HEADERS
+
+
+def test_frames_mtu_is_the_largest_whose_last_frames_carry_little():
+    from contract.emulation import FRAMES_LAST_FRAME_SHARE, frames_mtu_for
+    from contract.physics import DEFAULT_MTU, ETHERNET_MTU, ROCE_MTU
+
+    def choice(transfers, ops=10**9):
+        return frames_mtu_for(transfers, transfers, ops)
+
+    ncf = choice([32 * 1024] * 1016)  # NCF's transfers: 18% of their bytes in last frames at 9000
+    assert ncf.mtu == ROCE_MTU
+    assert ncf.last_frame_shares[DEFAULT_MTU] == pytest.approx(5924 / 32768)
+    assert ncf.last_frame_shares[ROCE_MTU] == pytest.approx(416 / 32768)
+    assert ncf.last_frame_shares[ROCE_MTU] <= FRAMES_LAST_FRAME_SHARE
+    assert ncf.added_frames == {DEFAULT_MTU: 0, ROCE_MTU: 5 * 1016, ETHERNET_MTU: 19 * 1016}
+    assert choice([64 * 1024] * 352).mtu == DEFAULT_MTU  # DLRM's: 4.4% at 9000
+    assert choice([8948 * 4 + 2000]).mtu == ROCE_MTU  # 5.3% at 9000: over the share
+    # a transfer of one small frame ends in it at any MTU: the largest of equals
+    assert choice([652] * 352).mtu == DEFAULT_MTU
+    assert choice([652] * 352).last_frame_shares == {DEFAULT_MTU: 1.0, ROCE_MTU: 1.0, ETHERNET_MTU: 1.0}
+    # none within the share: the one that leaves the least in last frames
+    assert choice([2000] * 10).mtu == ETHERNET_MTU
+    assert choice([]) == (DEFAULT_MTU, {}, {})  # no transfers
+
+
+def test_a_smaller_mtu_only_where_its_frames_are_few_next_to_the_ops():
+    """88 transfers of 32 KiB take 5 more frames each at 4096: 440 frames, 36% of 1,232 ops (NCF
+    on 12 servers has that many; with its AllReduce's messages 4096 would add 121%)."""
+    from contract.emulation import FRAMES_MTU_OPS_SHARE, frames_mtu_for
+    from contract.physics import DEFAULT_MTU, ROCE_MTU
+
+    transfers = [32 * 1024] * 88
+    assert 5 * 88 > FRAMES_MTU_OPS_SHARE * 1232
+    small = frames_mtu_for(transfers, transfers, 1232)
+    assert small.mtu == DEFAULT_MTU and list(small.last_frame_shares) == [DEFAULT_MTU]
+    assert small.added_frames[ROCE_MTU] == 5 * 88
+    assert frames_mtu_for(transfers, transfers, 5 * 88 * 4).mtu == ROCE_MTU  # exactly at the share
+    assert frames_mtu_for(transfers, transfers, 5 * 88 * 4 - 1).mtu == DEFAULT_MTU
+
+
+def test_mtu_auto_reads_and_writes_back():
+    """No ``mtu``, or ``mtu = "auto"``: the default MTU, the frames' MTU left to the run; a
+    stated MTU is kept and written back."""
+    from contract.physics import DEFAULT_MTU
+
+    for table in ({}, {"mtu": "auto"}):
+        config = EmulationConfig.from_table(table)
+        assert config.auto_mtu and config.mtu == DEFAULT_MTU and "mtu" not in config.table()
+    stated = EmulationConfig.from_table({"mtu": DEFAULT_MTU})
+    assert not stated.auto_mtu and stated.table()["mtu"] == DEFAULT_MTU
+    assert EmulationConfig.from_table(stated.table()) == stated
+    with pytest.raises(EmulationConfigError, match=r"emulation.mtu: expected bytes or \"auto\", got 'jumbo'"):
+        EmulationConfig.from_table({"mtu": "jumbo"})
+    with pytest.raises(EmulationConfigError, match="emulation.mtu: auto_mtu must be true or false"):
+        EmulationConfig(auto_mtu="yes")  # type: ignore[arg-type]

@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from contract.emulation import packets_for
+from contract.emulation import frames_mtu_for, packets_for
 from contract.errors import RunError, UsageError
 from contract.physics import OFFLOAD_PACKET_BYTES
 from contract.plan import Plan
@@ -165,12 +165,14 @@ def prepare_run(
     want_netem = s.emulation.netem == "on" or (s.emulation.netem == "auto" and netem_present())
     prepared = prepare(s, payload_scale, want_netem, reference_gbps)
     asked, dilation = s, None
+    s, packets_why = choose_packets(s, prepared.schedule)  # before the rate: frames cost the cores more
+    if s.emulation.mtu != prepared.emulated["mtu"]:
+        prepared = prepare(s, payload_scale, want_netem, reference_gbps)
     if not s.emulation.machines:  # the machine's cores carry every worker
         s, prepared, dilation = dilate(
             s, payload_scale, prepared, lambda p, scale: prepare(p, scale, want_netem, reference_gbps), log
         )
     plan, schedule, opts, emulated = prepared.plan, prepared.schedule, prepared.opts, prepared.emulated
-    s, packets_why = choose_packets(s, schedule)
     injector = injector_for(faults or [], plan, schedule, iterations, log)  # bad faults: exit 2, nothing built
     log(
         f"[1/4] planned {plan.topology} for {plan.model} on {plan.servers} servers; one iteration is "
@@ -209,20 +211,37 @@ def prepare_run(
 
 def choose_packets(s: Scenario, schedule: Schedule) -> tuple[Scenario, str]:
     """The scenario with ``[emulation] packets = "auto"`` made frames or offload for this
-    schedule (`contract.emulation.packets_for`), and why (empty: the scenario chose)."""
+    schedule (`contract.emulation.packets_for`) and, for frames where the scenario states no
+    ``mtu``, their MTU (`contract.emulation.frames_mtu_for`), and why (empty: the scenario chose)."""
     if s.emulation.packets != "auto" or s.emulation.machines:
         return s, ""
-    choice = packets_for(schedule.send_lengths(), [c.length for c in schedule.checks if c.kind == "copy"])
+    transfers = [c.length for c in schedule.checks if c.kind == "copy"]
+    choice = packets_for(schedule.send_lengths(), transfers)
     mode, kib = choice.mode, OFFLOAD_PACKET_BYTES // 1024
     why = f"{mode}: {choice.share:.0%} of the bytes sent go in messages of at most {kib} KiB"
     if choice.transfer_share:
         why += f", {choice.transfer_share:.0%} of the point-to-point transfers' bytes in transfers of at most {kib} KiB"
-    why += (
-        " (one offload packet each), so the cables carry MTU frames"
-        if mode == "frames"
-        else " (one offload packet each), so the cables keep the kernel's offload packets"
-    )
-    return replace(s, emulation=replace(s.emulation, packets=mode)), why
+    emulation = replace(s.emulation, packets=mode)
+    if mode == "offload":
+        why += " (one offload packet each), so the cables keep the kernel's offload packets"
+    elif not s.emulation.auto_mtu:
+        why += f" (one offload packet each), so the cables carry frames of their MTU, {s.emulation.mtu} bytes"
+    else:
+        mtu, shares, added = frames_mtu_for(transfers, schedule.send_lengths(), transfer_ops(schedule))
+        emulation = replace(emulation, mtu=mtu, auto_mtu=False)
+        why += f" (one offload packet each), so the cables carry frames of {mtu} bytes"
+        if shares:
+            at = ", ".join(
+                f"{share:.1%} of their bytes at {m}" if i == 0 else f"{share:.1%} at {m}"
+                for i, (m, share) in enumerate(shares.items())
+            )
+            why += f" (the transfers' last frames: {at}"
+            costly = [m for m in added if m not in shares]
+            if costly:
+                ops = transfer_ops(schedule)
+                why += "; " + ", ".join(f"{m} would add {added[m] / ops:.0%} of the ops in frames" for m in costly)
+            why += ")"
+    return replace(s, emulation=emulation), why
 
 
 def dilate(
@@ -239,7 +258,7 @@ def dilate(
 
     plan, schedule, opts = prepared.plan, prepared.schedule, prepared.opts
     auto = s.emulation.auto_rate
-    frames = choose_packets(s, schedule)[0].emulation.frames
+    frames = s.emulation.frames
     mtu = int(prepared.emulated["mtu"])
     cost = machine_cost(log, frames_mtu=mtu if frames else None)
     # the workers' memory is what the emulated hosts leave (they are built first)
