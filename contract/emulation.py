@@ -53,8 +53,8 @@ from .physics import (
     OFFLOAD_PACKET_BYTES,
     ROCE_MTU,
     cable_goodput,
-    extra_frames,
     last_frame_bytes,
+    tcp_packets,
     time_scale,
 )
 
@@ -296,12 +296,18 @@ class MtuChoice(NamedTuple):
 
 
 def frames_mtu_for(
-    transfer_bytes: Iterable[int], message_bytes: Iterable[int], ops: int, mtus: Iterable[int] = FRAMES_MTUS
+    transfer_bytes: Iterable[int],
+    message_bytes: Iterable[int],
+    ops: int,
+    message_hops: Iterable[int] | None = None,
+    mtus: Iterable[int] = FRAMES_MTUS,
 ) -> MtuChoice:
     """The MTU of cables that carry frames for a run whose point-to-point transfers are
-    ``transfer_bytes`` long, among its ``ops`` sends and receives of ``message_bytes``: of the
-    ``mtus`` whose frames add at most `FRAMES_MTU_OPS_SHARE` x ``ops`` to what the largest
-    takes (`contract.physics.extra_frames`), the largest at which the transfers' last frames
+    ``transfer_bytes`` long, among its ``ops`` sends and receives of ``message_bytes``, each
+    crossing ``message_hops`` cables (None: one): of the ``mtus`` whose frames add at most
+    `FRAMES_MTU_OPS_SHARE` x ``ops`` frame crossings of a cable to what the largest takes
+    (`contract.physics.tcp_packets` x hops: every cable end sends, every relay forwards, each
+    frame), the largest at which the transfers' last frames
     (`contract.physics.last_frame_bytes`) carry at most `FRAMES_LAST_FRAME_SHARE` of their
     bytes, else the one at which they carry the least (the largest of equals); the largest
     without transfers.
@@ -316,17 +322,20 @@ def frames_mtu_for(
     than predicted, at MTU 4096 (416 bytes, 1.3%) 0.9%, at 1500 (912 bytes, 2.8%) 0.5%; on 128
     servers 7.4% at 9000, 0.9% at 4096 and 0.1% at 1500 (docs/emulation.md section 3). Each
     frame costs the cores about as much as an op, and more than the automatic rate counts:
-    on 12 servers, where NCF's smaller frames would add 116% of its ops, 4096 measured 6.6% at
-    the rate chosen for it (0.4% at less than half of it), 9000 0.5-0.8%. DLRM's 64 KiB
+    on 12 servers, where NCF's frames of 4096 would add 121% of its ops, they measured 6.6% at
+    the rate chosen for them (0.4% at less than half of it), 9000 0.5-1.1%; on 64 servers of
+    degree 4, whose routes are long (4096: 4,032 more frames, 29,200 more frame crossings
+    next to 33,264 ops), 11.8% slower than predicted against 8.1% at 9000. DLRM's 64 KiB
     transfers (4.4% at 9000) measured within 0.6% at 9000 and 1.6-2.5% at 1500."""
     array = np.fromiter(transfer_bytes, np.int64)
     messages = np.fromiter(message_bytes, np.int64)
+    hops = np.ones_like(messages) if message_hops is None else np.fromiter(message_hops, np.int64)
     total = int(array.sum())
     ordered = sorted(mtus, reverse=True)
     if not total:
         return MtuChoice(ordered[0], {}, {})
-    base = extra_frames(messages, ordered[0])
-    added = {mtu: extra_frames(messages, mtu) - base for mtu in ordered}
+    crossings = {mtu: int((tcp_packets(messages, mtu) * hops).sum()) for mtu in ordered}
+    added = {mtu: crossings[mtu] - crossings[ordered[0]] for mtu in ordered}
     affordable = [mtu for mtu in ordered if added[mtu] <= FRAMES_MTU_OPS_SHARE * ops]
     shares = {mtu: int(last_frame_bytes(array, mtu).sum()) / total for mtu in affordable}
     within = [mtu for mtu in affordable if shares[mtu] <= FRAMES_LAST_FRAME_SHARE]

@@ -66,6 +66,17 @@ class Schedule:
         parts = [np.asarray(p.length, np.int64)[np.asarray(p.kind) == SEND] for p in self.programs]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
+    def send_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The sender and the receiver of every message, in `send_lengths`' order (int64)."""
+        sources, peers = [], []
+        for rank, p in enumerate(self.programs):
+            sends = np.asarray(p.kind) == SEND
+            sources.append(np.full(int(sends.sum()), rank, np.int64))
+            peers.append(np.broadcast_to(np.asarray(p.peer, np.int64), sends.shape)[sends])
+        if not sources:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(sources), np.concatenate(peers)
+
     def op_count(self) -> int:
         return sum(p.op_count for p in self.programs)
 

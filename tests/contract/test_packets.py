@@ -106,20 +106,6 @@ def test_a_smaller_mtu_only_where_its_frames_are_few_next_to_the_ops():
     assert small.added_frames[ROCE_MTU] == 5 * 88
     assert frames_mtu_for(transfers, transfers, 5 * 88 * 4).mtu == ROCE_MTU  # exactly at the share
     assert frames_mtu_for(transfers, transfers, 5 * 88 * 4 - 1).mtu == DEFAULT_MTU
-
-
-def test_mtu_auto_reads_and_writes_back():
-    """No ``mtu``, or ``mtu = "auto"``: the default MTU, the frames' MTU left to the run; a
-    stated MTU is kept and written back."""
-    from contract.physics import DEFAULT_MTU
-
-    for table in ({}, {"mtu": "auto"}):
-        config = EmulationConfig.from_table(table)
-        assert config.auto_mtu and config.mtu == DEFAULT_MTU and "mtu" not in config.table()
-    stated = EmulationConfig.from_table({"mtu": DEFAULT_MTU})
-    assert not stated.auto_mtu and stated.table()["mtu"] == DEFAULT_MTU
-    assert EmulationConfig.from_table(stated.table()) == stated
-    with pytest.raises(EmulationConfigError, match=r"emulation.mtu: expected bytes or \"auto\", got 'jumbo'"):
-        EmulationConfig.from_table({"mtu": "jumbo"})
-    with pytest.raises(EmulationConfigError, match="emulation.mtu: auto_mtu must be true or false"):
-        EmulationConfig(auto_mtu="yes")  # type: ignore[arg-type]
+    # every cable a message crosses sends its frames: two hops each, twice the frames
+    assert frames_mtu_for(transfers, transfers, 5 * 88 * 4, [2] * 88).mtu == DEFAULT_MTU
+    assert frames_mtu_for(transfers, transfers, 5 * 88 * 8, [2] * 88).added_frames[ROCE_MTU] == 2 * 5 * 88

@@ -13,7 +13,8 @@ from topolab.run.measured_run import choose_packets
 def _choice(scenario_dir, name: str, **emulation):
     s = load_scenario(scenario_dir / name)
     s = replace(s, emulation=replace(s.emulation, **emulation))
-    return choose_packets(s, prepare(s).schedule)
+    prepared = prepare(s)
+    return choose_packets(s, prepared.schedule, prepared.plan)
 
 
 def test_ncf_all_to_all_takes_frames(scenario_dir):
@@ -25,7 +26,8 @@ def test_ncf_all_to_all_takes_frames(scenario_dir):
     assert why.startswith("frames: 100% of the bytes sent go in messages of at most 64 KiB")
     assert why.endswith(
         "so the cables carry frames of 9000 bytes (the transfers' last frames: 18.1% of their bytes at 9000; "
-        "4096 would add 121% of the ops in frames, 1500 would add 436% of the ops in frames)"
+        "4096 would add 155% of the ops in frames crossing cables, 1500 would add 562% of the ops in frames "
+        "crossing cables)"
     )
 
 
@@ -69,3 +71,11 @@ def test_a_stated_choice_is_kept(scenario_dir):
     assert s.emulation.packets == "offload" and why == ""
     s, why = _choice(scenario_dir, "topoopt-12.toml", packets="frames")
     assert s.emulation.packets == "frames" and why == ""
+
+
+def test_hop_counts_are_the_routes_cables(scenario_dir):
+    plan = prepare(load_scenario(scenario_dir / "expander-12.toml")).plan
+    hops = plan.network.hop_counts
+    n = plan.servers
+    assert all(hops[u, v] == len(plan.path(u, v)) - 1 for u in range(n) for v in range(n))
+    assert hops.max() >= 2 and not hops.diagonal().any()

@@ -165,7 +165,7 @@ def prepare_run(
     want_netem = s.emulation.netem == "on" or (s.emulation.netem == "auto" and netem_present())
     prepared = prepare(s, payload_scale, want_netem, reference_gbps)
     asked, dilation = s, None
-    s, packets_why = choose_packets(s, prepared.schedule)  # before the rate: frames cost the cores more
+    s, packets_why = choose_packets(s, prepared.schedule, prepared.plan)  # before the rate: frames cost more
     if s.emulation.mtu != prepared.emulated["mtu"]:
         prepared = prepare(s, payload_scale, want_netem, reference_gbps)
     if not s.emulation.machines:  # the machine's cores carry every worker
@@ -209,10 +209,11 @@ def prepare_run(
     return run
 
 
-def choose_packets(s: Scenario, schedule: Schedule) -> tuple[Scenario, str]:
+def choose_packets(s: Scenario, schedule: Schedule, plan: Plan) -> tuple[Scenario, str]:
     """The scenario with ``[emulation] packets = "auto"`` made frames or offload for this
     schedule (`contract.emulation.packets_for`) and, for frames where the scenario states no
-    ``mtu``, their MTU (`contract.emulation.frames_mtu_for`), and why (empty: the scenario chose)."""
+    ``mtu``, their MTU (`contract.emulation.frames_mtu_for`: each message's frames on every
+    cable of its route in ``plan``), and why (empty: the scenario chose)."""
     if s.emulation.packets != "auto" or s.emulation.machines:
         return s, ""
     transfers = [c.length for c in schedule.checks if c.kind == "copy"]
@@ -227,7 +228,8 @@ def choose_packets(s: Scenario, schedule: Schedule) -> tuple[Scenario, str]:
     elif not s.emulation.auto_mtu:
         why += f" (one offload packet each), so the cables carry frames of their MTU, {s.emulation.mtu} bytes"
     else:
-        mtu, shares, added = frames_mtu_for(transfers, schedule.send_lengths(), transfer_ops(schedule))
+        hops = plan.network.hop_counts[schedule.send_pairs()]
+        mtu, shares, added = frames_mtu_for(transfers, schedule.send_lengths(), transfer_ops(schedule), hops)
         emulation = replace(emulation, mtu=mtu, auto_mtu=False)
         why += f" (one offload packet each), so the cables carry frames of {mtu} bytes"
         if shares:
@@ -239,7 +241,9 @@ def choose_packets(s: Scenario, schedule: Schedule) -> tuple[Scenario, str]:
             costly = [m for m in added if m not in shares]
             if costly:
                 ops = transfer_ops(schedule)
-                why += "; " + ", ".join(f"{m} would add {added[m] / ops:.0%} of the ops in frames" for m in costly)
+                why += "; " + ", ".join(
+                    f"{m} would add {added[m] / ops:.0%} of the ops in frames crossing cables" for m in costly
+                )
             why += ")"
     return replace(s, emulation=emulation), why
 
