@@ -83,9 +83,9 @@ FRAMES_LAST_FRAME_SHARE = 0.05
 """With frames and no stated ``mtu``, the cables take the largest of `FRAMES_MTUS` at which the
 last frames of the point-to-point transfers carry at most this share of their bytes
 (`frames_mtu_for`)."""
-FRAMES_MTU_OPS_SHARE = 0.25
-"""A smaller MTU for frames is weighed only where the frames it adds are at most this share of
-the schedule's sends and receives (`frames_mtu_for`)."""
+FRAMES_MTU_OPS_SHARE = 1.0
+"""A smaller MTU for frames is weighed only where the frame crossings of a cable it adds are at
+most this share of the schedule's sends and receives (`frames_mtu_for`)."""
 AUTO_RATE = "auto"  # link_mbps = "auto": automatic time dilation (EmulationConfig.auto_rate)
 AUTO_MTU = "auto"  # mtu = "auto", or no mtu: the frames' MTU chosen for the schedule (EmulationConfig.auto_mtu)
 DEFAULT_LINK_MBPS = 100.0  # see the module docstring for why 100
@@ -322,11 +322,11 @@ def frames_mtu_for(
     than predicted, at MTU 4096 (416 bytes, 1.3%) 0.9%, at 1500 (912 bytes, 2.8%) 0.5%; on 128
     servers 7.4% at 9000, 0.9% at 4096 and 0.1% at 1500 (docs/emulation.md section 3). Each
     frame costs the cores about as much as an op, and more than the automatic rate counts:
-    on 12 servers, where NCF's frames of 4096 would add 121% of its ops, they measured 6.6% at
-    the rate chosen for them (0.4% at less than half of it), 9000 0.5-1.1%; on 64 servers of
-    degree 4, whose routes are long (4096: 4,032 more frames, 29,200 more frame crossings
-    next to 33,264 ops), 11.8% slower than predicted against 8.1% at 9000. DLRM's 64 KiB
-    transfers (4.4% at 9000) measured within 0.6% at 9000 and 1.6-2.5% at 1500."""
+    on 12 servers, where NCF's frames of 4096 would add 155% of its ops in frame crossings,
+    they measured 6.6% at the rate chosen for them (0.4% at less than half of it), 9000
+    0.5-1.1%. On 128 servers of degree 4 (62%) 4096 measured 6.6% and 8.3% faster than
+    predicted where 9000 measured 16.8% and 22.0%. DLRM's 64 KiB transfers (4.4% at 9000)
+    measured within 0.6% at 9000 and 1.6-2.5% at 1500."""
     array = np.fromiter(transfer_bytes, np.int64)
     messages = np.fromiter(message_bytes, np.int64)
     hops = np.ones_like(messages) if message_hops is None else np.fromiter(message_hops, np.int64)

@@ -94,18 +94,16 @@ def test_frames_mtu_is_the_largest_whose_last_frames_carry_little():
 
 
 def test_a_smaller_mtu_only_where_its_frames_are_few_next_to_the_ops():
-    """88 transfers of 32 KiB take 5 more frames each at 4096: 440 frames, 36% of 1,232 ops (NCF
-    on 12 servers has that many; with its AllReduce's messages 4096 would add 121%)."""
+    """88 transfers of 32 KiB take 5 more frames each at 4096: 440 frames, more than 400 ops."""
     from contract.emulation import FRAMES_MTU_OPS_SHARE, frames_mtu_for
     from contract.physics import DEFAULT_MTU, ROCE_MTU
 
     transfers = [32 * 1024] * 88
-    assert 5 * 88 > FRAMES_MTU_OPS_SHARE * 1232
-    small = frames_mtu_for(transfers, transfers, 1232)
+    limit = round(5 * 88 / FRAMES_MTU_OPS_SHARE)  # the ops at which 4096's frames are exactly at the share
+    small = frames_mtu_for(transfers, transfers, limit - 1)
     assert small.mtu == DEFAULT_MTU and list(small.last_frame_shares) == [DEFAULT_MTU]
     assert small.added_frames[ROCE_MTU] == 5 * 88
-    assert frames_mtu_for(transfers, transfers, 5 * 88 * 4).mtu == ROCE_MTU  # exactly at the share
-    assert frames_mtu_for(transfers, transfers, 5 * 88 * 4 - 1).mtu == DEFAULT_MTU
+    assert frames_mtu_for(transfers, transfers, limit).mtu == ROCE_MTU
     # every cable a message crosses sends its frames: two hops each, twice the frames
-    assert frames_mtu_for(transfers, transfers, 5 * 88 * 4, [2] * 88).mtu == DEFAULT_MTU
-    assert frames_mtu_for(transfers, transfers, 5 * 88 * 8, [2] * 88).added_frames[ROCE_MTU] == 2 * 5 * 88
+    assert frames_mtu_for(transfers, transfers, limit, [2] * 88).mtu == DEFAULT_MTU
+    assert frames_mtu_for(transfers, transfers, 2 * limit, [2] * 88).added_frames[ROCE_MTU] == 2 * 5 * 88

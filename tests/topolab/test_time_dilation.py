@@ -252,6 +252,16 @@ def test_a_warm_up_over_the_share_lowers_the_rate(rate, load, want):
     assert rate_for_measured_load(rate, load) == want
 
 
+def test_with_frames_a_warm_up_over_their_smaller_share_lowers_the_rate():
+    """NCF on 64 servers of degree 4 in frames: 47% at 30 Mbit/s is within 50% but over 40%."""
+    from topolab.run.time_dilation import FRAMES_MEASURED_SHARE, WORKER_CPU_SHARE
+
+    assert FRAMES_MEASURED_SHARE < 0.47 < WORKER_CPU_SHARE
+    assert rate_for_measured_load(30.0, 0.47) is None
+    assert rate_for_measured_load(30.0, 0.47, FRAMES_MEASURED_SHARE) == 15.0  # 30 x 0.4 / 0.47 x 0.75 = 19.1
+    assert rate_for_measured_load(30.0, 0.39, FRAMES_MEASURED_SHARE) is None
+
+
 def test_no_rate_below_the_emulator_minimum_after_a_warm_up():
     assert rate_for_measured_load(MIN_LINK_MBPS, 0.99) is None
     assert rate_for_measured_load(MIN_LINK_MBPS * 1.2, 5.0) == MIN_LINK_MBPS
@@ -262,9 +272,12 @@ def test_a_warm_up_over_the_share_ends_the_attempt_with_the_lower_rate():
 
     from topolab.run.measured_run import RateTooHigh, check_measured_load
 
-    def run_at(rate: float, cores: int = 2):
+    def run_at(rate: float, cores: int = 2, frames: bool = False):
         dilation = {"auto": True, "link_mbps": rate, "cores": cores}
-        return SimpleNamespace(results=SimpleNamespace(emulation=SimpleNamespace(dilation=dilation)))
+        return SimpleNamespace(
+            results=SimpleNamespace(emulation=SimpleNamespace(dilation=dilation)),
+            scenario=SimpleNamespace(emulation=SimpleNamespace(frames=frames)),
+        )
 
     warm_up = SimpleNamespace(time_s=3.0, ranks=[{"cpu_s": 0.0325 * 3.0 * 2}] * 20)  # 65% of 2 cores
     with pytest.raises(RateTooHigh) as high:
@@ -272,3 +285,6 @@ def test_a_warm_up_over_the_share_ends_the_attempt_with_the_lower_rate():
     assert (high.value.link_mbps, high.value.at_mbps) == (15.0, 30.0)
     assert high.value.measured_load == pytest.approx(0.65)
     check_measured_load(run_at(30.0, cores=4), warm_up)  # 32.5% of 4 cores: kept
+    with pytest.raises(RateTooHigh) as high:  # with frames, 47% is over their share of 40%
+        check_measured_load(run_at(30.0, cores=4, frames=True), SimpleNamespace(time_s=3.0, ranks=[{"cpu_s": 5.64}]))
+    assert (high.value.link_mbps, high.value.share) == (15.0, 0.4)

@@ -82,6 +82,7 @@ from ..results.trace_events import clock_metadata, trace_ranks, write_iteration_
 from .faults import FaultInjector, injector_for
 from .machine_probe import machine_cost
 from .time_dilation import (
+    FRAMES_MEASURED_SHARE,
     MEASURED_LOAD_RETRIES,
     WORKER_CPU_SHARE,
     Dilation,
@@ -100,9 +101,9 @@ class RateTooHigh(Exception):
     (`topolab.run.time_dilation.rate_for_measured_load`): `execute` builds the network again
     at ``link_mbps``. Never leaves `execute`."""
 
-    def __init__(self, link_mbps: float, measured_load: float, at_mbps: float) -> None:
+    def __init__(self, link_mbps: float, measured_load: float, at_mbps: float, share: float = WORKER_CPU_SHARE) -> None:
         super().__init__(f"the warm-up at {at_mbps:g} Mbit/s kept the workers {measured_load:.0%} busy")
-        self.link_mbps, self.measured_load, self.at_mbps = link_mbps, measured_load, at_mbps
+        self.link_mbps, self.measured_load, self.at_mbps, self.share = link_mbps, measured_load, at_mbps, share
 
 
 T = TypeVar("T")
@@ -459,9 +460,10 @@ def check_measured_load(run: RunState, res: Any) -> None:
     if not cores or not rate or res.time_s <= 0:
         return
     load = sum(r.get("cpu_s", 0.0) for r in res.ranks) / (cores * res.time_s)
-    lower = rate_for_measured_load(rate, load)
+    share = FRAMES_MEASURED_SHARE if run.scenario.emulation.frames else WORKER_CPU_SHARE
+    lower = rate_for_measured_load(rate, load, share)
     if lower is not None:
-        raise RateTooHigh(lower, load, rate)
+        raise RateTooHigh(lower, load, rate, share)
 
 
 def write_trace(run: RunState, res: Any, clocks: dict[int, Any], index: int) -> None:
@@ -574,7 +576,8 @@ def with_rate_checks(
             return attempt(s, tries < MEASURED_LOAD_RETRIES, notes)
         except RateTooHigh as high:
             why = (
-                f"automatic rate: {high}, over their share of {WORKER_CPU_SHARE:.0%}; "
+                f"automatic rate: {high}, over their share of {high.share:.0%}"
+                f"{' with frames' if high.share != WORKER_CPU_SHARE else ''}; "
                 f"network built again at {high.link_mbps:g} Mbit/s"
             )
             log(f"      {why}")
