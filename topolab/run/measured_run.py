@@ -229,8 +229,8 @@ def choose_packets(s: Scenario, schedule: Schedule, plan: Plan) -> tuple[Scenari
     elif not s.emulation.auto_mtu:
         why += f" (one offload packet each), so the cables carry frames of their MTU, {s.emulation.mtu} bytes"
     else:
-        hops = plan.network.hop_counts[schedule.send_pairs()]
-        mtu, shares, added = frames_mtu_for(transfers, schedule.send_lengths(), transfer_ops(schedule), hops)
+        hops, ops = plan.network.hop_counts[schedule.send_pairs()], transfer_ops(schedule)
+        mtu, shares, added = frames_mtu_for(transfers, schedule.send_lengths(), ops, hops)
         emulation = replace(emulation, mtu=mtu, auto_mtu=False)
         why += f" (one offload packet each), so the cables carry frames of {mtu} bytes"
         if shares:
@@ -241,7 +241,6 @@ def choose_packets(s: Scenario, schedule: Schedule, plan: Plan) -> tuple[Scenari
             why += f" (the transfers' last frames: {at}"
             costly = [m for m in added if m not in shares]
             if costly:
-                ops = transfer_ops(schedule)
                 why += "; " + ", ".join(
                     f"{m} would add {added[m] / ops:.0%} of the ops in frames crossing cables" for m in costly
                 )
