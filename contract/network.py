@@ -185,23 +185,6 @@ class Network:
         """``nodes x nodes`` int32 array of next hops (-1 on the diagonal)."""
         return np.asarray(next_hop_array(self.routes, self.nodes), dtype=np.int32)
 
-    @cached_property
-    def hop_counts(self) -> npt.NDArray[np.int64]:
-        """``nodes x nodes`` int64 array: the cables a packet from ``u`` to ``v`` crosses
-        (`path` length - 1; 0 on the diagonal and where there is no route)."""
-        nh = self.next_hop.astype(np.int64)
-        n = nh.shape[0]
-        hops = np.zeros((n, n), np.int64)
-        at = np.repeat(np.arange(n)[:, None], n, axis=1)
-        dst = np.repeat(np.arange(n)[None, :], n, axis=0)
-        for _ in range(n):
-            moving = (at != dst) & (at >= 0)
-            if not moving.any():
-                break
-            hops[moving] += 1
-            at = np.where(moving, nh[np.maximum(at, 0), dst], at)
-        return np.where(at == dst, hops, 0)
-
     def path(self, src: int, dst: int) -> list[int]:
         """The node sequence a packet from ``src`` to ``dst`` follows, both ends included."""
         nh = self.next_hop

@@ -57,6 +57,7 @@ from contract.physics import OFFLOAD_PACKET_BYTES
 from contract.plan import Plan
 from contract.schedule import Schedule
 from planner import Scenario
+from planner.topology.routing import hop_counts
 
 from ..common.calibrate import measure_op_overhead, zero_payload_twin
 from ..common.network import NetworkFlags, network_config, open_network, refuse_machines
@@ -101,7 +102,7 @@ class RateTooHigh(Exception):
     (`topolab.run.time_dilation.rate_for_measured_load`): `execute` builds the network again
     at ``link_mbps``. Never leaves `execute`."""
 
-    def __init__(self, link_mbps: float, measured_load: float, at_mbps: float, share: float = WORKER_CPU_SHARE) -> None:
+    def __init__(self, link_mbps: float, measured_load: float, at_mbps: float, share: float) -> None:
         super().__init__(f"the warm-up at {at_mbps:g} Mbit/s kept the workers {measured_load:.0%} busy")
         self.link_mbps, self.measured_load, self.at_mbps, self.share = link_mbps, measured_load, at_mbps, share
 
@@ -214,11 +215,11 @@ def choose_packets(s: Scenario, schedule: Schedule, plan: Plan) -> tuple[Scenari
     """The scenario with ``[emulation] packets = "auto"`` made frames or offload for this
     schedule (`contract.emulation.packets_for`) and, for frames where the scenario states no
     ``mtu``, their MTU (`contract.emulation.frames_mtu_for`: each message's frames on every
-    cable of its route in ``plan``), and why (empty: the scenario chose)."""
+    cable of its route in ``plan``, `planner.topology.routing.hop_counts`), and why (empty: the scenario chose)."""
     if s.emulation.packets != "auto" or s.emulation.machines:
         return s, ""
-    transfers = [c.length for c in schedule.checks if c.kind == "copy"]
-    choice = packets_for(schedule.send_lengths(), transfers)
+    transfers, lengths = [c.length for c in schedule.checks if c.kind == "copy"], schedule.send_lengths()
+    choice = packets_for(lengths, transfers)
     mode, kib = choice.mode, OFFLOAD_PACKET_BYTES // 1024
     why = f"{mode}: {choice.share:.0%} of the bytes sent go in messages of at most {kib} KiB"
     if choice.transfer_share:
@@ -229,8 +230,8 @@ def choose_packets(s: Scenario, schedule: Schedule, plan: Plan) -> tuple[Scenari
     elif not s.emulation.auto_mtu:
         why += f" (one offload packet each), so the cables carry frames of their MTU, {s.emulation.mtu} bytes"
     else:
-        hops, ops = plan.network.hop_counts[schedule.send_pairs()], transfer_ops(schedule)
-        mtu, shares, added = frames_mtu_for(transfers, schedule.send_lengths(), ops, hops)
+        hops, ops = hop_counts(plan.next_hop, plan.servers)[schedule.send_pairs()], transfer_ops(schedule)
+        mtu, shares, added = frames_mtu_for(transfers, lengths, ops, hops)
         emulation = replace(emulation, mtu=mtu, auto_mtu=False)
         why += f" (one offload packet each), so the cables carry frames of {mtu} bytes"
         if shares:
