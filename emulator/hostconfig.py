@@ -340,13 +340,15 @@ def tc_limit_s(lines: int, parallel: int) -> float:
 
 @dataclass(frozen=True)
 class TcPhase:
-    """What `apply_qdiscs` ran: ``hosts`` batches, ``parallel`` at a time, the longest of
-    ``most_lines`` lines, bounded by ``limit_s`` (the largest limit of any batch)."""
+    """What `apply_qdiscs` ran: ``hosts`` batches of ``lines`` lines in all, ``parallel`` at a
+    time, the longest of ``most_lines`` lines, bounded by ``limit_s`` (the largest limit of any
+    batch)."""
 
     hosts: int
     parallel: int
     most_lines: int
     limit_s: float
+    lines: int = 0
 
 
 def apply_qdiscs(
@@ -367,7 +369,7 @@ def apply_qdiscs(
     lines = [text.count("\n") for text in texts]
     parallel = parallel or tc_parallelism(len(work))
     limits = [tc_limit_s(n, parallel) if timeout_s is None else timeout_s for n in lines]
-    phase = TcPhase(len(work), parallel, max(lines, default=0), max(limits, default=0.0))
+    phase = TcPhase(len(work), parallel, max(lines, default=0), max(limits, default=0.0), sum(lines))
     if not work:
         return phase
     outcomes: dict[int, str] = {}  # by the host's place in ``work``

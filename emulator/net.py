@@ -56,7 +56,7 @@ from .addressing import RANGE, Port, identity, node_name, plane_address, ports_o
 from .cable import cable_shaping, make_cables, shared_classes
 from .config import EmulationConfig
 from .errors import EmulationError, EmulationInputError
-from .host import HOST_START_TIMEOUT_S, EmulatedHost, end_hosts
+from .host import HOST_START_TIMEOUT_S, EmulatedHost, end_hosts, kernel_cleanup_limit_s, wait_kernel_cleanup
 from .hostconfig import apply_qdiscs, check_qdiscs, configure_host
 from .interface import BuiltRates
 from .live import LiveChanges
@@ -135,6 +135,7 @@ class EmulatedNetwork(BuiltRates):
         self._state: RunState | None = None
         self._old_handlers: dict[int, Any] = {}
         self._started = self._stopped = False
+        self._tc_lines = 0  # the hosts' tc batches' lines, for the kernel's cleanup's limit
         self._netns: set[int] = set()
         self.live = LiveChanges(self)  # cable down/up, rate, routes while running (emulator.live)
 
@@ -257,6 +258,8 @@ class EmulatedNetwork(BuiltRates):
         try:
             self._end_processes()
             stuck = end_hosts(self.hosts)
+            if self.hosts and not stuck:
+                self._wait_kernel_cleanup()
         finally:
             if stuck:
                 self.log(
@@ -269,6 +272,18 @@ class EmulatedNetwork(BuiltRates):
                 self._lock.release()
             self._restore_signal_handlers(masked)
             self.facts["teardown_s"] = time.perf_counter() - t0
+
+    def _wait_kernel_cleanup(self) -> None:
+        """Wait for the kernel to free the namespaces just ended (`host.wait_kernel_cleanup`),
+        bounded by what the network had; past the bound, say so and go on."""
+        cleanup = wait_kernel_cleanup(kernel_cleanup_limit_s(self._tc_lines, len(self.network.links)))
+        self.facts["kernel_cleanup_s"] = cleanup.waited_s
+        if not cleanup.done:
+            self.log(
+                f"emulator: the kernel was still freeing network namespaces {cleanup.waited_s:.1f} s after "
+                f"the hosts ended (limit {cleanup.limit_s:.3g} s); it finishes alone, and a build started "
+                "meanwhile waits for it"
+            )
 
     # ---- build -----------------------------------------------------------------------
     def _decide_netem(self) -> None:
@@ -321,6 +336,7 @@ class EmulatedNetwork(BuiltRates):
         delay_us = self.delay_us if self.netem else 0.0
         work = [(host, self.shaping_of(u, delay_us)) for u, host in enumerate(self.hosts) if self.ports[u]]
         tc = apply_qdiscs(work, self.netem)
+        self._tc_lines = tc.lines
         phases["tc"] = -t + (t := time.perf_counter())
         self.facts["tc_batches"] = {"parallel": tc.parallel, "most_lines": tc.most_lines, "limit_s": tc.limit_s}
         check_qdiscs(work, self.netem)

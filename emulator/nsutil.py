@@ -76,6 +76,29 @@ def all_pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
 
+NETNS_WORKQUEUE_MARK = "+netns"
+"""How a kernel worker's name shows that it runs the work that frees network namespaces
+(``kworker/u8:3+netns``: Linux appends ``+`` and the workqueue's name while a worker executes
+its work, in ``/proc/PID/comm``)."""
+
+
+def kernel_freeing_namespaces(proc: str = "/proc") -> bool:
+    """Whether the kernel is freeing network namespaces now (its ``netns`` workqueue runs: their
+    cables, classes and routes go, under the routing-netlink lock every tc and netlink change
+    also takes). A kernel that does not name its workers so reads as not freeing."""
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{entry}/comm", encoding="utf-8", errors="replace") as f:
+                name = f.read()
+        except OSError:
+            continue
+        if name.startswith("kworker") and NETNS_WORKQUEUE_MARK in name:
+            return True
+    return False
+
+
 def pids_in_netns(inodes: set[int]) -> list[int]:
     """PIDs of every process living in one of the network namespaces ``inodes``."""
     if not inodes:

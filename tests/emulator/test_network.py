@@ -87,6 +87,9 @@ def test_build_and_teardown_leave_nothing(tmp_path):
         assert (tmp_path / f"run-{os.getpid()}.json").exists()
         assert _root_links() == before, "cables must never appear in the root namespace"
     assert net.facts["build_s"] > 0 and net.facts["teardown_s"] < 5
+    # the teardown ended once the kernel had freed the namespaces (the next build's tc waits for it)
+    assert 0 < net.facts["kernel_cleanup_s"] <= net.facts["teardown_s"]
+    assert not nsutil.kernel_freeing_namespaces()
     _assert_gone(shells + procs, netns, tmp_path, before)
 
 

@@ -304,3 +304,77 @@ def test_an_htb_class_bursts_one_frame_or_50_us_of_its_rate():
     text = shaping.tc_batch([s], use_netem=False)
     assert text.count("burst 1514b cburst 1514b") == 3  # the cable's class, the default, destination 3
     assert "burst 1514b cburst 1514b" in shaping.tc_rate_change([s])
+
+
+def _proc_with(proc, names: dict[str, str]) -> str:
+    """A /proc of processes named ``names`` by PID."""
+    for pid, name in names.items():
+        (proc / pid).mkdir(parents=True)
+        (proc / pid / "comm").write_text(name + "\n")
+    (proc / "self").mkdir()  # not a PID: skipped
+    (proc / "77").mkdir()  # a process gone before its comm was read: skipped
+    return str(proc)
+
+
+def test_the_kernel_frees_namespaces_while_a_worker_runs_the_netns_workqueue(tmp_path):
+    from emulator.nsutil import kernel_freeing_namespaces
+
+    busy = _proc_with(tmp_path / "busy", {"1": "systemd", "40": "kworker/u8:3+netns"})
+    idle = _proc_with(tmp_path / "idle", {"1": "systemd", "40": "kworker/u8:3-netns", "41": "bash+netns"})
+    assert kernel_freeing_namespaces(busy) is True
+    assert kernel_freeing_namespaces(idle) is False  # done ("-"), or not a kernel worker
+
+
+class _FakeKernel:
+    """A clock that only ``sleep`` moves, and a kernel freeing namespaces for its first looks."""
+
+    def __init__(self, busy_looks: int):
+        self.now = 100.0
+        self.busy_looks = busy_looks
+        self.looks = 0
+
+    def freeing(self) -> bool:
+        self.looks += 1
+        return self.looks <= self.busy_looks
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_the_teardown_waits_until_the_kernel_is_quiet_some_looks_in_a_row():
+    from emulator.host import KERNEL_CLEANUP_POLL_S, KERNEL_CLEANUP_QUIET_POLLS, wait_kernel_cleanup
+
+    kernel = _FakeKernel(busy_looks=5)
+    cleanup = wait_kernel_cleanup(10.0, kernel.freeing, kernel.clock, kernel.sleep)
+    assert cleanup.done and kernel.looks == 5 + KERNEL_CLEANUP_QUIET_POLLS
+    assert cleanup.waited_s == pytest.approx((kernel.looks - 1) * KERNEL_CLEANUP_POLL_S)
+    quiet = _FakeKernel(busy_looks=0)  # nothing to free: three looks, no more
+    assert wait_kernel_cleanup(10.0, quiet.freeing, quiet.clock, quiet.sleep).done
+    assert quiet.looks == KERNEL_CLEANUP_QUIET_POLLS
+
+
+def test_a_kernel_still_freeing_at_the_limit_ends_the_wait_undone():
+    from emulator.host import KERNEL_CLEANUP_POLL_S, wait_kernel_cleanup
+
+    kernel = _FakeKernel(busy_looks=10**6)
+    cleanup = wait_kernel_cleanup(1.0, kernel.freeing, kernel.clock, kernel.sleep)
+    assert not cleanup.done and cleanup.limit_s == 1.0
+    assert 1.0 <= cleanup.waited_s < 1.0 + 2 * KERNEL_CLEANUP_POLL_S
+
+
+def test_the_kernel_cleanup_limit_grows_with_the_tc_lines_and_cables():
+    from contract.limits import limit_s, work_limit_s
+    from emulator.host import (
+        KERNEL_CLEANUP_FLOOR_S,
+        KERNEL_CLEANUP_LINE_S,
+        KERNEL_CLEANUP_PAIR_S,
+        kernel_cleanup_limit_s,
+    )
+
+    assert kernel_cleanup_limit_s(1000, 48) == limit_s(KERNEL_CLEANUP_FLOOR_S)  # 12 hosts: the floor
+    big = kernel_cleanup_limit_s(157_440, 512)  # ncf-128's hosts: 1,230 lines each
+    assert big == work_limit_s(KERNEL_CLEANUP_FLOOR_S, 157_440 * KERNEL_CLEANUP_LINE_S + 512 * KERNEL_CLEANUP_PAIR_S)
+    assert big > limit_s(KERNEL_CLEANUP_FLOOR_S)
