@@ -1,6 +1,6 @@
 """The emulated side of the scale benchmark (`benchmarks/scale.py` measures the planner's): how
 one machine emulates n servers, and the scale matrix of jobs x sizes x degrees. Needs root
-(``--plot-only`` does not).
+(``--plot-only`` and ``--table`` do not).
 
 For n servers on TopoOpt of degree d and a job (ResNet-50 data parallel from
 scenarios/resnet50-128.toml, DLRM hybrid from scenarios/dlrm-128.toml, NCF hybrid from
@@ -32,13 +32,15 @@ Every cell is written to benchmarks/results/scale_matrix.json as soon as it ends
 keeps what it measured; each cell keeps the command that measures it again alone), and
 ``--resume`` skips the cells measured there already (a failed cell is tried again). The heat
 map benchmarks/results/scale_matrix.png (rows job / strategy / degree, columns sizes, colour
-the error) is drawn from that JSON alone at the end, or with ``--plot-only``. When a cell
+the error) is drawn from that JSON alone at the end, or with ``--plot-only``; ``--table`` prints
+the JSON as a Markdown table (rate, errors, the commit and day of each cell). When a cell
 fails, the larger sizes of its job and degree are not run (they need more of the machine).
 
     sudo .venv/bin/python benchmarks/scale_emulated.py [--sizes 12,32,64,128] [--jobs resnet50,dlrm]
         [--degrees 4,8] [--iterations 2] [--iperf-max-pairs 600] [--run-dir DIR]
         [--resume] [--matrix-only] [--matrix-out FILE]
     .venv/bin/python benchmarks/scale_emulated.py --plot-only
+    .venv/bin/python benchmarks/scale_emulated.py --table
 
 Prints a table; unless ``--matrix-only``, writes the section "emulated" of
 benchmarks/results/scale.json (other sections kept; the rows of the cells asked) and
@@ -530,6 +532,39 @@ def heat_grid(doc: dict[str, Any], cells: Iterable[Cell]) -> tuple[list[tuple[st
     return rows, sizes, held
 
 
+def matrix_table(doc: dict[str, Any], cells: Iterable[Cell] = ()) -> str:
+    """The matrix JSON as a Markdown table, a line per cell in the heat map's order (the
+    cells given, "not run" where the JSON has none): the rate and payload scale chosen (and
+    the rates the warm-up rebuilt from), predicted and measured ms, the error, wall seconds an
+    iteration, the workers' load, and the commit and day each cell was measured at."""
+    rows, sizes, held = heat_grid(doc, cells)
+    lines = [
+        "| job | d | servers | rate | payload | predicted | measured | error | s/it | load | commit, day |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for job, strategy, degree in rows:
+        for n in sizes:
+            row = held.get((job, strategy, n, degree))
+            name = f"{JOB_NAMES.get(job, job)} {strategy}"
+            if row is None:
+                lines.append(f"| {name} | {degree} | {n} | not run | | | | | | | |")
+                continue
+            if row.get("status") != "measured" or row.get("error") is None:
+                why = short_reason(row.get("failed") or "").replace("\n", " ")
+                lines.append(f"| {name} | {degree} | {n} | failed: {why} | | | | | | | {row.get('commit', '')} |")
+                continue
+            rate = f"{row['link_mbps']:g} Mbit/s"
+            if row.get("rates_rebuilt_from"):
+                rate += " (from " + ", ".join(f"{r:g}" for r in row["rates_rebuilt_from"]) + ")"
+            error = f"{100 * row['error']:.1f}%" + ("" if row.get("verified") else " NOT VERIFIED")
+            lines.append(
+                f"| {name} | {degree} | {n} | {rate} | {row['payload_scale']:g} | {row['predicted_ms']:.3f} ms "
+                f"| {row['measured_ms']:.3f} ms | {error} | {seconds(row.get('wall_s_per_iteration'))} "
+                f"| {fmt(row.get('cpu_load'), '.0%')} | {row.get('commit', '')}, {str(row.get('started', ''))[:10]} |"
+            )
+    return "\n".join(lines)
+
+
 def heat_map(doc: dict[str, Any], path: Path, cells: Iterable[Cell] = ()) -> None:
     """scale_matrix.png from the matrix JSON alone: a row per job / strategy / degree, a
     column per size, the colour and the figure the cell's error (grey: not run or failed)."""
@@ -661,6 +696,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--matrix-only", action="store_true", help="write the matrix JSON and its heat map only, not --out")
     ap.add_argument("--resume", action="store_true", help="skip the cells measured in the matrix JSON already")
     ap.add_argument("--plot-only", action="store_true", help="draw the heat map from the matrix JSON; run nothing")
+    ap.add_argument(
+        "--table", action="store_true", help="print the matrix JSON as a Markdown table, a line per cell; run nothing"
+    )
     return ap.parse_args(argv)
 
 
@@ -675,12 +713,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     heat_png = args.matrix_out.with_suffix(".png")
     default_matrix = matrix_cells([(j, scenario_strategy(j)) for j in MATRIX_JOBS], SIZES, DEGREES)
-    if args.plot_only:
+    if args.plot_only or args.table:
         if not args.matrix_out.exists():
             print(f"scale_emulated: --matrix-out {args.matrix_out}: no such file", file=sys.stderr)
             return 2
-        heat_map(load_matrix(args.matrix_out), heat_png, default_matrix)
-        print(f"wrote {heat_png}")
+        if args.table:
+            print(matrix_table(load_matrix(args.matrix_out), default_matrix))
+        if args.plot_only:
+            heat_map(load_matrix(args.matrix_out), heat_png, default_matrix)
+            print(f"wrote {heat_png}")
         return 0
     if os.geteuid() != 0:
         print("scale_emulated: needs root (emulated network)", file=sys.stderr)

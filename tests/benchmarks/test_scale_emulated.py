@@ -124,3 +124,27 @@ def test_heat_map_is_drawn_from_the_json_alone(bench, tmp_path):
 def test_plot_only_without_the_json_is_one_line(bench, tmp_path, capsys):
     assert bench.main(["--plot-only", "--matrix-out", str(tmp_path / "none.json")]) == 2
     assert capsys.readouterr().err.strip() == f"scale_emulated: --matrix-out {tmp_path / 'none.json'}: no such file"
+
+
+def test_table_prints_a_line_per_cell_with_its_rate_error_commit_and_day(bench, tmp_path, capsys):
+    measured = row(bench, "dlrm", 64, 4, 0.022)
+    measured.update(
+        link_mbps=6.0,
+        rates_rebuilt_from=[12.0],
+        payload_scale=0.6,
+        predicted_ms=0.645,
+        measured_ms=0.660,
+        started="2026-11-28T20:10:52+0000",
+    )
+    path = tmp_path / "matrix.json"
+    path.write_text(json.dumps({"cells": [measured, row(bench, "ncf", 128, 8, None, status="failed")]}))
+    assert bench.main(["--table", "--matrix-out", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| job | d | servers | rate |") and len(lines) == 2 + 32  # the default matrix
+    assert (
+        "| DLRM hybrid | 4 | 64 | 6 Mbit/s (from 12) | 0.6 | 0.645 ms | 0.660 ms | 2.2% | 3.2 s | 50% "
+        "| abc1234, 2026-11-28 |"
+    ) in lines
+    assert any(line.startswith("| NCF hybrid | 8 | 128 | failed: tc refused the shaping:") for line in lines)
+    assert "| BERT data | 8 | 32 | not run | | | | | | | |" in lines
+    assert not (tmp_path / "matrix.png").exists()  # --table alone draws nothing
