@@ -152,6 +152,22 @@ def test_payload_for_memory():
         payload_for_memory(10_000, 100e6, 1.0, available)
 
 
+def test_payload_for_memory_counts_the_schedules_ops_in_the_run_and_in_every_worker():
+    """BERT on 128 servers of degree 8 (13.0 million ops): the run's copy of the schedule and
+    the workers' ops leave less for buffers, so the scale is lower, and everything fits."""
+    from topolab.run.time_dilation import DRIVER_OP_BYTES
+
+    available, ops, buffers = 21.4 * GIB, 13_011_456, 2.2e9  # the buffers at payload scale 1
+    without = payload_for_memory(128, buffers, 1.0, available)
+    scale = payload_for_memory(128, buffers, 1.0, available, ops)
+    assert scale < without
+    driver = DRIVER_OP_BYTES * ops
+    assert 128 * worker_memory_bytes(buffers * scale, ops / 128) <= MEMORY_SHARE * (available - driver)
+    assert 128 * worker_memory_bytes(buffers * without, ops / 128) > MEMORY_SHARE * (available - driver)
+    with pytest.raises(ValueError, match=r"and this run's copy of the schedule \(40000000 ops\) 17.5 GiB"):
+        payload_for_memory(128, buffers, 1.0, available, 40_000_000)
+
+
 def test_transfer_ops_counts_sends_and_receives():
     s = ring_allreduce(4, 64)
     assert transfer_ops(s) == s.op_count() == 4 * 4 * 3  # no compute in a bare AllReduce

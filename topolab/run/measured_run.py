@@ -270,7 +270,9 @@ def dilate(
     hosts = s.emulation.hosts_memory_mib(plan.nodes) * 2**20
     available = max(0.0, mem_available_mib() * 2**20 - hosts)
     if auto and payload_scale is None and s.run.payload_scale == 1.0:
-        fit = payload_for_memory(plan.servers, schedule_buffer_bytes(schedule), opts.payload_scale, available)
+        fit = payload_for_memory(
+            plan.servers, schedule_buffer_bytes(schedule), opts.payload_scale, available, schedule.op_count()
+        )
         if fit < opts.payload_scale:
             payload_scale = fit
             prepared = prepare_at(s, payload_scale)

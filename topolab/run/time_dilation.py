@@ -55,9 +55,12 @@ measured load L (the workers' CPU seconds over cores x its seconds) decides: abo
 (`rate_for_measured_load`), at most `MEASURED_LOAD_RETRIES` times.
 
 Memory comes first: each worker holds its buffers about twice (the buffers, and what is in
-flight in its socket queues) plus `WORKER_BASE_MIB` of interpreter and libraries, and the n
-workers must fit in `MEMORY_SHARE` of the memory available once the emulated hosts have
-taken theirs (``[emulation] host_memory_mib`` each; `topolab.run.measured_run.dilate`). When they would not, the
+flight in its socket queues) plus `WORKER_BASE_MIB` of interpreter and libraries and
+`WORKER_OP_BYTES` for each of its ops, and the n workers must fit in `MEMORY_SHARE` of the
+memory available once the emulated hosts have taken theirs (``[emulation] host_memory_mib``
+each; `topolab.run.measured_run.dilate`) and the run's own process its copy of the schedule for
+the workers (`DRIVER_OP_BYTES` an op: BERT on 128 servers of degree 8 has 13.0 million ops, and
+without it the kernel ended the run out of memory). When they would not, the
 payload scale (every transfer and buffer multiplied by it) is the highest step that fits;
 never an out-of-memory kill. An explicit payload scale or rate is kept; the choice only says
 when it would overload the machine (`Dilation.warning`, at the top of the run), and the run's
@@ -110,6 +113,14 @@ MEMORY_SHARE = 0.7
 WORKER_BASE_MIB = 48.0
 """One worker process without its buffers: Python, numpy and pyzmq measured 35 MiB resident
 here, plus its sockets' queues."""
+DRIVER_OP_BYTES = 470.0
+"""What the run's own process holds for each op of the schedule while it starts the workers:
+the schedule as the workers' JSON objects (`Schedule.to_dict`, 367 bytes an op) and each
+rank's spec as text (99 bytes an op): 5.65 GiB for BERT on 128 servers of degree 8 (13.0
+million ops), measured 2026-11-29."""
+WORKER_OP_BYTES = 400.0
+"""What a worker holds for each of its ops: its part of the schedule as the same JSON objects
+(367 bytes an op in the run's process), counted 400."""
 BUFFER_COPIES = 2.0
 """How many times a worker holds its buffers' bytes at most (module docstring)."""
 LOAD_GROWTH_MARGIN = 0.75
@@ -161,9 +172,10 @@ def schedule_buffer_bytes(schedule: Schedule) -> int:
     return sum(b.bytes for b in schedule.buffers.values())
 
 
-def worker_memory_bytes(buffer_bytes: float) -> float:
-    """What one worker is expected to hold in memory with ``buffer_bytes`` of buffers."""
-    return BUFFER_COPIES * buffer_bytes + WORKER_BASE_MIB * 2**20
+def worker_memory_bytes(buffer_bytes: float, ops: float = 0.0) -> float:
+    """What one worker is expected to hold in memory with ``buffer_bytes`` of buffers and
+    ``ops`` ops."""
+    return BUFFER_COPIES * buffer_bytes + WORKER_BASE_MIB * 2**20 + WORKER_OP_BYTES * ops
 
 
 @dataclass
@@ -219,17 +231,22 @@ def closing_warning(dilation: Mapping[str, Any] | None) -> str:
     )
 
 
-def payload_for_memory(ranks: int, buffer_bytes: float, payload_scale: float, available: float) -> float:
+def payload_for_memory(ranks: int, buffer_bytes: float, payload_scale: float, available: float, ops: int = 0) -> float:
     """The highest payload scale (a step, at most ``payload_scale``) at which ``ranks`` workers
-    holding ``buffer_bytes`` each at ``payload_scale`` fit in `MEMORY_SHARE` of ``available``."""
-    budget = MEMORY_SHARE * available / ranks - WORKER_BASE_MIB * 2**20
+    holding ``buffer_bytes`` each at ``payload_scale`` and a schedule of ``ops`` ops in all
+    (`worker_memory_bytes`) fit in `MEMORY_SHARE` of ``available`` less the run's own copy of
+    the schedule (`DRIVER_OP_BYTES` an op)."""
+    driver = DRIVER_OP_BYTES * ops
+    budget = MEMORY_SHARE * max(0.0, available - driver) / ranks - worker_memory_bytes(0.0, ops / ranks)
     need = BUFFER_COPIES * buffer_bytes
     if need <= budget or buffer_bytes <= 0:
         return payload_scale
     if budget <= 0:
+        without = ranks * worker_memory_bytes(0.0, ops / ranks)
         raise ValueError(
-            f"{ranks} workers need {ranks * WORKER_BASE_MIB / 1024:.1f} GiB without buffers; "
-            f"{available / 2**30:.1f} GiB are available"
+            f"{ranks} workers need {without / 2**30:.1f} GiB without buffers"
+            + (f" and this run's copy of the schedule ({ops} ops) {driver / 2**30:.1f} GiB" if ops else "")
+            + f"; {available / 2**30:.1f} GiB are available"
         )
     return step_floor(payload_scale * budget / need)
 
