@@ -273,26 +273,29 @@ class Coordinator:
 
     def start(self) -> None:
         """Spawn every worker, wait until all are bound, connected and ready."""
-        texts = {spec.rank: json.dumps(spec.to_dict()) for spec in self.specs}
+        longest = 0
+        for spec in self.specs:  # a rank's text at a time: all at once held 99 bytes an op more
+            text = json.dumps(spec.to_dict())
+            longest = max(longest, len(text))
+            self._spec_path(spec.rank).write_text(text)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        limit_frames(self.sock, CONTROL_MESSAGE_BYTES + REPORT_PER_SPEC_BYTE * max(map(len, texts.values())))
+        limit_frames(self.sock, CONTROL_MESSAGE_BYTES + REPORT_PER_SPEC_BYTE * longest)
         try:
             self.sock.bind(self.control_endpoint)
         except zmq.ZMQError as exc:
             raise WorkerFailure(f"cannot open the control endpoint {self.control_endpoint}: {exc}") from None
         for spec in self.specs:
             relayed = self._relay(spec.rank)
-            if relayed is not None:
+            if relayed is not None:  # on another machine: its spec (as it reaches us) on stdin
                 self.remote.add(spec.rank)
                 spec.control, spec.log = f"ipc://{relayed}", ""
+                self._spec_path(spec.rank).unlink()
                 argv = [self.python, "-m", "workers.worker", "-"]
             else:
-                path = self.workdir / f"rank-{spec.rank}.json"
-                path.write_text(texts[spec.rank])
-                argv = [self.python, "-m", "workers.worker", str(path)]
+                argv = [self.python, "-m", "workers.worker", str(self._spec_path(spec.rank))]
             try:
                 proc = self.procs[spec.rank] = self.spawn(spec.rank, argv)
             except (OSError, subprocess.SubprocessError, ValueError) as exc:
@@ -312,6 +315,9 @@ class Coordinator:
             peers = {str(p): self.addresses[p] for p in self.specs[rank].peers}
             self._send(rank, "connect", peers=peers)
         self._gather("connected", self.start_timeout_s)
+
+    def _spec_path(self, rank: int) -> Path:
+        return self.workdir / f"rank-{rank}.json"
 
     def _relay(self, rank: int) -> str | None:
         if self.control_relay is None:

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from contract.emulation import MIN_LINK_MBPS
+from contract.errors import RunError
 from contract.schedule import SEND
 from planner.collectives.rings import ring_allreduce
 from topolab.results.run_results import CPU_BOUND_LOAD
@@ -148,24 +149,26 @@ def test_payload_for_memory():
     assert scale < 1.0
     assert 128 * worker_memory_bytes(100e6 * scale) <= MEMORY_SHARE * available
     assert 128 * (BUFFER_COPIES * 100e6 * scale * 1.3 + WORKER_BASE_MIB * 2**20) > MEMORY_SHARE * available
-    with pytest.raises(ValueError, match="without buffers"):
+    with pytest.raises(RunError, match="^not enough memory for the workers: 10000 workers need 468.8 GiB without"):
         payload_for_memory(10_000, 100e6, 1.0, available)
 
 
 def test_payload_for_memory_counts_the_schedules_ops_in_the_run_and_in_every_worker():
-    """BERT on 128 servers of degree 8 (13.0 million ops): the run's copy of the schedule and
-    the workers' ops leave less for buffers, so the scale is lower, and everything fits."""
+    """BERT on 128 servers (6.5 million ops at degree 4, 13.0 million at 8): the run's copy of
+    the schedule and the workers' ops leave less for buffers, so the scale is lower and all
+    fits; at degree 8 nothing is left for buffers on 21.4 GiB, which the run says in one line
+    (it was killed out of memory while only the buffers counted)."""
     from topolab.run.time_dilation import DRIVER_OP_BYTES
 
-    available, ops, buffers = 21.4 * GIB, 13_011_456, 2.2e9  # the buffers at payload scale 1
+    available, ops, buffers = 21.4 * GIB, 6_502_400, 2.2e9  # the buffers at payload scale 1
     without = payload_for_memory(128, buffers, 1.0, available)
     scale = payload_for_memory(128, buffers, 1.0, available, ops)
     assert scale < without
-    driver = DRIVER_OP_BYTES * ops
-    assert 128 * worker_memory_bytes(buffers * scale, ops / 128) <= MEMORY_SHARE * (available - driver)
-    assert 128 * worker_memory_bytes(buffers * without, ops / 128) > MEMORY_SHARE * (available - driver)
-    with pytest.raises(ValueError, match=r"and this run's copy of the schedule \(40000000 ops\) 17.5 GiB"):
-        payload_for_memory(128, buffers, 1.0, available, 40_000_000)
+    left = MEMORY_SHARE * (available - DRIVER_OP_BYTES * ops)
+    assert 128 * worker_memory_bytes(buffers * scale, ops / 128) <= left
+    assert 128 * worker_memory_bytes(buffers * without, ops / 128) > left
+    with pytest.raises(RunError, match=r"and this run's copy of the schedule \(13011456 ops\) 4.8 GiB; 21.4 GiB"):
+        payload_for_memory(128, buffers, 1.0, available, 13_011_456)
 
 
 def test_transfer_ops_counts_sends_and_receives():

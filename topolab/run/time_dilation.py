@@ -60,7 +60,7 @@ flight in its socket queues) plus `WORKER_BASE_MIB` of interpreter and libraries
 memory available once the emulated hosts have taken theirs (``[emulation] host_memory_mib``
 each; `topolab.run.measured_run.dilate`) and the run's own process its copy of the schedule for
 the workers (`DRIVER_OP_BYTES` an op: BERT on 128 servers of degree 8 has 13.0 million ops, and
-without it the kernel ended the run out of memory). When they would not, the
+while only the buffers counted the kernel ended that run out of memory). When they would not, the
 payload scale (every transfer and buffer multiplied by it) is the highest step that fits;
 never an out-of-memory kill. An explicit payload scale or rate is kept; the choice only says
 when it would overload the machine (`Dilation.warning`, at the top of the run), and the run's
@@ -77,6 +77,7 @@ from typing import Any
 import numpy as np
 
 from contract.emulation import MIN_LINK_MBPS
+from contract.errors import RunError
 from contract.physics import extra_frames
 from contract.schedule import COMPUTE, Schedule
 
@@ -113,14 +114,16 @@ MEMORY_SHARE = 0.7
 WORKER_BASE_MIB = 48.0
 """One worker process without its buffers: Python, numpy and pyzmq measured 35 MiB resident
 here, plus its sockets' queues."""
-DRIVER_OP_BYTES = 470.0
+DRIVER_OP_BYTES = 400.0
 """What the run's own process holds for each op of the schedule while it starts the workers:
-the schedule as the workers' JSON objects (`Schedule.to_dict`, 367 bytes an op) and each
-rank's spec as text (99 bytes an op): 5.65 GiB for BERT on 128 servers of degree 8 (13.0
-million ops), measured 2026-11-29."""
-WORKER_OP_BYTES = 400.0
-"""What a worker holds for each of its ops: its part of the schedule as the same JSON objects
-(367 bytes an op in the run's process), counted 400."""
+the schedule as the workers' JSON objects (`Schedule.to_dict`, 367 bytes an op; BERT on 128
+servers of degree 8, 13.0 million ops: 4.45 GiB), measured 2026-11-29; each rank's spec text
+is written and dropped in turn (all of them held at once took 99 bytes an op more)."""
+WORKER_OP_BYTES = 900.0
+"""What a worker holds for each of its ops (its part of the schedule as JSON objects, and its
+program made from them): 129-132 MiB resident a worker with 101,600 ops and no buffers (the
+zero-payload twin of BERT on 128 servers of degree 8), 800-870 bytes an op over
+`WORKER_BASE_MIB`, measured 2026-11-29."""
 BUFFER_COPIES = 2.0
 """How many times a worker holds its buffers' bytes at most (module docstring)."""
 LOAD_GROWTH_MARGIN = 0.75
@@ -243,10 +246,11 @@ def payload_for_memory(ranks: int, buffer_bytes: float, payload_scale: float, av
         return payload_scale
     if budget <= 0:
         without = ranks * worker_memory_bytes(0.0, ops / ranks)
-        raise ValueError(
-            f"{ranks} workers need {without / 2**30:.1f} GiB without buffers"
+        raise RunError(
+            f"not enough memory for the workers: {ranks} workers need {without / 2**30:.1f} GiB without buffers"
             + (f" and this run's copy of the schedule ({ops} ops) {driver / 2**30:.1f} GiB" if ops else "")
-            + f"; {available / 2**30:.1f} GiB are available"
+            + f"; {available / 2**30:.1f} GiB are available, and the workers may take {MEMORY_SHARE:.0%} of what "
+            "the run leaves (fewer servers, or [emulation] machines to spread them over several)"
         )
     return step_floor(payload_scale * budget / need)
 
