@@ -348,7 +348,7 @@ class TcPhase:
     parallel: int
     most_lines: int
     limit_s: float
-    lines: int = 0
+    lines: int
 
 
 def apply_qdiscs(

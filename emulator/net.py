@@ -135,7 +135,6 @@ class EmulatedNetwork(BuiltRates):
         self._state: RunState | None = None
         self._old_handlers: dict[int, Any] = {}
         self._started = self._stopped = False
-        self._tc_lines = 0  # the hosts' tc batches' lines, for the kernel's cleanup's limit
         self._netns: set[int] = set()
         self.live = LiveChanges(self)  # cable down/up, rate, routes while running (emulator.live)
 
@@ -276,7 +275,8 @@ class EmulatedNetwork(BuiltRates):
     def _wait_kernel_cleanup(self) -> None:
         """Wait for the kernel to free the namespaces just ended (`host.wait_kernel_cleanup`),
         bounded by what the network had; past the bound, say so and go on."""
-        cleanup = wait_kernel_cleanup(kernel_cleanup_limit_s(self._tc_lines, len(self.network.links)))
+        tc_lines = self.facts.get("tc_batches", {}).get("lines", 0)  # none: the build ended before tc
+        cleanup = wait_kernel_cleanup(kernel_cleanup_limit_s(tc_lines, len(self.network.links)))
         self.facts["kernel_cleanup_s"] = cleanup.waited_s
         if not cleanup.done:
             self.log(
@@ -336,9 +336,13 @@ class EmulatedNetwork(BuiltRates):
         delay_us = self.delay_us if self.netem else 0.0
         work = [(host, self.shaping_of(u, delay_us)) for u, host in enumerate(self.hosts) if self.ports[u]]
         tc = apply_qdiscs(work, self.netem)
-        self._tc_lines = tc.lines
         phases["tc"] = -t + (t := time.perf_counter())
-        self.facts["tc_batches"] = {"parallel": tc.parallel, "most_lines": tc.most_lines, "limit_s": tc.limit_s}
+        self.facts["tc_batches"] = {
+            "parallel": tc.parallel,
+            "most_lines": tc.most_lines,
+            "lines": tc.lines,
+            "limit_s": tc.limit_s,
+        }
         check_qdiscs(work, self.netem)
         self.facts["shaping_checked"] = sum(len(items) for _host, items in work)
         self.facts["destination_classes"] = sum(len(s.destinations) for _host, items in work for s in items)

@@ -72,8 +72,8 @@ def is_same_process(pid: int, started: int | None) -> bool:
     return now is not None and (started is None or now == started)
 
 
-def all_pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+def all_pids(proc: str = "/proc") -> list[int]:
+    return [int(p) for p in os.listdir(proc) if p.isdigit()]
 
 
 NETNS_WORKQUEUE_MARK = "+netns"
@@ -86,11 +86,9 @@ def kernel_freeing_namespaces(proc: str = "/proc") -> bool:
     """Whether the kernel is freeing network namespaces now (its ``netns`` workqueue runs: their
     cables, classes and routes go, under the routing-netlink lock every tc and netlink change
     also takes). A kernel that does not name its workers so reads as not freeing."""
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
-            continue
+    for pid in all_pids(proc):
         try:
-            with open(f"{proc}/{entry}/comm", encoding="utf-8", errors="replace") as f:
+            with open(f"{proc}/{pid}/comm", encoding="utf-8", errors="replace") as f:
                 name = f.read()
         except OSError:
             continue
