@@ -8,7 +8,9 @@ the arrays the compiled loop runs (`workers.engine`).
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,11 +36,43 @@ class Op:
     after: tuple[int, ...] = ()
 
 
+def op_record(d: dict[str, Any]) -> Op:
+    """One op of the schedule format (docs/schedules.md) as the executor keeps it, before a
+    `Program` places it (``index`` and ``stream`` -1, ``after`` still op ids). An op read this
+    way as the spec is parsed (`workers.spec.load_spec`) replaces its JSON object at once: a
+    worker of a large schedule holds 100,000 ops and more, and the object form takes about
+    three times the record's memory (``python -m tests.workers.test_op_memory`` measures both)."""
+    if d.get("op") not in KINDS:
+        raise ValueError(f"op {d.get('id')!r}: unknown op {d.get('op')!r}")
+    try:
+        return Op(
+            index=-1,
+            id=int(d["id"]),
+            kind=KINDS[d["op"]],
+            stream=-1,
+            peer=int(d.get("peer", -1)),
+            buffer=sys.intern(str(d.get("buffer", ""))),
+            offset=int(d.get("offset", 0)),
+            length=int(d.get("length", 0)),
+            tag=int(d.get("tag", 0)),
+            reduce=d.get("mode") == "reduce",
+            seconds=float(d.get("seconds", 0.0)),
+            plane=int(d.get("plane", 0)),
+            after=tuple(int(a) for a in d.get("after", ())),
+        )
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ValueError(f"op {d.get('id')!r}: bad value ({exc})") from None
+
+
 class Program:
     """``streams[i]``: the ops of stream ``stream_names[i]`` in order; ``ops``: all, by index;
-    ``ops_per_peer``: how many send/recv ops each peer takes part in; ``wakes``: see below."""
+    ``ops_per_peer``: how many send/recv ops each peer takes part in; ``wakes``: see below.
 
-    def __init__(self, streams: dict[str, list[dict[str, Any]]]) -> None:
+    ``streams`` holds each op as its JSON object or as the `Op` `op_record` made of it while
+    the spec was read (`workers.spec.load_spec`); the program takes such records over (sets
+    their ``index``, ``stream`` and ``after``) instead of copying them."""
+
+    def __init__(self, streams: Mapping[str, Sequence[dict[str, Any] | Op]]) -> None:
         self.stream_names = list(streams)
         self.streams: list[list[Op]] = []
         index_of: dict[int, int] = {}
@@ -46,21 +80,11 @@ class Program:
         for si, name in enumerate(self.stream_names):
             stream_ops = []
             for d in streams[name]:
-                op = Op(
-                    index=len(ops),
-                    id=int(d["id"]),
-                    kind=KINDS[d["op"]],
-                    stream=si,
-                    peer=int(d.get("peer", -1)),
-                    buffer=str(d.get("buffer", "")),
-                    offset=int(d.get("offset", 0)),
-                    length=int(d.get("length", 0)),
-                    tag=int(d.get("tag", 0)),
-                    reduce=d.get("mode") == "reduce",
-                    seconds=float(d.get("seconds", 0.0)),
-                    plane=int(d.get("plane", 0)),
-                    after=tuple(int(a) for a in d.get("after", ())),
-                )
+                op = d if isinstance(d, Op) else op_record(d)
+                if op.index != -1:
+                    raise ValueError(f"op {op.id} of stream {name!r} already belongs to a program")
+                op.index = len(ops)
+                op.stream = si
                 index_of[op.id] = op.index
                 ops.append(op)
                 stream_ops.append(op)
@@ -68,11 +92,15 @@ class Program:
         for op in ops:
             op.after = tuple(index_of[a] for a in op.after)
         self.ops = ops
-        waiting: list[set[int]] = [set() for _ in ops]
+        waiting: defaultdict[int, set[int]] = defaultdict(set)  # only the ops something waits on
         for op in ops:
             for a in op.after:
                 waiting[a].add(op.stream)
-        self.wakes: list[tuple[int, ...]] = [(op.stream, *sorted(waiting[op.index] - {op.stream})) for op in ops]
+        alone = [(si,) for si in range(len(self.streams))]  # shared by the ops nothing waits on
+        self.wakes: list[tuple[int, ...]] = [
+            (op.stream, *sorted(others)) if (others := waiting.get(op.index, set()) - {op.stream}) else alone[op.stream]
+            for op in ops
+        ]
         """``wakes[i]``: the streams whose head op ``i`` completing can make startable: its
         own, and every stream with an op waiting on it (``after``)."""
         self.ops_per_peer: dict[int, int] = defaultdict(int)

@@ -36,11 +36,15 @@ from __future__ import annotations
 import ipaddress
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from contract.errors import UsageError
+
+from .program import KINDS, Op, op_record
+
+OP_NAMES = {code: name for name, code in KINDS.items()}
 
 WORKER_FORMAT = "topolab.worker/1"
 MIN_CHUNK, MAX_CHUNK = 4 << 10, 64 << 20
@@ -54,6 +58,16 @@ class SpecError(UsageError):
     """A worker spec is malformed; the message names the field (a ValueError, exit 2)."""
 
 
+class OpFields(NamedTuple):
+    """What `WorkerSpec.validate` checks of an op, whichever form it is held in."""
+
+    id: Any
+    kind: Any  # "send" | "recv" | "compute" when valid
+    peer: int
+    buffer: Any
+    plane: int
+
+
 @dataclass
 class WorkerSpec:
     rank: int
@@ -63,7 +77,7 @@ class WorkerSpec:
     control: str
     buffers: list[dict[str, Any]]
     checks: list[dict[str, Any]]
-    streams: dict[str, list[dict[str, Any]]]
+    streams: dict[str, list[dict[str, Any]]] | dict[str, list[Op]]  # a worker's: records (`load_spec`)
     chunk_bytes: int = DEFAULT_CHUNK
     timeout_s: float = DEFAULT_TIMEOUT_S
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
@@ -129,14 +143,30 @@ class WorkerSpec:
         spec.validate()
         return spec
 
+    def ops(self) -> Iterator[tuple[str, OpFields]]:
+        """(stream, what the checks read of the op) for every op, read as a JSON object (the
+        coordinator's spec) or as the record it became while the spec was read (a worker's,
+        `load_spec`)."""
+        for stream, ops in self.streams.items():
+            for op in ops:
+                if isinstance(op, Op):
+                    yield stream, OpFields(op.id, OP_NAMES[op.kind], op.peer, op.buffer, op.plane)
+                else:
+                    peer = op.get("peer")
+                    yield (
+                        stream,
+                        OpFields(
+                            op.get("id"),
+                            op.get("op"),
+                            -1 if peer is None else int(peer),
+                            op.get("buffer"),
+                            int(op.get("plane", 0)),
+                        ),
+                    )
+
     def send_planes(self) -> set[tuple[int, int]]:
         """Every (peer, plane >= 1) this rank sends on: each gets its own PUSH connection."""
-        return {
-            (int(op["peer"]), int(op["plane"]))
-            for ops in self.streams.values()
-            for op in ops
-            if op.get("op") == "send" and int(op.get("plane", 0))
-        }
+        return {(op.peer, op.plane) for _, op in self.ops() if op.kind == "send" and op.plane}
 
     def largest_chunk(self) -> int:
         """The longest data frame a peer of this rank may send it: a send of L bytes goes as
@@ -176,28 +206,23 @@ class WorkerSpec:
             names.add(b["name"])
             if int(b["bytes"]) < 0:
                 raise SpecError(f"worker spec: buffer {b['name']!r} has negative size")
-        for stream, ops in self.streams.items():
-            for op in ops:
-                plane = int(op.get("plane", 0))
-                if plane and op.get("op") != "send":
-                    raise SpecError(f"worker spec: stream {stream!r} op {op.get('id')}: only a send names a plane")
-                if plane and plane not in self.plane_sources:
+        for stream, op in self.ops():
+            if op.plane and op.kind != "send":
+                raise SpecError(f"worker spec: stream {stream!r} op {op.id}: only a send names a plane")
+            if op.plane and op.plane not in self.plane_sources:
+                raise SpecError(
+                    f"worker spec: rank {self.rank} sends on plane {op.plane} (stream {stream!r} op "
+                    f"{op.id}) but plane_sources has no source address for plane {op.plane}"
+                )
+            if op.kind in ("send", "recv"):
+                if op.buffer not in names:
+                    raise SpecError(f"worker spec: stream {stream!r} op {op.id} uses unknown buffer {op.buffer!r}")
+                if op.peer not in self.peers:
                     raise SpecError(
-                        f"worker spec: rank {self.rank} sends on plane {plane} (stream {stream!r} op "
-                        f"{op.get('id')}) but plane_sources has no source address for plane {plane}"
+                        f"worker spec: stream {stream!r} op {op.id} talks to rank {op.peer}, which is not in peers"
                     )
-                if op.get("op") in ("send", "recv"):
-                    if op.get("buffer") not in names:
-                        raise SpecError(
-                            f"worker spec: stream {stream!r} op {op.get('id')} uses unknown buffer {op.get('buffer')!r}"
-                        )
-                    if int(op["peer"]) not in self.peers:
-                        raise SpecError(
-                            f"worker spec: stream {stream!r} op {op.get('id')} "
-                            f"talks to rank {op['peer']}, which is not in peers"
-                        )
-                elif op.get("op") != "compute":
-                    raise SpecError(f"worker spec: stream {stream!r} has unknown op {op.get('op')!r}")
+            elif op.kind != "compute":
+                raise SpecError(f"worker spec: stream {stream!r} has unknown op {op.kind!r}")
 
 
 def split_address(addr: str, what: str = "address") -> tuple[str, int]:
@@ -212,15 +237,24 @@ def load_spec(path: str) -> WorkerSpec:
     gets its spec that way: that machine does not share the coordinator's files)."""
     try:
         if path == "-":
-            data = json.load(sys.stdin)
+            data = json.load(sys.stdin, object_hook=_op_as_record)
         else:
             with open(path) as f:
-                data = json.load(f)
+                data = json.load(f, object_hook=_op_as_record)
+    except ValueError as exc:
+        if not isinstance(exc, json.JSONDecodeError):
+            raise SpecError(f"worker spec: {exc}") from None
+        raise SpecError(f"worker spec: {'stdin' if path == '-' else path} is not JSON ({exc})") from None
     except OSError as exc:
         raise SpecError(f"worker spec: cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"worker spec: {'stdin' if path == '-' else path} is not JSON ({exc})") from None
     return WorkerSpec.from_dict(data)
+
+
+def _op_as_record(obj: dict[str, Any]) -> Any:
+    """The JSON parser's hook: an op object (it has ``op`` and ``id``; no other object of the
+    spec has both) becomes its `workers.program.Op` record as soon as it is read, so a worker
+    never holds its program as JSON objects (three times the memory: `workers.program.op_record`)."""
+    return op_record(obj) if "op" in obj and "id" in obj else obj
 
 
 def specs_for_schedule(

@@ -51,6 +51,17 @@ def _die_with_parent() -> None:
         pass
 
 
+def release_freed_memory() -> None:
+    """Hand the C heap's free pages back to the kernel (glibc's ``malloc_trim``): reading the
+    spec freed its text and each op's JSON object, but the heap keeps such pages (200 bytes
+    an op of a large program, measured by ``python -m tests.workers.test_op_memory``), and a
+    hundred workers on one machine each keeping them is gigabytes."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 class Worker:
     def __init__(self, spec_path: str) -> None:
         self.spec = load_spec(spec_path)
@@ -80,6 +91,7 @@ class Worker:
     def run(self) -> int:
         spec = self.spec
         self.executor = ex = Executor(spec, self.ctx)
+        release_freed_memory()
         self.send("ready", address=ex.address, pid=os.getpid())
         while True:
             msg = self.recv_control()

@@ -119,11 +119,11 @@ DRIVER_OP_BYTES = 400.0
 the schedule as the workers' JSON objects (`Schedule.to_dict`, 367 bytes an op; BERT on 128
 servers of degree 8, 13.0 million ops: 4.45 GiB), measured 2026-11-29; each rank's spec text
 is written and dropped in turn (all of them held at once took 99 bytes an op more)."""
-WORKER_OP_BYTES = 900.0
-"""What a worker holds for each of its ops (its part of the schedule as JSON objects, and its
-program made from them): 129-132 MiB resident a worker with 101,600 ops and no buffers (the
-zero-payload twin of BERT on 128 servers of degree 8), 800-870 bytes an op over
-`WORKER_BASE_MIB`, measured 2026-11-29."""
+WORKER_OP_BYTES = 450.0
+"""What a worker holds for each of its ops: its program, read as op records
+(`workers.spec.load_spec`), 414 bytes an op resident (``python -m tests.workers.test_op_memory``,
+2026-11-29; read as JSON objects first, 886, as a worker of the zero-payload twin of BERT on 128
+servers of degree 8 measured: 800-870 bytes an op over `WORKER_BASE_MIB`)."""
 BUFFER_COPIES = 2.0
 """How many times a worker holds its buffers' bytes at most (module docstring)."""
 LOAD_GROWTH_MARGIN = 0.75
