@@ -20,6 +20,7 @@ from topolab.run.time_dilation import (
     WORKER_BASE_MIB,
     WORKER_CPU_SHARE,
     WORKER_CPU_SHARE_LIMIT,
+    WORKER_OP_BYTES,
     choose,
     closing_warning,
     extra_frame_packets,
@@ -309,3 +310,10 @@ def test_a_warm_up_over_the_share_ends_the_attempt_with_the_lower_rate():
     with pytest.raises(RateTooHigh) as high:  # with frames, 47% is over their share of 40%
         check_measured_load(run_at(30.0, cores=4, frames=True), SimpleNamespace(time_s=3.0, ranks=[{"cpu_s": 5.64}]))
     assert (high.value.link_mbps, high.value.share) == (15.0, 0.4)
+
+
+def test_the_workers_memory_stated_counts_their_ops():
+    """The rate line's memory is what `payload_for_memory` weighed: buffers, base and ops."""
+    few, many = _choose(ops=1000), _choose(ops=10_000_000)
+    assert few.memory_gib * GIB == pytest.approx(12 * worker_memory_bytes(2**20, 1000 / 12))
+    assert (many.memory_gib - few.memory_gib) * GIB == pytest.approx(WORKER_OP_BYTES * (10_000_000 - 1000))

@@ -85,6 +85,7 @@ from .machine_probe import machine_cost
 from .time_dilation import (
     FRAMES_MEASURED_SHARE,
     MEASURED_LOAD_RETRIES,
+    WORKER_BASE_MIB,
     WORKER_CPU_SHARE,
     Dilation,
     choose,
@@ -184,7 +185,8 @@ def prepare_run(
         log(f"      link rate {'auto: ' if dilation.auto else ''}{dilation.link_mbps:g} Mbit/s: {dilation.why}")
         if dilation.payload_scale != 1.0 and dilation.auto:
             log(
-                f"      payload scale {dilation.payload_scale:g}: {dilation.memory_gib:.1f} GiB for the workers' buffers"
+                f"      payload scale {dilation.payload_scale:g}: the workers ~{dilation.memory_gib:.1f} GiB "
+                f"(buffers, ops, {WORKER_BASE_MIB:g} MiB each) of {dilation.memory_available_gib:.1f} GiB available"
             )
         if dilation.warning:
             log(f"      warning: {dilation.warning}")

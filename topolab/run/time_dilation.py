@@ -197,7 +197,7 @@ class Dilation:
     cpu_demand_s: float  # W at the chosen payload scale
     iteration_s: float  # T(link_mbps), emulated seconds (estimated from T(r0))
     cpu_load: float  # W / (cores x T(link_mbps)): the expected share of the cores busy
-    memory_gib: float  # the n workers' expected memory
+    memory_gib: float  # the n workers' expected memory: buffers, ops and each one's base (`worker_memory_bytes`)
     memory_available_gib: float
     why: str
     warning: str = ""
@@ -319,7 +319,7 @@ def choose(
     rate, preferred = auto_rate(demand, predicted_s, link_mbps, cost.cores, share) if auto else (link_mbps, link_mbps)
     iteration_s = dilated_s(predicted_s, link_mbps, rate)
     load = demand / (cost.cores * iteration_s) if iteration_s > 0 else 0.0
-    memory = ranks * worker_memory_bytes(buffer_bytes)
+    memory = ranks * worker_memory_bytes(buffer_bytes, ops / ranks)
     work = (
         f"the workers need ~{demand:.3g} CPU-s per iteration ({SHAPED_CABLE_CPU:g} x ({ops} ops x "
         f"{cost.op_cpu_s * 1e6:.0f} us + {bytes_sent / 1e9:.3g} GB x {cost.byte_cpu_s * 1e9:.2f} s/GB{frame_work}) on loopback)"
