@@ -43,7 +43,10 @@ RULE_PRIORITY = 100
 """Priority of every plane rule: after ``local`` (0), before ``main`` (32766). Rules of one
 host never overlap (one source address each), so they share one priority."""
 MIN_CLASS_RATE_BPS = 8
-"""The least rate of a destination class: HTB counts in bytes per second, and tc refuses 0."""
+"""The least rate of a destination class: HTB counts in bytes per second, and tc refuses 0.
+A class at this rate "only borrows", except that HTB forgives a class's debt beyond one minute
+(``mbuffer``): once a minute such a class may send a packet without the cable's class
+(docs/emulation.md section 3, NCF on 128 servers)."""
 CAPACITY_SLACK = 1e-6
 """Relative rounding an allocation may exceed a cable's rate by (the LP's own tolerance)."""
 
