@@ -48,12 +48,13 @@ DEFAULT_SHARE_FLOOR = 0.01
 """The least share of a cable the default class is guaranteed when the plan fills the cable:
 unplanned traffic (acks, plane 0) is never starved, and borrows the rest like any class."""
 DESTINATION_QUANTUM = 9014
-"""HTB quantum of a cable's child classes (a destination's, the default): the bytes a class
-borrowing above its own rate may send at its turn, one jumbo frame with its Ethernet header.
-HTB still sends a whole packet at a turn, and a veth hands it packets of up to 64 KiB, so
-among borrowing classes the turns are per packet; the fair share itself comes from every
-class's own rate. The cable class 1:1, which has no siblings, keeps 200,000, which only
-silences HTB's "quantum is big" warning."""
+"""HTB quantum of a cable's child classes (a destination's, the default) without frames: the
+bytes a class borrowing above its own rate may send at its turn, one jumbo frame with its
+Ethernet header. HTB still sends a whole packet at a turn, and a veth hands it packets of up to
+64 KiB, so among borrowing classes the turns are per packet; the fair share itself comes from
+every class's own rate. With frames the quantum is one frame (`Shaping.child_quantum`). The
+cable class 1:1, which has no siblings, keeps 200,000, which only silences HTB's "quantum is
+big" warning."""
 NETEM_HANDLE = 0x10
 """Handle of the netem qdisc under the default class (10:)."""
 NETEM_LIMIT = 100000
@@ -95,6 +96,19 @@ class Shaping:
     rate_bps: int
     delay_us: float = 0.0
     destinations: tuple[DestinationClass, ...] = ()
+    frame_bytes: int = 0
+    """With frames on the cable, its largest (MTU and Ethernet header): the child classes'
+    quantum (`child_quantum`); 0: offload packets."""
+
+    @property
+    def child_quantum(self) -> int:
+        """HTB quantum of the cable's child classes: with frames, one frame, so the classes
+        take turns a frame each (HTB sends a packet at a turn and another while the class's
+        deficit allows: a quantum of 9014 bytes sent 4110-byte frames two at a turn, and the
+        last turns of k equal messages ended them up to 2 (k - 1) frames apart, 2.7 s of a
+        1 Mbit/s cable for NCF's 42 messages on one cable end, docs/emulation.md section 3);
+        else `DESTINATION_QUANTUM`."""
+        return self.frame_bytes or DESTINATION_QUANTUM
 
     @property
     def default_minor(self) -> int:
@@ -158,7 +172,7 @@ def _htb_class(verb: str, s: Shaping, minor: int = CABLE_CLASS, rate_bps: int | 
     """The cable's class 1:1 (``minor`` 1), or a child of it at ``rate_bps`` with the cable's ceil."""
     rate = s.rate_bps if rate_bps is None else rate_bps
     parent = "1:" if minor == CABLE_CLASS else f"1:{CABLE_CLASS:x}"
-    quantum = 200000 if minor == CABLE_CLASS else DESTINATION_QUANTUM
+    quantum = 200000 if minor == CABLE_CLASS else s.child_quantum
     return (
         f"class {verb} dev {s.ifname} parent {parent} classid 1:{minor:x} htb rate {rate}bit "
         f"ceil {s.rate_bps}bit burst {htb_burst_bytes(rate)}b cburst {htb_burst_bytes(s.rate_bps)}b quantum {quantum}"

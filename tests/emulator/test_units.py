@@ -306,6 +306,23 @@ def test_an_htb_class_bursts_one_frame_or_50_us_of_its_rate():
     assert "burst 1514b cburst 1514b" in shaping.tc_rate_change([s])
 
 
+def test_with_frames_the_classes_take_turns_a_frame_each():
+    from emulator import shaping
+
+    # HTB sends a packet at a class's turn and another while its deficit allows: a quantum of
+    # one frame is one frame a turn (9014 sent 4110-byte frames two at a turn)
+    conn = shaping.DestinationClass(3, identity(3), 8, source=identity(1))
+    framed = shaping.Shaping("h0-eth0", 1_000_000, 0.0, (conn,), frame_bytes=4110)
+    assert framed.child_quantum == 4110
+    text = shaping.tc_batch([framed], use_netem=False)
+    assert text.count("quantum 4110") == 2  # the default class and the connection's
+    assert "quantum 200000" in text  # the cable's class, which has no siblings
+    assert "quantum 4110" in shaping.tc_rate_change([framed])
+    plain = dataclasses.replace(framed, frame_bytes=0)
+    assert plain.child_quantum == shaping.DESTINATION_QUANTUM == 9014
+    assert shaping.tc_batch([plain], use_netem=False).count("quantum 9014") == 2
+
+
 def _proc_with(proc, names: dict[str, str]) -> str:
     """A /proc of processes named ``names`` by PID."""
     for pid, name in names.items():
