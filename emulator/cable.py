@@ -172,8 +172,9 @@ def cable_shaping(
     beyond its cable's rate; classes that only borrow wait for the cable's class, which sends
     one packet ahead at most, and take turns a packet each (HTB's round robin, quantum one
     frame: with frames, ``frame_bytes`` the largest, `shaping.Shaping.child_quantum`), but for
-    one packet a minute each (`planes.MIN_CLASS_RATE_BPS`). With frames that is the wire's sharing: NCF on 32 servers (degree 8) 19.9% off with
-    equal-share connection classes, 8.4% with borrowing ones (docs/emulation.md section 3)."""
+    one packet a minute each (`planes.MIN_CLASS_RATE_BPS`). With frames that is the wire's
+    sharing: NCF on 32 servers (degree 8) 19.9% off with equal-share connection classes, 8.4%
+    with borrowing ones (docs/emulation.md section 3)."""
     planned_of = destination_bps or {}
     shared_of = shared_by or {}
     connections_of = connections_by or {}

@@ -41,10 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from contract.errors import UsageError
+from contract.schedule import OP_KINDS
 
-from .program import KINDS, Op, op_record
-
-OP_NAMES = {code: name for name, code in KINDS.items()}
+from .program import Op, op_record
 
 WORKER_FORMAT = "topolab.worker/1"
 MIN_CHUNK, MAX_CHUNK = 4 << 10, 64 << 20
@@ -150,7 +149,7 @@ class WorkerSpec:
         for stream, ops in self.streams.items():
             for op in ops:
                 if isinstance(op, Op):
-                    yield stream, OpFields(op.id, OP_NAMES[op.kind], op.peer, op.buffer, op.plane)
+                    yield stream, OpFields(op.id, OP_KINDS[op.kind], op.peer, op.buffer, op.plane)
                 else:
                     peer = op.get("peer")
                     yield (
@@ -241,10 +240,10 @@ def load_spec(path: str) -> WorkerSpec:
         else:
             with open(path) as f:
                 data = json.load(f, object_hook=_op_as_record)
-    except ValueError as exc:
-        if not isinstance(exc, json.JSONDecodeError):
-            raise SpecError(f"worker spec: {exc}") from None
+    except json.JSONDecodeError as exc:
         raise SpecError(f"worker spec: {'stdin' if path == '-' else path} is not JSON ({exc})") from None
+    except ValueError as exc:  # an op the parser's hook could not read (`op_record`)
+        raise SpecError(f"worker spec: {exc}") from None
     except OSError as exc:
         raise SpecError(f"worker spec: cannot read {path}: {exc.strerror}") from None
     return WorkerSpec.from_dict(data)
