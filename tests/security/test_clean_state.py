@@ -31,13 +31,20 @@ pytestmark = pytest.mark.root
 
 def _in_new_netns(*prefix: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """``sleep 60`` in a network namespace of its own (``prefix``: run before sleep, in it),
-    once it is there."""
+    once it is there with its environment in place.
+
+    The kernel names the new program (``/proc/PID/exe``) before it lays out the program's
+    arguments and environment, so ``exe`` alone does not show that ``/proc/PID/environ`` holds
+    the environment yet: read in that moment it is empty (the kernel sets its end last), and
+    the run's mark is not seen."""
     proc = subprocess.Popen(["unshare", "-n", *prefix, "sleep", "60"], env=env)
     ours = nsutil.netns_inode(os.getpid())
     for _ in range(500):
         ino = nsutil.netns_inode(proc.pid)
         if ino is not None and ino != ours and os.readlink(f"/proc/{proc.pid}/exe").endswith("sleep"):
-            return proc
+            with open(f"/proc/{proc.pid}/environ", "rb") as f:
+                if f.read():
+                    return proc
         proc.poll()
         assert proc.returncode is None, "unshare -n failed"
         subprocess.run(["true"])  # a moment, without a clock
