@@ -47,6 +47,7 @@ from .names import check_machines as check_machine_list
 from .network import Link, Network, cable_capacities, connection_capacities
 from .physics import (
     DEFAULT_MTU,
+    ETHERNET_HEADER,
     ETHERNET_MTU,
     MAX_MTU,
     MIN_MTU,
@@ -236,6 +237,12 @@ class EmulationConfig:
         """Cables carry MTU-sized packets (``packets = "frames"``; their classes:
         `emulator.cable.shared_classes`)."""
         return self.packets == "frames"
+
+    def frame_bytes(self, mtu: int) -> int:
+        """The largest packet a cable end of ``mtu`` hands its classes, as HTB counts it: with
+        frames, the frame and its Ethernet header (``mtu`` + 14, the classes' quantum:
+        `emulator.shaping.Shaping.child_quantum`); 0 with offload packets."""
+        return mtu + ETHERNET_HEADER if self.frames else 0
 
     def hosts_memory_mib(self, nodes: int) -> float:
         """Memory ``nodes`` emulated hosts take (``host_memory_mib`` each)."""

@@ -51,7 +51,6 @@ from dataclasses import replace
 
 from contract.emulation import EmulatedRates, emulated_rates
 from contract.network import Network
-from contract.physics import ETHERNET_HEADER
 
 from . import nlbatch, shaping
 from .addressing import Port, identity, node_name, ports_of
@@ -95,7 +94,7 @@ def cable_end_shaping(network: Network, config: EmulationConfig) -> list[list[sh
             {ifname: r for (w, ifname), r in planned.items() if w == u},
             *shared.of(u),
             shared.borrow,
-            rates.mtu + ETHERNET_HEADER if config.frames else 0,
+            config.frame_bytes(rates.mtu),
         )
         for u in range(network.nodes)
     ]

@@ -50,7 +50,6 @@ from mininet.net import Mininet
 from contract.emulation import emulated_rates
 from contract.limits import limit_s
 from contract.network import Network
-from contract.physics import ETHERNET_HEADER
 
 from . import counters, nsutil, shaping
 from .addressing import RANGE, Port, identity, node_name, plane_address, ports_of
@@ -365,7 +364,7 @@ class EmulatedNetwork(BuiltRates):
         """What each of node ``u``'s cable ends carries (rates as now, destination classes)."""
         planned = {ifname: rates for (w, ifname), rates in self.destination_bps.items() if w == u}
         shared, carried = self.shared.of(u)
-        frame = self.mtu + ETHERNET_HEADER if self.config.frames else 0
+        frame = self.config.frame_bytes(self.mtu)
         return cable_shaping(
             self.ports[u], self.link_rate_bps, delay_us, planned, shared, carried, self.shared.borrow, frame
         )
