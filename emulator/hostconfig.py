@@ -96,6 +96,27 @@ PLANE_ROUTE_SEQ_BASE = 300_000
 """... of the plane routes: ``PLANE_ROUTE_SEQ_BASE + i`` for the host's i-th `PlaneHop`."""
 _TC_ERRORS_SHOWN = 3
 
+TCP_RECEIVE_BUFFER_BYTES = 4 << 20
+"""Every emulated host's TCP receive buffer at a connection's start (``net.ipv4.tcp_rmem``'s
+middle value, 128 KiB by default), so the window a receiver advertises can grow with the data
+from the first packets instead of waiting for the kernel's tuning of the buffer. That tuning
+grows the buffer only when the application reads more in a round trip than the window let in
+(it cannot, while the window is what limits it), so with the default a connection could keep
+its first window, 6 frames of 9000 bytes (56,704 bytes), through a whole run while the others'
+grew past 2 MB: at the dilated rates its round trip (the plan's latency dilated, and the time
+the machine takes to answer) then held it below its cable's rate. In the Vagrant VM under
+software emulation (round trips of 90-600 ms at 4 Mbit/s) one ring connection in three runs
+out of four kept that window and carried its cable at a third of the rate, `topoopt-12` 26-27%
+slower than predicted; with this buffer every data connection's window was 2-3 MB and the run
+2.3% (docs/emulation.md section 3)."""
+TCP_RMEM_MIN = 4096
+"""``net.ipv4.tcp_rmem``'s least value (the kernel's default): what a socket keeps under memory
+pressure."""
+TCP_RMEM_MAX = 32 << 20
+"""``net.ipv4.tcp_rmem``'s largest value, how far the kernel may tune a buffer: the reference
+machine's own (the kernel's default is 6 MiB), so no host tunes less far than the machine
+would; a buffer takes memory only for what waits in it."""
+
 HOST_SYSCTLS = {
     "net/ipv4/ip_forward": "1",
     "net/ipv4/conf/all/rp_filter": "0",
@@ -110,6 +131,8 @@ HOST_SYSCTLS = {
     # tens of microseconds resends what a shaped class still holds (as the timeouts did:
     # `nlbatch.RTO_MIN_MS`)
     "net/ipv4/tcp_early_retrans": "0",
+    # every connection's receive buffer large from its start (`TCP_RECEIVE_BUFFER_BYTES`)
+    "net/ipv4/tcp_rmem": f"{TCP_RMEM_MIN} {TCP_RECEIVE_BUFFER_BYTES} {TCP_RMEM_MAX}",
 }
 OPTIONAL_SYSCTLS = {
     "net/ipv4/icmp_msgs_per_sec",

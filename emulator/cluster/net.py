@@ -298,8 +298,8 @@ class ClusterNetwork(BuiltRates):
             host, ports = self.hosts[u], self.ports[u]
             ns = f"nsenter -t {host.pid} -n"
             required, optional = sysctl_assignments([p.ifname for p in ports])
-            lines.append(f"{ns} sysctl -q -w {' '.join(required)} >/dev/null")  # a failure ends the script
-            lines.append(f"{ns} sysctl -q -e -w {' '.join(optional)} >/dev/null 2>&1 || true")
+            lines.append(f"{ns} sysctl -q -w {shlex.join(required)} >/dev/null")  # a failure ends the script
+            lines.append(f"{ns} sysctl -q -e -w {shlex.join(optional)} >/dev/null 2>&1 || true")
             # the lines `emulator.hostscripts` writes for a real server, each interface by its own name
             dev = {p.ifname: p.ifname for p in ports}
             routes = host_routes(u, ports, net.next_hop, self.host_name)

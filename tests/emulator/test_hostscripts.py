@@ -260,7 +260,9 @@ class Namespaces:
             ]
             for name in self.ifnames[u]:
                 commands += [f"tc class show dev {name}", f"tc filter show dev {name}"]
-            commands.append("sysctl net.ipv4.ip_forward net.ipv4.conf.all.rp_filter net.ipv4.tcp_early_retrans")
+            commands.append(
+                "sysctl net.ipv4.ip_forward net.ipv4.conf.all.rp_filter net.ipv4.tcp_early_retrans net.ipv4.tcp_rmem"
+            )
             # a counter, not configuration: packets sent while a cable end's HTB was being built
             out.append(re.sub(r"direct_packets_stat \d+ ", "", host.cmd("; ".join(commands))))
         return out

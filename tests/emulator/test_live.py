@@ -11,6 +11,7 @@ import pytest
 from contract.network import circulant_network
 from emulator import EmulatedNetwork, EmulationConfig
 from emulator.errors import EmulationError
+from emulator.hostconfig import TCP_RECEIVE_BUFFER_BYTES, TCP_RMEM_MAX, TCP_RMEM_MIN
 
 pytestmark = pytest.mark.root
 
@@ -74,6 +75,8 @@ def test_cable_down_reroute_up_and_rate(tmp_path):
         assert "congctl cubic" in route and "rto_min lock 5s" in route  # nlbatch.RTO_MIN_MS, locked
         assert "rto_min lock 5s" in _out(net, 0, ["ip", "route", "show", "dev", "h0-eth0", "proto", "kernel"])
         assert _out(net, 0, ["sysctl", "-n", "net.ipv4.tcp_early_retrans"]).strip() == "0"  # no loss probes
+        rmem = [int(v) for v in _out(net, 0, ["sysctl", "-n", "net.ipv4.tcp_rmem"]).split()]
+        assert rmem == [TCP_RMEM_MIN, TCP_RECEIVE_BUFFER_BYTES, TCP_RMEM_MAX]  # a large window from the start
         assert _ping(net, 0, 1) and _ping(net, 1, 0)
 
         net.live.set_cable_rate(k, 40_000_000)

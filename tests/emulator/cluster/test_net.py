@@ -15,6 +15,7 @@ import pytest
 from contract.errors import RunError
 from contract.network import circulant_network
 from emulator.cluster import ClusterNetwork
+from emulator.hostconfig import HOST_SYSCTLS
 from tests.fixtures.standins import StandIns
 
 pytestmark = pytest.mark.root
@@ -89,6 +90,8 @@ def test_cluster_network_over_three_machines(standins: StandIns) -> None:
             assert len(routes) == NET.nodes - 1 + len(net.ports[u]), routes  # /32 per node, /31 per cable
             assert all(route.rstrip().endswith("congctl cubic") for route in routes), routes
             assert all("rto_min lock 5s" in route for route in routes), routes  # nlbatch.RTO_MIN_MS
+            # the sysctls as the emulator sets them on one machine (a value of three words too)
+            assert host.cmd("sysctl -n net.ipv4.tcp_rmem").split() == HOST_SYSCTLS["net/ipv4/tcp_rmem"].split()
         sent_before = net.cable_tx_bytes()
         local = _goodput_mbps(net, 1, 0)  # h0 -> h1: a veth inside m0
         sent = net.cable_tx_bytes()
