@@ -12,7 +12,8 @@ For each host, inside its namespace (the calling thread enters it with ``setns``
 - sysctls (`host_sysctls`, written by `write_sysctls`): ip_forward on (hosts relay for each
   other, as the TopoOpt prototype relayed with RDMA forwarding), rp_filter off (a relayed
   packet arrives on a cable that is not the route back to its source), cubic, no ICMP rate
-  limit so traceroute sees every hop;
+  limit so traceroute sees every hop, no tail loss probes, a large TCP receive buffer from a
+  connection's start (`TCP_RECEIVE_BUFFER_BYTES`);
 - routes (`host_routes`, sent by `send_routes`): one static /32 route per destination from
   the network's next-hop table, with the identity as preferred source; a next hop reached by
   parallel cables gets one multipath route over all of them (flows hashed on ports). Every
