@@ -3,7 +3,8 @@
 ``setns(2)`` changes the namespace of the calling thread only, so entering a host's
 namespace for a few netlink calls or sysctl writes and coming back is cheap (microseconds),
 unlike pyroute2's ``netns=`` argument, which forks a helper process per socket.
-A process is identified by (pid, start time) so a recycled PID is never mistaken for ours.
+A process is identified by (pid, start time) so a recycled PID is never mistaken for ours
+(`contract.processes`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ import contextlib
 import ctypes
 import os
 from collections.abc import Iterator
+
+# naming processes lives in contract (the workers name their folders so too); here for the emulator's callers
+from contract.processes import is_same_process as is_same_process
+from contract.processes import process_alive as process_alive
+from contract.processes import process_id as process_id
+from contract.processes import start_time as start_time
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -53,23 +60,6 @@ def protected_netns() -> set[int]:
     """Network namespaces that are never the project's, whatever a state file says: the one of
     PID 1 (the machine's root namespace, or a container's own) and the caller's own."""
     return {ino for ino in (netns_inode(1), netns_inode(os.getpid())) if ino is not None}
-
-
-def start_time(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    rest = data[data.rindex(b")") + 2 :].split()
-    return int(rest[19])
-
-
-def is_same_process(pid: int, started: int | None) -> bool:
-    """True if ``pid`` still runs and is the process that started at ``started``."""
-    now = start_time(pid)
-    return now is not None and (started is None or now == started)
 
 
 def all_pids(proc: str = "/proc") -> list[int]:
@@ -116,18 +106,3 @@ def pids_with_env(key: str, value: str) -> list[int]:
         except OSError:
             continue
     return out
-
-
-def process_id(pid: int | None = None) -> str:
-    """``<pid>-<start time>`` of ``pid`` (default: this process): a name no later process has."""
-    pid = os.getpid() if pid is None else pid
-    return f"{pid}-{start_time(pid)}"
-
-
-def process_alive(name: str) -> bool:
-    """Whether the process `process_id` named is still running (same PID, same start time)."""
-    pid_text, _, start = name.partition("-")
-    try:
-        return is_same_process(int(pid_text), int(start))
-    except ValueError:  # not a process_id (or one whose start time was unreadable)
-        return False

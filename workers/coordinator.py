@@ -5,7 +5,9 @@ Used by `topolab collective` and the end-to-end run. It needs only the schedule 
 callable: the default runs the worker as a plain subprocess (loopback tests); the emulator
 supplies one that runs it inside the emulated host's namespace. The control plane is a
 ROUTER socket on an ipc:// endpoint in a private directory (the filesystem is shared by
-every namespace on this machine); it refuses a frame longer than the longest ``result`` a
+every namespace on this machine), ``$TMPDIR/topolab-coll-<pid>-<start time>-*``
+(`contract.processes.process_temp_dir`): removed when the coordinator closes, and by
+`clean_dead_workdirs` (``topolab clean``) if its process was killed; it refuses a frame longer than the longest ``result`` a
 rank's spec allows (`workers.protocol`, "Sizes").
 
 Workers on other machines (a multi-machine emulation) share neither that directory nor any
@@ -44,7 +46,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ import zmq
 
 from contract.errors import RunError
 from contract.limits import limit_s
+from contract.processes import dead_process_dirs, process_temp_dir
 
 from .protocol import (
     CONTROL_MESSAGE_BYTES,
@@ -75,6 +77,7 @@ ControlRelay = Callable[[int, str], "str | None"]
 """``relay(rank, path)``: for a rank on another machine, the path there of a socket that leads
 to our control socket at ``path``; None for a rank on this machine."""
 REPO_ROOT = Path(__file__).resolve().parent.parent
+WORKDIR_PREFIX = "topolab-coll-"  # the control socket's folder: topolab-coll-<pid>-<start time>-<random>
 
 START_TIMEOUT_S = limit_s(7.0)
 """Bound on each start phase (``ready``, then ``connected``). A worker's start is Python plus
@@ -169,6 +172,18 @@ class IterationResult:
         }
 
 
+def clean_dead_workdirs(log: Callable[[str], Any] = print) -> list[str]:
+    """Remove the coordinator folders (`WORKDIR_PREFIX`, in this process's temporary
+    directory) of coordinators whose process is gone (killed before it closed); only
+    folders that could be ours (`contract.processes.dead_process_dirs`). Returns them."""
+    removed = []
+    for path, owner in dead_process_dirs(WORKDIR_PREFIX):
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(str(path))
+        log(f"clean: removed the workers' control folder {path} of run {owner}")
+    return removed
+
+
 def loopback_spawn(log_dir: str | None = None) -> Spawn:
     """Spawn workers as plain subprocesses of this Python (no namespaces, no root)."""
 
@@ -223,7 +238,7 @@ class Coordinator:
         self.relay_failures = relay_failures
         self.progress = progress or (lambda msg: None)
         self._own_workdir = workdir is None
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="topolab-coll-"))
+        self.workdir = Path(workdir) if workdir else process_temp_dir(WORKDIR_PREFIX)
         self.control_endpoint = f"ipc://{self.workdir}/control.ipc"
         self.specs: list[WorkerSpec] = specs_for_schedule(
             schedule,
@@ -283,6 +298,12 @@ class Coordinator:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         limit_frames(self.sock, CONTROL_MESSAGE_BYTES + REPORT_PER_SPEC_BYTE * longest)
+        socket_path = os.fsencode(self.workdir / "control.ipc")
+        if len(socket_path) > zmq.IPC_PATH_MAX_LEN:
+            raise WorkerFailure(
+                f"cannot open the control endpoint {self.control_endpoint}: its path is {len(socket_path)} bytes, "
+                f"over the {zmq.IPC_PATH_MAX_LEN} a Unix socket allows: set TMPDIR to a shorter folder"
+            )
         try:
             self.sock.bind(self.control_endpoint)
         except zmq.ZMQError as exc:

@@ -20,7 +20,6 @@ line, within ``ANSWER_TIMEOUT_S``.
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import tempfile
@@ -32,10 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contract.errors import RunError
-from contract.files import folder_problem
 from contract.names import SshInputError, check_machine, check_ssh_file, check_ssh_user
-
-from ..nsutil import process_alive, process_id
+from contract.processes import dead_process_dirs, process_id
 
 CONNECT_TIMEOUT_S = 4  # TCP connect + key exchange on a LAN takes milliseconds
 # A whole probe (connect, run `true`, report) must finish well inside the 10 s promised for
@@ -47,7 +44,6 @@ CONTROL_PERSIST_S = 60  # the master outlives a pause between steps, not the run
 CONTROL_DIR_PREFIX = "tlcl-"
 SOCKET_PATH_MAX = 107  # sun_path's 108 bytes, NUL included
 BIND_SUFFIX = 17  # ssh binds a master's socket as "<path>.<16 random characters>" first
-_CONTROL_DIR = re.compile(rf"{CONTROL_DIR_PREFIX}(\d+-\d+)-[a-z0-9_]+")  # tlcl-<pid>-<start time>-<random>
 
 
 @dataclass(frozen=True)
@@ -184,10 +180,7 @@ def clean_control_dirs(log=print) -> list[str]:
     that name in a shared ``/tmp`` may be anyone's; a master's socket is named after its
     machine's address, so only such names are given to ssh."""
     removed = []
-    for path in sorted(Path(tempfile.gettempdir()).glob(f"{CONTROL_DIR_PREFIX}*-*-*")):
-        match = _CONTROL_DIR.fullmatch(path.name)
-        if match is None or folder_problem(path) is not None or process_alive(match.group(1)):
-            continue
+    for path, run in dead_process_dirs(CONTROL_DIR_PREFIX):
         for socket in path.iterdir():
             if not _is_machine_address(socket.name):
                 continue
@@ -198,7 +191,7 @@ def clean_control_dirs(log=print) -> list[str]:
             )
         shutil.rmtree(path, ignore_errors=True)
         removed.append(str(path))
-        log(f"clean: removed the ssh control directory {path} of run {match.group(1)}")
+        log(f"clean: removed the ssh control directory {path} of run {run}")
     return removed
 
 

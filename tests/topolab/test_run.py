@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -129,11 +130,19 @@ def _state_pids(run_dir: Path) -> set[int]:
     return pids
 
 
-def test_killed_run_keeps_its_iterations_and_clean_leaves_nothing(tmp_path):
+@pytest.fixture
+def short_tmp():
+    """A private TMPDIR short enough for a control socket's path (tmp_path's is not)."""
+    with tempfile.TemporaryDirectory(prefix="tl-") as tmp:
+        yield Path(tmp)
+
+
+def test_killed_run_keeps_its_iterations_and_clean_leaves_nothing(tmp_path, short_tmp):
     before = _root_links()
-    out, run_dir = tmp_path / "out", tmp_path / "run"
+    out, run_dir, tmp = tmp_path / "out", tmp_path / "run", short_tmp
+    env = {**os.environ, "TMPDIR": str(tmp)}  # where the workers' control folder goes
     proc = _topolab(
-        "run", "scenarios/smoke-12.toml", "--out", str(out), "--iterations", "10", "--run-dir", str(run_dir)
+        "run", "scenarios/smoke-12.toml", "--out", str(out), "--iterations", "10", "--run-dir", str(run_dir), env=env
     )
     pids: set[int] = set()
     timed = 0
@@ -162,18 +171,23 @@ def test_killed_run_keeps_its_iterations_and_clean_leaves_nothing(tmp_path):
     for name in ("topology.png", "iterations.png", "link_bytes.png"):
         assert (out / name).stat().st_size > 1000, name
 
+    (workdir,) = tmp.iterdir()  # the killed coordinator's: its control socket and the ranks' logs
+    assert workdir.name.startswith(f"topolab-coll-{proc.pid}-") and (workdir / "rank-0.log").exists()
     clean = subprocess.run(
-        [sys.executable, "-m", "topolab", "clean", "--run-dir", str(run_dir)],
+        [sys.executable, "-m", "topolab", "clean", "--run-dir", str(run_dir), "--json"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
+        env=env,
     )
     assert clean.returncode == 0, clean.stderr
     time.sleep(0.5)
     assert pids and [p for p in pids if _alive(p)] == []
     assert _root_links() == before
     assert not list(run_dir.glob("run-*.json"))
+    assert json.loads(clean.stdout)["worker_dirs"] == [str(workdir)]
+    assert list(tmp.iterdir()) == []
 
 
 def test_run_blocked_by_another_runs_lock_is_one_line_and_writes_nothing(tmp_path, capsys):

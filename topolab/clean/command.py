@@ -14,7 +14,9 @@ whose owner is alive are left alone. Never uses killall, pkill or `mn -c`.
 A multi-machine run also leaves, if killed, its ssh control directory
 (``$TMPDIR/tlcl-<pid>-<start time>-*``, `emulator.cluster.ssh.clean_control_dirs`): removed
 here when that process is gone; with ``--machines``, what it left on those machines too
-(`emulator.cluster.state.clean_machines`).
+(`emulator.cluster.state.clean_machines`). And the folder of the workers' control socket and
+logs (``$TMPDIR/topolab-coll-<pid>-<start time>-*``, `workers.coordinator.clean_dead_workdirs`)
+of a run that was killed.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
 def run_clean(args) -> int:
     from emulator.cluster.ssh import clean_control_dirs
     from emulator.state import clean_dead_runs
+    from workers.coordinator import clean_dead_workdirs
 
     from ..common.network import check_ssh_files
     from ..common.options import require_root
@@ -91,7 +94,8 @@ def run_clean(args) -> int:
     # there (and the ssh clients here that outlived their driver), but only the machines'
     # own clean ends every process the run started on them
     control_dirs = clean_control_dirs(log=log)
-    if not cleaned and not control_dirs and not args.json:
+    workdirs = clean_dead_workdirs(log=log)
+    if not cleaned and not control_dirs and not workdirs and not args.json:
         print("clean: nothing left behind by topolab runs")
     if args.json:
         print(
@@ -102,6 +106,7 @@ def run_clean(args) -> int:
                     "killed": killed,
                     "killed_on_machines": remote_killed,
                     "ssh_control_dirs": control_dirs,
+                    "worker_dirs": workdirs,
                 }
             )
         )
