@@ -20,4 +20,9 @@ trap 'rm -rf "$site_dir"' EXIT
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site_dir"  # not --quiet: it hides the warnings --strict counts
 rm -rf "$site_dir"
 trap - EXIT
-exec .venv/bin/python -m pytest "$@"
+# the tests' temporary folders (pytest's and torch's compile cache) in one folder of this run,
+# removed when it ends: the suite leaves /tmp as it found it
+scratch=$(mktemp -d -t tl-tests-XXXXXX)  # short: sockets under tmp_path stay within 107 bytes
+trap 'rm -rf "$scratch"' EXIT
+export TORCHINDUCTOR_CACHE_DIR="$scratch/torchinductor"
+.venv/bin/python -m pytest --basetemp "$scratch/p" "$@"

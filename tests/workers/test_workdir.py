@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -21,8 +22,16 @@ def _dead_process_id() -> str:
     return name
 
 
-def test_coordinator_folder_names_its_process_and_goes_when_it_closes(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+@pytest.fixture
+def short_tmp(monkeypatch):
+    """A private temporary directory short enough for a control socket's path (tmp_path's may not be)."""
+    with tempfile.TemporaryDirectory(prefix="tl-") as tmp:
+        monkeypatch.setattr(tempfile, "tempdir", tmp)
+        yield Path(tmp)
+
+
+def test_coordinator_folder_names_its_process_and_goes_when_it_closes(short_tmp) -> None:
+    tmp_path = short_tmp
     schedule = ring_allreduce(3, 3 * 1024).to_dict()
     with Coordinator(schedule, ["127.0.0.1"] * 3, timeout_s=30) as coord:
         assert coord.workdir.parent == tmp_path
