@@ -55,7 +55,8 @@ def at_idle_priority(work: Callable[[], T]) -> T:
         except BaseException as exc:  # handed to the caller, as if it had run here
             outcome.append((False, exc))
 
-    thread = threading.Thread(target=run, name="verify-and-fill")
+    # a daemon: a SIGTERM that ends the worker while it waits here does not wait for the work
+    thread = threading.Thread(target=run, name="verify-and-fill", daemon=True)
     thread.start()
     thread.join()
     ok, value = outcome[0]

@@ -15,9 +15,12 @@ from workers.executor import at_idle_priority
 
 def test_work_runs_in_another_thread_at_idle_policy_and_the_caller_keeps_its_own() -> None:
     before = os.sched_getscheduler(0)
-    seen = at_idle_priority(lambda: (threading.get_ident(), os.sched_getscheduler(0)))
+    seen = at_idle_priority(
+        lambda: (threading.get_ident(), os.sched_getscheduler(0), threading.current_thread().daemon)
+    )
     assert seen[0] != threading.get_ident()
     assert seen[1] == os.SCHED_IDLE
+    assert seen[2]  # a SIGTERM that ends the worker while it waits does not wait for the work
     assert os.sched_getscheduler(0) == before != os.SCHED_IDLE
 
 
