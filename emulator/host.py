@@ -53,6 +53,14 @@ line) for 64 namespaces of 256 veth pairs and 102,912 lines, on a 2-core machine
 KERNEL_CLEANUP_PAIR_S = 400e-6
 """... and for each veth pair (a cable): 289-393 us a pair for 500 and 2,000 pairs with 5,000
 and 20,000 routes, no tc (the same measurement)."""
+KERNEL_BUSY_WAIT_S = limit_s(120.0)
+"""How long a build waits for the kernel to finish freeing network namespaces before it starts
+(a network just torn down whose freeing outlasted its estimate, or another run's), and how much
+longer than its limit a host's ``tc -batch`` may take while the kernel frees them: every tc and
+netlink change waits for the routing-netlink lock that work holds, so a batch is hung only once
+the kernel is not freeing namespaces. A failed build of `scenarios/ncf-128.toml` (128
+namespaces, 99,068 tc lines) was still being freed 2.1 s after its hosts ended, and the next
+build's 1,230-line tc batch overran its 5 s limit behind it."""
 KERNEL_CLEANUP_POLL_S = 0.02
 """How often `wait_kernel_cleanup` looks at the kernel's workers."""
 KERNEL_CLEANUP_QUIET_POLLS = 3

@@ -45,6 +45,8 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -56,7 +58,7 @@ from contract.limits import limit_s, work_limit_s
 from . import nlbatch, nsutil, shaping
 from .addressing import PLANE_BLOCK_LEN, Port, identity, plane_address, plane_block
 from .errors import EmulationError, ShapingError
-from .host import EmulatedHost
+from .host import KERNEL_BUSY_WAIT_S, EmulatedHost
 from .planes import RULE_PRIORITY, NodePlanes
 
 CUBIC = "cubic"
@@ -423,27 +425,49 @@ def apply_qdiscs(
 def _run_tc(host: EmulatedHost, text: str, lines: int, timeout_s: float) -> str:
     """Run one host's ``tc -batch`` (``lines`` lines) in its namespace; '' if it succeeded,
     else the error."""
-    proc = subprocess.Popen(
-        ["mnexec", "-a", str(host.pid), "tc", "-batch", "-"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # the batch from an unnamed file, not a pipe: waiting on past the limit (`_wait_while_kernel_frees`)
+    # retries ``communicate``, which cannot go on writing an input it had not finished
+    with tempfile.TemporaryFile("w+") as batch:
+        batch.write(text)
+        batch.seek(0)
+        proc = subprocess.Popen(
+            ["mnexec", "-a", str(host.pid), "tc", "-batch", "-"],
+            stdin=batch,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     try:
-        _out, err = proc.communicate(text, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+        try:
+            _out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _out, err = _wait_while_kernel_frees(proc)
+    except subprocess.TimeoutExpired as late:
         proc.kill()
         # not communicate(): a child tc left behind may hold the pipes; teardown ends it
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=timeout_s)
         for pipe in (proc.stdout, proc.stderr):
             pipe.close()
-        return f"host {host.name}: tc did not finish within {timeout_s:.3g} s (its batch of {lines} lines)"
+        more = f", then {late.timeout:.3g} s more while the kernel freed network namespaces" if late.timeout else ""
+        return f"host {host.name}: tc did not finish within {timeout_s:.3g} s (its batch of {lines} lines){more}"
     if proc.returncode == 0:
         return ""
     lines_out = err.strip().splitlines()
     return f"host {host.name}: {lines_out[-1] if lines_out else f'tc exited with status {proc.returncode}'}"
+
+
+def _wait_while_kernel_frees(proc: subprocess.Popen, slice_s: float = 0.5) -> tuple[str, str]:
+    """``proc``'s output once it ends, waiting past its limit while the kernel frees network
+    namespaces (`KERNEL_BUSY_WAIT_S` at most); `subprocess.TimeoutExpired` once it does not (then
+    the batch is hung). Retrying ``communicate`` loses no output."""
+    start, waited = time.monotonic(), 0.0
+    while nsutil.kernel_freeing_namespaces() and waited < KERNEL_BUSY_WAIT_S:
+        try:
+            return proc.communicate(timeout=slice_s)
+        except subprocess.TimeoutExpired:
+            waited = time.monotonic() - start
+    raise subprocess.TimeoutExpired(proc.args, waited)  # its timeout: how long it waited past the limit
 
 
 def readback_limit_s(classes: int, processes: int) -> float:

@@ -56,7 +56,14 @@ from .addressing import RANGE, Port, identity, node_name, plane_address, ports_o
 from .cable import cable_shaping, make_cables, shared_classes
 from .config import EmulationConfig
 from .errors import EmulationError, EmulationInputError
-from .host import HOST_START_TIMEOUT_S, EmulatedHost, end_hosts, kernel_cleanup_limit_s, wait_kernel_cleanup
+from .host import (
+    HOST_START_TIMEOUT_S,
+    KERNEL_BUSY_WAIT_S,
+    EmulatedHost,
+    end_hosts,
+    kernel_cleanup_limit_s,
+    wait_kernel_cleanup,
+)
 from .hostconfig import apply_qdiscs, check_qdiscs, configure_host
 from .interface import BuiltRates
 from .live import LiveChanges
@@ -272,6 +279,21 @@ class EmulatedNetwork(BuiltRates):
             self._restore_signal_handlers(masked)
             self.facts["teardown_s"] = time.perf_counter() - t0
 
+    def _wait_kernel_idle(self) -> None:
+        """Before building: if the kernel is freeing network namespaces (a network torn down just
+        before whose freeing outlasted its estimate, or another run's), wait until it is done,
+        `KERNEL_BUSY_WAIT_S` at most (recorded as ``kernel_busy_before_build_s``), so that the
+        build's own limits measure the build; past the bound, say so and go on."""
+        if not nsutil.kernel_freeing_namespaces():
+            return
+        busy = wait_kernel_cleanup(KERNEL_BUSY_WAIT_S, nsutil.kernel_freeing_namespaces)
+        self.facts["kernel_busy_before_build_s"] = busy.waited_s
+        if not busy.done:
+            self.log(
+                f"emulator: the kernel was still freeing network namespaces {busy.waited_s:.1f} s into the build's "
+                "wait for it; building beside it"
+            )
+
     def _wait_kernel_cleanup(self) -> None:
         """Wait for the kernel to free the namespaces just ended (`host.wait_kernel_cleanup`),
         bounded by what the network had; past the bound, say so and go on."""
@@ -309,6 +331,7 @@ class EmulatedNetwork(BuiltRates):
         if soft < hard:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         Mininet.inited = True  # skip Mininet.init(): it raises sysctls of the ROOT namespace
+        self._wait_kernel_idle()
         t_hosts = time.perf_counter()
         self.mininet = Mininet(topo=None, build=False, controller=None, ipBase=str(RANGE))
         for u in range(self.nodes):
