@@ -10,8 +10,9 @@ Verifying and filling are the testbed's own work, not the job's: on one machine 
 finished early would do them on the cores the ranks still receiving share (a 12-server ring
 AllReduce's last step took up to 31% longer on the ranks that finished last, each rank's 8 MiB
 checked and refilled beside them). So they run in a thread at ``SCHED_IDLE`` (`at_idle_priority`),
-which the kernel serves only when no rank's thread is ready to run: they overlap no op of the
-iteration, and still finish before the rank reports (the next ``start`` waits for every report).
+which the kernel serves (almost) only when no rank's thread is ready to run: they use the time
+the cores would idle while the ranks wait for the cables, not the time a rank's op needs, and
+still finish before the rank reports (the next ``start`` waits for every report).
 """
 
 from __future__ import annotations
