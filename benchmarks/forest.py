@@ -14,7 +14,8 @@ per algorithm vs degraded cables, predicted lines, measured markers) after every
 
 ``--case stride5-quarter`` instead runs one network: every ±5 cable at a quarter of the ±1
 cables' rate, where the rate-weighted multi-ring should beat the equal split (written to
-forest-stride5-quarter.json). ``--algorithms`` picks a subset.
+forest-stride5-quarter.json). ``--algorithms`` picks a subset; ``--out DIR`` writes the files
+there instead (a subset or a quick check that should not replace the full sweep's figures).
 
     .venv/bin/python benchmarks/forest.py [--degraded 0,1,...,6] [--measure] [--measure-degraded 3|all]
         [--algorithms forest,multiring,weighted,ring] [--repeat 2] [--forest-repeat 3] [--ring-repeat 1]
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import os
 import statistics
@@ -36,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from contract.emulation import EmulationConfig
+from contract.files import FileInputError, make_owned_folder, write_file
 from planner import build_plan, load_scenario
 from planner.collectives.forest import build_forest, plan_capacities
 from planner.collectives.from_plan import allreduce_for_plan, plan_rings, ring_weights
@@ -200,8 +203,10 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside: the lines fill the axes
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=110)
     plt.close(fig)
+    write_file(path, image.getvalue())  # O_NOFOLLOW: a link planted at its name is refused
 
 
 def degraded_counts(text: str, flag: str) -> set[int]:
@@ -231,6 +236,7 @@ def main() -> int:
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS), help=f"comma-separated subset of {ALGORITHMS}")
     ap.add_argument("--case", choices=("degraded", "stride5-quarter"), default="degraded")
     ap.add_argument("--no-speed", action="store_true", help="skip the planner speed figures (128 servers)")
+    ap.add_argument("--out", type=Path, default=OUT, help=f"folder of the JSON and the plot (default {OUT})")
     args = ap.parse_args()
     algorithms = [a for a in args.algorithms.split(",") if a]
     if not algorithms or set(algorithms) - set(ALGORITHMS):
@@ -295,7 +301,7 @@ def main() -> int:
             flush=True,
         )
         row["measured"] = measure(plans[count], scheds_of[count], emulation, repeats, args.timeout)
-        write(rows, {}, args.case, link_bps)
+        write(rows, {}, args.case, link_bps, args.out)
     speed = {} if args.no_speed else planner_speed()
     print(
         f"\n{'degraded':>8} {'algorithm':>10} {'predicted(s)':>12} {'measured(s)':>11} {'/bound':>7} {'meas/pred':>9}"
@@ -316,22 +322,26 @@ def main() -> int:
             f"planner: 12 servers {speed['servers_12_s']:.2f} s; 128 servers d={LARGE_DEGREE} with "
             f"{LARGE_DEGRADED_SHARE:.0%} degraded {speed['servers_128_s']:.2f} s ({speed['servers_128_trees']} trees)"
         )
-    write(rows, speed, args.case, link_bps)
+    write(rows, speed, args.case, link_bps, args.out)
     return 0
 
 
-def write(rows: list[dict], speed: dict, case: str, link_bps: float) -> None:
-    """benchmarks/results/forest[-case].json and .png (also after every measured point, so
-    an interrupted sweep keeps what it measured)."""
-    OUT.mkdir(exist_ok=True)
+def write(rows: list[dict], speed: dict, case: str, link_bps: float, out: Path = OUT) -> None:
+    """``out``/forest[-case].json and .png (default benchmarks/results; also after every
+    measured point, so an interrupted sweep keeps what it measured)."""
+    make_owned_folder(out)  # one root may own (not a link, not writable by others)
     doc = {"scenario": SCENARIO, "case": case, "bytes": NBYTES, "link_mbps": link_bps / 1e6, "rows": rows}
     if speed:
         doc["planner_speed"] = speed
     stem = "forest" if case == "degraded" else f"forest-{case}"
-    (OUT / f"{stem}.json").write_text(json.dumps(doc, indent=2))
-    plot(rows, OUT / f"{stem}.png")
-    print(f"wrote {OUT / f'{stem}.json'} and {OUT / f'{stem}.png'}", flush=True)
+    write_file(out / f"{stem}.json", json.dumps(doc, indent=2))
+    plot(rows, out / f"{stem}.png")
+    print(f"wrote {out / f'{stem}.json'} and {out / f'{stem}.png'}", flush=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except FileInputError as err:  # --out not a folder root may own, or a link planted at a file's name
+        print(f"forest: --out: {err}", file=sys.stderr)
+        sys.exit(2)
