@@ -14,6 +14,7 @@ anyone's.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import tempfile
@@ -67,14 +68,9 @@ def dead_process_dirs(prefix: str, parent: str | None = None) -> list[tuple[Path
     of the exact name, owned by a trusted user and writable by no one else."""
     pattern = re.compile(rf"{re.escape(prefix)}(\d+-\d+)-[a-z0-9_]+")
     found = []
-    for path in sorted(Path(parent or tempfile.gettempdir()).glob(f"{glob_escape(prefix)}*-*-*")):
+    for path in sorted(Path(parent or tempfile.gettempdir()).glob(f"{glob.escape(prefix)}*-*-*")):
         match = pattern.fullmatch(path.name)
         if match is None or folder_problem(path) is not None or process_alive(match.group(1)):
             continue
         found.append((path, match.group(1)))
     return found
-
-
-def glob_escape(text: str) -> str:
-    """``text`` with glob's special characters taken literally."""
-    return re.sub(r"([*?\[])", r"[\1]", text)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,3 +34,11 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def scenario_dir() -> Path:
     return SCENARIOS
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A private temporary folder short enough to hold a control socket's folder (a Unix
+    socket's path is at most 107 bytes; tmp_path's may be too long)."""
+    with tempfile.TemporaryDirectory(prefix="tl-") as tmp:
+        yield Path(tmp)

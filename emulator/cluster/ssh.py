@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +31,7 @@ from pathlib import Path
 
 from contract.errors import RunError
 from contract.names import SshInputError, check_machine, check_ssh_file, check_ssh_user
-from contract.processes import dead_process_dirs, process_id
+from contract.processes import dead_process_dirs, process_temp_dir
 
 CONNECT_TIMEOUT_S = 4  # TCP connect + key exchange on a LAN takes milliseconds
 # A whole probe (connect, run `true`, report) must finish well inside the 10 s promised for
@@ -79,15 +78,18 @@ class SshOptions:
     @contextmanager
     def session(cls, user: str, identity: str | None, known_hosts: str | None) -> Iterator[SshOptions]:
         """Options whose ssh control sockets live in a temporary directory of this run,
-        ``tlcl-<pid>-<start time>-*``, removed when the block ends (or, if this process is
+        ``tlcl-<pid>-<start time>-*`` (`contract.processes.process_temp_dir`), removed when the block ends (or, if this process is
         killed, by `clean_control_dirs`)."""
-        with tempfile.TemporaryDirectory(prefix=f"{CONTROL_DIR_PREFIX}{process_id()}-") as control:
+        control = process_temp_dir(CONTROL_DIR_PREFIX)
+        try:
             yield cls(
-                control_dir=Path(control),
+                control_dir=control,
                 user=user,
                 identity=None if identity is None else Path(identity),
                 known_hosts=None if known_hosts is None else Path(known_hosts),
             )
+        finally:
+            shutil.rmtree(control, ignore_errors=True)
 
     def base(self, tty: bool = False) -> list[str]:
         opts = [

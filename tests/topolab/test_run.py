@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -128,13 +127,6 @@ def _state_pids(run_dir: Path) -> set[int]:
         except (ValueError, OSError):
             pass
     return pids
-
-
-@pytest.fixture
-def short_tmp():
-    """A private TMPDIR short enough for a control socket's path (tmp_path's is not)."""
-    with tempfile.TemporaryDirectory(prefix="tl-") as tmp:
-        yield Path(tmp)
 
 
 def test_killed_run_keeps_its_iterations_and_clean_leaves_nothing(tmp_path, short_tmp):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -22,16 +21,9 @@ def _dead_process_id() -> str:
     return name
 
 
-@pytest.fixture
-def short_tmp(monkeypatch):
-    """A private temporary directory short enough for a control socket's path (tmp_path's may not be)."""
-    with tempfile.TemporaryDirectory(prefix="tl-") as tmp:
-        monkeypatch.setattr(tempfile, "tempdir", tmp)
-        yield Path(tmp)
-
-
-def test_coordinator_folder_names_its_process_and_goes_when_it_closes(short_tmp) -> None:
+def test_coordinator_folder_names_its_process_and_goes_when_it_closes(short_tmp, monkeypatch) -> None:
     tmp_path = short_tmp
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     schedule = ring_allreduce(3, 3 * 1024).to_dict()
     with Coordinator(schedule, ["127.0.0.1"] * 3, timeout_s=30) as coord:
         assert coord.workdir.parent == tmp_path
